@@ -1,0 +1,30 @@
+//! The typha wire protocol, sans-IO: no sockets, no async runtime, no clock.
+//!
+//! Data moves through it in this order:
+//! - [`model`]: what is synced. Keys are Calico default key paths ([`model::KeyPath`], typed
+//!   as [`model::Key`]); values are typed ([`model::Value`]) but travel as opaque, once-encoded
+//!   bytes ([`model::EncodedValue`]). An [`model::Update`] is one change; [`model::SyncStatus`]
+//!   is where the syncer stands.
+//! - [`digest`]: a bucketed XOR digest of a whole state, so peers can find which parts differ.
+//! - [`message`]: the messages (hellos, snapshot, deltas, ping/pong, ack, goodbye) and their
+//!   postcard payloads.
+//! - [`frame`]: length-prefixed frames, each optionally zstd-compressed on its own, so one
+//!   encoded frame can be written to any number of connections; a streaming decoder that
+//!   enforces size limits before allocating.
+//! - [`handshake`]: version and feature negotiation as pure state machines, time passed in.
+//!
+//! The wire format of protocol v1 is pinned by golden files (`tests/golden/v1`) and described
+//! in `docs/protocol.md`.
+
+pub mod digest;
+pub mod frame;
+pub mod handshake;
+pub mod message;
+pub mod model;
+#[cfg(feature = "sample")]
+pub mod sample;
+
+pub use digest::{BucketId, BucketSet, StateDigest};
+pub use frame::{FrameDecoder, FrameEncoder, FrameError, Limits};
+pub use message::{Epoch, Message, MessageType, ProtocolVersion, Seq};
+pub use model::{EncodedValue, Key, KeyPath, Revision, SyncStatus, Update, UpdateKind, Value};

@@ -1,0 +1,412 @@
+//! The KV model: keys, values, updates and sync status, as the felix syncer sees them.
+//!
+//! On the wire and in caches a key travels as its [`KeyPath`] (a validated Calico path) and a
+//! value as [`EncodedValue`] (opaque bytes): that is what the digest hashes, what a tier server
+//! relays, and what costs nothing to clone. [`Key`] and [`Value`] are the typed views, built
+//! on demand with [`KeyPath::key`] and [`EncodedValue::decode`].
+
+mod key;
+mod rule;
+mod value;
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use key::{
+    BlockKey, GlobalConfigKey, HostConfigKey, HostEndpointKey, HostIpKey, IpPoolKey, Key, KeyError,
+    KeyType, NetworkSetKey, PolicyKey, PolicyKind, ProfileKey, ResourceKey, ResourceKind,
+    WorkloadEndpointKey,
+};
+pub use rule::{Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, ServiceMatch};
+pub use value::{
+    Block, EncapMode, EndpointPort, HostEndpoint, IpNat, IpPool, Labels, Mac, MacParseError,
+    NetworkSet, Node, Policy, PolicyType, ProfileRules, Resource, Value, WorkloadEndpoint,
+};
+
+/// A validated key path: it always parses as a [`Key`]. Cheap to clone (shared).
+///
+/// Ordered and compared as the path string, so caches sort keys the way etcd does.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyPath(Arc<str>);
+
+impl KeyPath {
+    /// Validates `path` as a key path.
+    pub fn new(path: &str) -> Result<Self, KeyError> {
+        Key::validate(path)?;
+        Ok(Self(Arc::from(path)))
+    }
+
+    /// The path.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The typed key. Cannot fail: the path was validated when this was built.
+    pub fn key(&self) -> Key {
+        match Key::parse(&self.0) {
+            Ok(k) => k,
+            // Unreachable: every constructor validates with the same parser.
+            Err(_) => Key::ReadyFlag,
+        }
+    }
+
+    /// The key's type, without building the key.
+    pub fn key_type(&self) -> KeyType {
+        Key::validate(&self.0).unwrap_or(KeyType::ReadyFlag)
+    }
+}
+
+impl From<&Key> for KeyPath {
+    fn from(key: &Key) -> Self {
+        // A key's Display is its canonical path, which parses back to the same key.
+        Self(Arc::from(key.to_string()))
+    }
+}
+
+impl From<Key> for KeyPath {
+    fn from(key: Key) -> Self {
+        Self::from(&key)
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::borrow::Borrow<str> for KeyPath {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Serialize for KeyPath {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyPath {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = KeyPath;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a Calico key path")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<KeyPath, E> {
+                KeyPath::new(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A serialized [`Value`]: opaque bytes, shared, compared byte for byte.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct EncodedValue(Bytes);
+
+/// A value that could not be decoded or does not belong under its key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// The bytes are not a value of this protocol version.
+    #[error("value does not decode: {0}")]
+    Decode(postcard::Error),
+    /// The value decoded but is of another type than its key.
+    #[error("a {value} value cannot be stored under a {key} key")]
+    WrongType {
+        /// The key's type.
+        key: KeyType,
+        /// The value's type.
+        value: KeyType,
+    },
+}
+
+impl EncodedValue {
+    /// Serializes a typed value.
+    pub fn encode(value: &Value) -> Self {
+        // Serializing these types into a Vec cannot fail: no maps with non-string keys, no
+        // unsupported serde types, and Vec output never runs out of space.
+        Self(Bytes::from(
+            postcard::to_allocvec(value).unwrap_or_default(),
+        ))
+    }
+
+    /// Wraps bytes received from elsewhere (a relay, a cache file) without checking them.
+    pub fn from_bytes(bytes: Bytes) -> Self {
+        Self(bytes)
+    }
+
+    /// Decodes the typed value.
+    pub fn decode(&self) -> Result<Value, ValueError> {
+        postcard::from_bytes(&self.0).map_err(ValueError::Decode)
+    }
+
+    /// Decodes the value and checks that it belongs under `key`.
+    pub fn decode_for(&self, key: &Key) -> Result<Value, ValueError> {
+        let value = self.decode()?;
+        let fits = match (key, &value) {
+            (Key::Resource(k), Value::Node(_)) => k.kind == ResourceKind::Node,
+            (Key::Resource(k), Value::Resource(_)) => k.kind != ResourceKind::Node,
+            (_, v) => v.fits(key.key_type()),
+        };
+        if fits {
+            Ok(value)
+        } else {
+            Err(ValueError::WrongType {
+                key: key.key_type(),
+                value: value.key_type(),
+            })
+        }
+    }
+
+    /// The raw bytes (what the digest hashes).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The shared buffer.
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the encoding is empty (never true for a real value).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&Value> for EncodedValue {
+    fn from(v: &Value) -> Self {
+        Self::encode(v)
+    }
+}
+
+impl fmt::Debug for EncodedValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EncodedValue({} bytes)", self.0.len())
+    }
+}
+
+impl Serialize for EncodedValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for EncodedValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = EncodedValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("value bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<EncodedValue, E> {
+                if v.is_empty() {
+                    return Err(E::custom("empty value bytes"));
+                }
+                Ok(EncodedValue(Bytes::copy_from_slice(v)))
+            }
+        }
+        d.deserialize_bytes(V)
+    }
+}
+
+/// A datastore revision: etcd's mod revision, or a Kubernetes resourceVersion.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Revision(pub u64);
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What an update did to its key, relative to what the receiver had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UpdateKind {
+    /// The key was absent and now has a value.
+    New,
+    /// The key had a value and has a new one.
+    Updated,
+    /// The key had a value and is now absent.
+    Deleted,
+}
+
+/// One change to one key. `value` is `None` exactly when `kind` is [`UpdateKind::Deleted`];
+/// decoding rejects anything else. As in Calico, decide add versus delete from the presence
+/// of a value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "UpdateWire")]
+pub struct Update {
+    /// The key.
+    pub key: KeyPath,
+    /// The new value, or `None` for a deletion.
+    pub value: Option<EncodedValue>,
+    /// Datastore revision of this change.
+    pub revision: Revision,
+    /// New, updated or deleted.
+    pub kind: UpdateKind,
+}
+
+impl Update {
+    /// An upsert; `kind` is `New` or `Updated`.
+    pub fn put(key: KeyPath, value: EncodedValue, revision: Revision, kind: UpdateKind) -> Self {
+        let kind = if kind == UpdateKind::Deleted {
+            UpdateKind::Updated
+        } else {
+            kind
+        };
+        Self {
+            key,
+            value: Some(value),
+            revision,
+            kind,
+        }
+    }
+
+    /// A deletion.
+    pub fn delete(key: KeyPath, revision: Revision) -> Self {
+        Self {
+            key,
+            value: None,
+            revision,
+            kind: UpdateKind::Deleted,
+        }
+    }
+
+    /// Decodes the value (if any) and checks it belongs under the key.
+    pub fn decode_value(&self) -> Result<Option<Value>, ValueError> {
+        match &self.value {
+            None => Ok(None),
+            Some(v) => v.decode_for(&self.key.key()).map(Some),
+        }
+    }
+}
+
+/// Same fields and order as [`Update`], checked before it becomes one.
+#[derive(Deserialize)]
+struct UpdateWire {
+    key: KeyPath,
+    value: Option<EncodedValue>,
+    revision: Revision,
+    kind: UpdateKind,
+}
+
+impl TryFrom<UpdateWire> for Update {
+    type Error = &'static str;
+    fn try_from(w: UpdateWire) -> Result<Self, Self::Error> {
+        match (&w.value, w.kind) {
+            (None, UpdateKind::Deleted) | (Some(_), UpdateKind::New | UpdateKind::Updated) => {
+                Ok(Update {
+                    key: w.key,
+                    value: w.value,
+                    revision: w.revision,
+                    kind: w.kind,
+                })
+            }
+            (None, _) => Err("update without a value is not a deletion"),
+            (Some(_), _) => Err("deletion carries a value"),
+        }
+    }
+}
+
+/// The syncer's status, as Calico's `api.SyncStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SyncStatus {
+    /// Not connected to the datastore yet.
+    WaitForDatastore,
+    /// Loading a complete snapshot; state is incomplete.
+    ResyncInProgress,
+    /// State is complete and current; deltas follow.
+    InSync,
+}
+
+impl fmt::Display for SyncStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SyncStatus::WaitForDatastore => "wait-for-datastore",
+            SyncStatus::ResyncInProgress => "resync-in-progress",
+            SyncStatus::InSync => "in-sync",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_path_validates_and_orders_like_strings() {
+        assert!(KeyPath::new("/calico/v1/nope").is_err());
+        let a = KeyPath::new("/calico/v1/config/A").unwrap();
+        let b = KeyPath::new("/calico/v1/config/B").unwrap();
+        assert!(a < b);
+        assert_eq!(a.key_type(), KeyType::GlobalConfig);
+    }
+
+    #[test]
+    fn invalid_key_path_on_the_wire_is_a_decode_error() {
+        let bytes = postcard::to_allocvec("/not/a/key").unwrap();
+        assert!(postcard::from_bytes::<KeyPath>(&bytes).is_err());
+    }
+
+    #[test]
+    fn update_kind_must_agree_with_value_presence() {
+        let key = KeyPath::new("/calico/v1/Ready").unwrap();
+        let good = Update::delete(key.clone(), Revision(3));
+        let bytes = postcard::to_allocvec(&good).unwrap();
+        assert_eq!(postcard::from_bytes::<Update>(&bytes).unwrap(), good);
+
+        let bad = Update {
+            key,
+            value: None,
+            revision: Revision(3),
+            kind: UpdateKind::New,
+        };
+        let bytes = postcard::to_allocvec(&bad).unwrap();
+        assert!(postcard::from_bytes::<Update>(&bytes).is_err());
+    }
+
+    #[test]
+    fn value_must_fit_its_key() {
+        let key = Key::parse("/calico/v1/Ready").unwrap();
+        let v = EncodedValue::encode(&Value::ReadyFlag(true));
+        assert_eq!(v.decode_for(&key).unwrap(), Value::ReadyFlag(true));
+        let wrong = EncodedValue::encode(&Value::Config("x".into()));
+        assert!(matches!(
+            wrong.decode_for(&key),
+            Err(ValueError::WrongType { .. })
+        ));
+        let node = Key::parse("/calico/resources/v3/projectcalico.org/nodes/n1").unwrap();
+        let tier = Key::parse("/calico/resources/v3/projectcalico.org/tiers/t1").unwrap();
+        let v = EncodedValue::encode(&Value::Node(Node::default()));
+        assert!(v.decode_for(&node).is_ok());
+        assert!(v.decode_for(&tier).is_err());
+        let cfg = Key::parse("/calico/v1/host/h/config/X").unwrap();
+        assert!(
+            EncodedValue::encode(&Value::Config("1".into()))
+                .decode_for(&cfg)
+                .is_ok()
+        );
+    }
+}

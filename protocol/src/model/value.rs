@@ -1,0 +1,333 @@
+//! Typed values, one per key type, mirroring Calico's felix-syncer model.
+//!
+//! Values are serialized once, where they enter the server (postcard), and travel as opaque
+//! [`EncodedValue`](super::EncodedValue) bytes; a consumer decodes only the ones it uses.
+//! The encoding is deterministic (maps are ordered), so equal values are equal bytes and
+//! hash to the same digest entry on every node.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use serde::{Deserialize, Serialize};
+
+use super::key::KeyType;
+use super::rule::{Protocol, Rule};
+
+/// Labels, ordered so encoding is deterministic.
+pub type Labels = BTreeMap<String, String>;
+
+/// A typed value. Each variant belongs to one [`KeyType`]; see [`Value::key_type`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Value {
+    /// For [`KeyType::WorkloadEndpoint`].
+    WorkloadEndpoint(WorkloadEndpoint),
+    /// For [`KeyType::HostEndpoint`].
+    HostEndpoint(HostEndpoint),
+    /// For [`KeyType::Policy`].
+    Policy(Policy),
+    /// For [`KeyType::ProfileRules`].
+    ProfileRules(ProfileRules),
+    /// For [`KeyType::ProfileLabels`].
+    ProfileLabels(Labels),
+    /// For [`KeyType::NetworkSet`].
+    NetworkSet(NetworkSet),
+    /// For [`KeyType::IpPool`].
+    IpPool(IpPool),
+    /// For [`KeyType::Block`].
+    Block(Block),
+    /// For [`KeyType::HostIp`]: the host's address.
+    HostIp(IpAddr),
+    /// For [`KeyType::HostConfig`] and [`KeyType::GlobalConfig`]: Calico config values are
+    /// strings, parsed by the consumer per parameter.
+    Config(String),
+    /// For [`KeyType::ReadyFlag`].
+    ReadyFlag(bool),
+    /// For [`KeyType::Resource`] with kind Node.
+    Node(Node),
+    /// For [`KeyType::Resource`] of other kinds: labels and the v3 spec as JSON text.
+    Resource(Resource),
+}
+
+impl Value {
+    /// The key type this value belongs to.
+    pub fn key_type(&self) -> KeyType {
+        match self {
+            Value::WorkloadEndpoint(_) => KeyType::WorkloadEndpoint,
+            Value::HostEndpoint(_) => KeyType::HostEndpoint,
+            Value::Policy(_) => KeyType::Policy,
+            Value::ProfileRules(_) => KeyType::ProfileRules,
+            Value::ProfileLabels(_) => KeyType::ProfileLabels,
+            Value::NetworkSet(_) => KeyType::NetworkSet,
+            Value::IpPool(_) => KeyType::IpPool,
+            Value::Block(_) => KeyType::Block,
+            Value::HostIp(_) => KeyType::HostIp,
+            Value::Config(_) => KeyType::GlobalConfig,
+            Value::ReadyFlag(_) => KeyType::ReadyFlag,
+            Value::Node(_) | Value::Resource(_) => KeyType::Resource,
+        }
+    }
+
+    /// Whether this value may be stored under a key of type `key`.
+    pub fn fits(&self, key: KeyType) -> bool {
+        match self {
+            Value::Config(_) => matches!(key, KeyType::GlobalConfig | KeyType::HostConfig),
+            _ => self.key_type() == key,
+        }
+    }
+}
+
+/// A MAC address.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Mac(pub [u8; 6]);
+
+impl fmt::Display for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+impl fmt::Debug for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Mac({self})")
+    }
+}
+
+/// A MAC address that did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid MAC address {0:?}: expected six hex pairs separated by ':'")]
+pub struct MacParseError(pub String);
+
+impl FromStr for Mac {
+    type Err = MacParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || MacParseError(s.chars().take(64).collect());
+        let mut out = [0u8; 6];
+        let mut parts = s.split([':', '-']);
+        for byte in &mut out {
+            let p = parts.next().ok_or_else(err)?;
+            if p.len() != 2 {
+                return Err(err());
+            }
+            *byte = u8::from_str_radix(p, 16).map_err(|_| err())?;
+        }
+        if parts.next().is_some() {
+            return Err(err());
+        }
+        Ok(Mac(out))
+    }
+}
+
+/// A 1:1 NAT mapping of a workload address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpNat {
+    /// Address inside the workload.
+    pub int_ip: IpAddr,
+    /// Address outside.
+    pub ext_ip: IpAddr,
+}
+
+/// A named port on an endpoint, for rules that match ports by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointPort {
+    /// Port name (`http`).
+    pub name: String,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Port number, non-zero.
+    pub port: u16,
+}
+
+/// A workload endpoint (a pod's interface), Calico's `model.WorkloadEndpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadEndpoint {
+    /// `active` or `inactive`.
+    pub state: String,
+    /// Host-side interface name (`cali` + 11 hex characters for Kubernetes pods).
+    pub name: String,
+    /// Container id, when known.
+    pub active_instance_id: String,
+    /// The workload's MAC address.
+    pub mac: Option<Mac>,
+    /// Profiles, in order (`kns.<namespace>`, `ksa.<namespace>.<serviceaccount>`).
+    pub profile_ids: Vec<String>,
+    /// IPv4 addresses (normally /32).
+    pub ipv4_nets: Vec<Ipv4Net>,
+    /// IPv6 addresses (normally /128).
+    pub ipv6_nets: Vec<Ipv6Net>,
+    /// IPv4 1:1 NAT mappings.
+    pub ipv4_nat: Vec<IpNat>,
+    /// IPv6 1:1 NAT mappings.
+    pub ipv6_nat: Vec<IpNat>,
+    /// Labels, including Calico's `projectcalico.org/namespace` and friends.
+    pub labels: Labels,
+    /// IPv4 gateway the workload uses.
+    pub ipv4_gateway: Option<Ipv4Addr>,
+    /// IPv6 gateway the workload uses.
+    pub ipv6_gateway: Option<Ipv6Addr>,
+    /// Named ports.
+    pub ports: Vec<EndpointPort>,
+    /// The pod's `generateName`.
+    pub generate_name: String,
+    /// Source prefixes the workload may spoof.
+    pub allow_spoofed_source_prefixes: Vec<IpNet>,
+}
+
+/// A host endpoint, Calico's `model.HostEndpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostEndpoint {
+    /// Interface name; empty when the endpoint is identified by address, `*` for all.
+    pub name: String,
+    /// Addresses the interface is expected to have.
+    pub expected_ipv4_addrs: Vec<Ipv4Addr>,
+    /// Addresses the interface is expected to have.
+    pub expected_ipv6_addrs: Vec<Ipv6Addr>,
+    /// Labels.
+    pub labels: Labels,
+    /// Profiles.
+    pub profile_ids: Vec<String>,
+    /// Named ports.
+    pub ports: Vec<EndpointPort>,
+}
+
+/// Which traffic directions a policy applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PolicyType {
+    /// Traffic to the endpoint.
+    Ingress,
+    /// Traffic from the endpoint.
+    Egress,
+}
+
+/// A policy, Calico's `model.Policy`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    /// Namespace (empty for cluster-wide policies).
+    pub namespace: String,
+    /// Tier (`default` unless set).
+    pub tier: String,
+    /// Order: lower applies first; `None` applies last. Never NaN.
+    pub order: Option<f64>,
+    /// Endpoints the policy applies to.
+    pub selector: String,
+    /// Directions.
+    pub types: Vec<PolicyType>,
+    /// Ingress rules.
+    pub inbound_rules: Vec<Rule>,
+    /// Egress rules.
+    pub outbound_rules: Vec<Rule>,
+    /// Applies in the raw table without connection tracking.
+    pub untracked: bool,
+    /// Applies before DNAT.
+    pub pre_dnat: bool,
+    /// Applies to forwarded traffic too (host endpoints).
+    pub apply_on_forward: bool,
+    /// Hints such as `AssumeNeededOnEveryNode`.
+    pub performance_hints: Vec<String>,
+    /// For staged policies: the action it would take.
+    pub staged_action: Option<String>,
+}
+
+/// The rules of a profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileRules {
+    /// Ingress rules.
+    pub inbound_rules: Vec<Rule>,
+    /// Egress rules.
+    pub outbound_rules: Vec<Rule>,
+}
+
+/// A network set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkSet {
+    /// The networks.
+    pub nets: Vec<IpNet>,
+    /// Labels, for selectors.
+    pub labels: Labels,
+    /// Profiles.
+    pub profile_ids: Vec<String>,
+}
+
+/// IP-in-IP or VXLAN encapsulation mode of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EncapMode {
+    /// No encapsulation.
+    Never,
+    /// Always encapsulate.
+    Always,
+    /// Encapsulate only across subnets.
+    CrossSubnet,
+}
+
+/// An IP pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpPool {
+    /// The pool's CIDR.
+    pub cidr: IpNet,
+    /// IP-in-IP mode.
+    pub ipip_mode: EncapMode,
+    /// VXLAN mode.
+    pub vxlan_mode: EncapMode,
+    /// Masquerade outgoing traffic from the pool.
+    pub masquerade: bool,
+    /// Used by Calico IPAM.
+    pub ipam: bool,
+    /// No new allocations.
+    pub disabled: bool,
+    /// Not exported over BGP.
+    pub disable_bgp_export: bool,
+}
+
+/// An IPAM allocation block, with what Felix needs from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Block {
+    /// The block's CIDR.
+    pub cidr: IpNet,
+    /// Calico's affinity string: `host:<node>` or `virtual:<name>`.
+    pub affinity: Option<String>,
+    /// Number of addresses allocated.
+    pub allocated: u32,
+    /// Being deleted.
+    pub deleted: bool,
+}
+
+impl Block {
+    /// The node this block is affine to, if it is host-affine.
+    pub fn affine_host(&self) -> Option<&str> {
+        self.affinity.as_deref()?.strip_prefix("host:")
+    }
+}
+
+/// A Calico Node resource: the parts agents route by.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// BGP IPv4 address with subnet.
+    pub ipv4_address: Option<Ipv4Net>,
+    /// BGP IPv6 address with subnet.
+    pub ipv6_address: Option<Ipv6Net>,
+    /// IP-in-IP tunnel address.
+    pub ipv4_ipip_tunnel_addr: Option<Ipv4Addr>,
+    /// VXLAN tunnel address.
+    pub ipv4_vxlan_tunnel_addr: Option<Ipv4Addr>,
+    /// VXLAN tunnel MAC.
+    pub vxlan_tunnel_mac: Option<Mac>,
+    /// WireGuard public key.
+    pub wireguard_public_key: String,
+    /// AS number, when set per node.
+    pub as_number: Option<u32>,
+    /// Node labels.
+    pub labels: Labels,
+}
+
+/// Any other v3 resource, carried for consumers that want it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resource {
+    /// Labels.
+    pub labels: Labels,
+    /// The resource's `spec`, as JSON text.
+    pub spec_json: String,
+}
