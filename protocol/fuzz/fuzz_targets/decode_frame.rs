@@ -47,7 +47,11 @@ struct Outcome {
 
 /// Decodes frames off `buf` until it needs more bytes or framing fails. `Err` carries the
 /// framing error; `Ok` means `Ok(None)` was reached.
-fn drain(dec: &mut FrameDecoder, buf: &mut BytesMut, steps: &mut Vec<Step>) -> Result<(), FrameError> {
+fn drain(
+    dec: &mut FrameDecoder,
+    buf: &mut BytesMut,
+    steps: &mut Vec<Step>,
+) -> Result<(), FrameError> {
     loop {
         let before = buf.len();
         match dec.decode_frame(buf)? {
