@@ -12,6 +12,7 @@
 //!   encoded frame can be written to any number of connections; a streaming decoder that
 //!   enforces size limits before allocating.
 //! - [`handshake`]: version and feature negotiation as pure state machines, time passed in.
+//! - [`selector`]: Calico's label selector language (server validation, agent policy).
 //!
 //! The wire format of protocol v1 is pinned by golden files (`tests/golden/v1`) and described
 //! in `docs/protocol.md`.
@@ -23,6 +24,7 @@ pub mod message;
 pub mod model;
 #[cfg(feature = "sample")]
 pub mod sample;
+pub mod selector;
 
 pub use digest::{BucketId, BucketSet, StateDigest};
 pub use frame::{FrameDecoder, FrameEncoder, FrameError, Limits};

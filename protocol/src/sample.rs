@@ -3,7 +3,7 @@
 //! `sample` feature.
 //!
 //! What makes it realistic is what determines compression: EC2-style node names, pods named
-//! `<deployment>-<replicaset hash>-<5 random chars>`, 64-hex container ids, `cali` + 11 hex
+//! `<deployment>-<replicaset hash>-<5 random chars>`, `cali` + 11 hex
 //! interface names, pod IPs allocated from per-node /26 blocks, the labels Calico adds
 //! (`projectcalico.org/namespace`, `.../orchestrator`, `.../serviceaccount`) next to app labels
 //! and `pod-template-hash`, profiles `kns.<ns>` and `ksa.<ns>.<sa>`, named ports. No MAC: the
@@ -244,7 +244,9 @@ impl Cluster {
         let value = Value::WorkloadEndpoint(WorkloadEndpoint {
             state: "active".into(),
             name: format!("cali{}", rng.hex(11)),
-            active_instance_id: rng.hex(64),
+            // Current Calico never sets it (the container id is dropped by its update
+            // processor), so neither do we.
+            active_instance_id: String::new(),
             mac: None,
             profile_ids: vec![
                 format!("kns.{}", dep.namespace),

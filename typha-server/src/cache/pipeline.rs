@@ -1,0 +1,313 @@
+//! The syncer pipeline between the datastore and the cache: conversion to KVs, validation
+//! (an invalid value is logged, counted and becomes a deletion, as in Calico), and the record
+//! of which keys each resource produced, so deletions and shrinking updates remove exactly
+//! those keys.
+
+use std::collections::{BTreeSet, HashMap};
+
+use protocol::model::{EncodedValue, Key, KeyPath, Revision, Value};
+use tracing::warn;
+
+use crate::datastore::convert::convert;
+use crate::datastore::v3::ResourceId;
+use crate::datastore::{Invalid, Item, Listing};
+
+/// Largest encoded value accepted; larger ones are invalid. Keeps every batch frame bounded.
+pub const MAX_VALUE_BYTES: usize = 512 << 10;
+
+/// One KV change for the cache: a value, or `None` to delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvChange {
+    /// Key.
+    pub key: KeyPath,
+    /// New value; `None` deletes.
+    pub value: Option<EncodedValue>,
+    /// Datastore revision.
+    pub revision: Revision,
+}
+
+/// Conversion, validation and key ownership.
+#[derive(Debug, Default)]
+pub struct Pipeline {
+    /// Keys each resource produced, in order.
+    produced: HashMap<ResourceId, Vec<KeyPath>>,
+    /// Which resource currently provides each key (last writer wins).
+    owner: HashMap<KeyPath, ResourceId>,
+    /// Values that failed validation or conversion since start.
+    pub invalid: u64,
+}
+
+impl Pipeline {
+    /// A created or updated resource (or an invalid item).
+    pub fn put(&mut self, revision: Revision, item: Item) -> Vec<KvChange> {
+        match item {
+            Ok(r) => {
+                let id = r.id();
+                match convert(&r) {
+                    Ok(kvs) => self.replace(id, revision, kvs),
+                    Err(e) => {
+                        warn!(resource = %id, field = %e.field, reason = %e.reason, "invalid resource; treated as deleted");
+                        self.invalid += 1;
+                        self.remove(&id, revision)
+                    }
+                }
+            }
+            Err(Invalid { id, reason }) => {
+                self.invalid += 1;
+                match id {
+                    Some(id) => {
+                        warn!(resource = %id, %reason, "invalid resource; treated as deleted");
+                        self.remove(&id, revision)
+                    }
+                    None => {
+                        warn!(%reason, "invalid object in the datastore; ignored");
+                        Vec::new()
+                    }
+                }
+            }
+        }
+    }
+
+    /// A deleted resource.
+    pub fn delete(&mut self, revision: Revision, id: &ResourceId) -> Vec<KvChange> {
+        self.remove(id, revision)
+    }
+
+    /// A complete listing: every resource's KVs, plus deletions for every key in `current`
+    /// (what the cache holds now) that the listing no longer produces.
+    pub fn resync<'a>(
+        &mut self,
+        listing: Listing,
+        current: impl Iterator<Item = &'a KeyPath>,
+    ) -> Vec<KvChange> {
+        let revision = listing.revision;
+        self.produced.clear();
+        self.owner.clear();
+        let mut out = Vec::new();
+        for item in listing.items {
+            out.extend(self.put(revision, item));
+        }
+        let live: BTreeSet<&KeyPath> = out
+            .iter()
+            .filter(|c| c.value.is_some())
+            .map(|c| &c.key)
+            .collect();
+        let gone: Vec<KeyPath> = current.filter(|k| !live.contains(k)).cloned().collect();
+        out.extend(gone.into_iter().map(|key| KvChange {
+            key,
+            value: None,
+            revision,
+        }));
+        out
+    }
+
+    fn replace(
+        &mut self,
+        id: ResourceId,
+        revision: Revision,
+        kvs: Vec<(Key, Value)>,
+    ) -> Vec<KvChange> {
+        let mut out = Vec::with_capacity(kvs.len());
+        let mut keys = Vec::with_capacity(kvs.len());
+        for (key, value) in kvs {
+            let path = KeyPath::from(&key);
+            let encoded = EncodedValue::encode(&value);
+            let value = match validate(&key, &value, &encoded) {
+                Ok(()) => Some(encoded),
+                Err(reason) => {
+                    warn!(key = %path, resource = %id, %reason, "invalid value; sent as a deletion");
+                    self.invalid += 1;
+                    None
+                }
+            };
+            if let Some(prev) = self.owner.insert(path.clone(), id.clone()) {
+                if prev != id {
+                    warn!(key = %path, resource = %id, previous = %prev, "two resources produce the same key; the latest wins");
+                    if let Some(ks) = self.produced.get_mut(&prev) {
+                        ks.retain(|k| k != &path);
+                    }
+                }
+            }
+            keys.push(path.clone());
+            out.push(KvChange {
+                key: path,
+                value,
+                revision,
+            });
+        }
+        // Keys this resource produced before and no longer does.
+        if let Some(old) = self.produced.insert(id.clone(), keys) {
+            let now: BTreeSet<KeyPath> = out.iter().map(|c| c.key.clone()).collect();
+            for key in old.into_iter().filter(|k| !now.contains(k)) {
+                if self.owner.get(&key) == Some(&id) {
+                    self.owner.remove(&key);
+                    out.push(KvChange {
+                        key,
+                        value: None,
+                        revision,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    fn remove(&mut self, id: &ResourceId, revision: Revision) -> Vec<KvChange> {
+        let Some(keys) = self.produced.remove(id) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            if self.owner.get(&key) == Some(id) {
+                self.owner.remove(&key);
+                out.push(KvChange {
+                    key,
+                    value: None,
+                    revision,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Checks a KV the way Felix's validator would; the reason names what is wrong.
+pub fn validate(key: &Key, value: &Value, encoded: &EncodedValue) -> Result<(), String> {
+    use protocol::selector::Selector;
+    if encoded.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "value is {} bytes, over the limit of {MAX_VALUE_BYTES}",
+            encoded.len()
+        ));
+    }
+    if !value.fits(key.key_type()) {
+        return Err(format!(
+            "a {} value under a {} key",
+            value.key_type(),
+            key.key_type()
+        ));
+    }
+    match value {
+        Value::WorkloadEndpoint(w) => {
+            if w.name.is_empty() || w.name.len() > 15 {
+                return Err(format!(
+                    "interface name {:?} must be 1-15 characters",
+                    w.name
+                ));
+            }
+            if !w
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+            {
+                return Err(format!(
+                    "interface name {:?} has invalid characters",
+                    w.name
+                ));
+            }
+            if w.ipv4_nets.is_empty() && w.ipv6_nets.is_empty() {
+                return Err("workload endpoint has no addresses".into());
+            }
+            if w.profile_ids.iter().any(String::is_empty) {
+                return Err("empty profile id".into());
+            }
+        }
+        Value::Policy(p) => {
+            Selector::parse(&p.selector).map_err(|e| e.to_string())?;
+            if p.order.is_some_and(|o| !o.is_finite()) {
+                return Err("order is not a finite number".into());
+            }
+            for r in p.inbound_rules.iter().chain(&p.outbound_rules) {
+                for s in [
+                    &r.src.selector,
+                    &r.dst.selector,
+                    &r.src.not_selector,
+                    &r.dst.not_selector,
+                ] {
+                    Selector::parse(s).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        Value::Config(v) if v.is_empty() => return Err("empty config value".into()),
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datastore::v3::{Kind, Resource};
+
+    fn wep(name: &str, node: &str, iface: &str) -> Resource {
+        Resource::from_json(serde_json::json!({
+            "apiVersion": "projectcalico.org/v3", "kind": "WorkloadEndpoint",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"orchestrator": "k8s", "node": node, "pod": name, "endpoint": "eth0",
+                     "interfaceName": iface, "ipNetworks": ["10.0.0.1/32"]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn moving_an_endpoint_deletes_its_old_key() {
+        let mut p = Pipeline::default();
+        let a = p.put(Revision(1), Ok(wep("pod", "node-1", "cali1")));
+        assert_eq!(a.len(), 1);
+        let b = p.put(Revision(2), Ok(wep("pod", "node-2", "cali1")));
+        assert_eq!(b.len(), 2);
+        assert!(b[0].key.as_str().contains("node-2") && b[0].value.is_some());
+        assert!(b[1].key.as_str().contains("node-1") && b[1].value.is_none());
+        let c = p.delete(
+            Revision(3),
+            &ResourceId::namespaced(Kind::WorkloadEndpoint, "ns", "pod"),
+        );
+        assert_eq!(c.len(), 1);
+        assert!(c[0].key.as_str().contains("node-2") && c[0].value.is_none());
+    }
+
+    #[test]
+    fn invalid_values_become_deletions_and_are_counted() {
+        let mut p = Pipeline::default();
+        p.put(Revision(1), Ok(wep("pod", "node-1", "cali1")));
+        let out = p.put(
+            Revision(2),
+            Ok(wep("pod", "node-1", "an-interface-name-that-is-too-long")),
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].value, None);
+        assert_eq!(p.invalid, 1);
+        // A resource that does not convert at all deletes what it produced before.
+        let mut bad = wep("pod", "node-1", "cali1");
+        if let crate::datastore::v3::Spec::WorkloadEndpoint(s) = &mut bad.spec {
+            s.ip_networks = vec!["garbage".into()];
+        }
+        p.put(Revision(3), Ok(wep("pod", "node-1", "cali1")));
+        let out = p.put(Revision(4), Ok(bad));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].value, None);
+        assert_eq!(p.invalid, 2);
+    }
+
+    #[test]
+    fn resync_deletes_what_is_gone() {
+        let mut p = Pipeline::default();
+        let first = p.put(Revision(1), Ok(wep("a", "n", "cali1")));
+        let gone_key = first[0].key.clone();
+        let listing = Listing {
+            revision: Revision(9),
+            items: vec![Ok(wep("b", "n", "cali2"))],
+        };
+        let out = p.resync(listing, [gone_key.clone()].iter());
+        assert_eq!(out.len(), 2);
+        assert!(out[0].key.as_str().contains("/ns%2fb/") && out[0].value.is_some());
+        assert_eq!(
+            out[1],
+            KvChange {
+                key: gone_key,
+                value: None,
+                revision: Revision(9)
+            }
+        );
+    }
+}

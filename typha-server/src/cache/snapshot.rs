@@ -1,0 +1,266 @@
+//! Shared snapshots: the frames that bring a joining client up to date, built once per
+//! version and reused by every client that joins while that version is current (until it is
+//! at least 1 s old and a newer breadcrumb exists, as Typha does).
+//!
+//! Two shapes: the full snapshot (begin, chunks, end), and the same state cut into the 1,024
+//! digest buckets, for clients that resume with a digest and need only the buckets that differ.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use protocol::digest::{BUCKETS, BucketSet, KeyHash, StateDigest};
+use protocol::message::{Message, Seq, SnapshotBegin, SnapshotChunk, SnapshotEnd, SnapshotScope};
+use protocol::model::{Update, UpdateKind};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::{Breadcrumb, Cache, counted};
+use crate::fanout::encode;
+use crate::metrics::FrameKind;
+
+/// Most KVs per snapshot chunk.
+pub const CHUNK_KVS: usize = 1000;
+/// Most value bytes per snapshot chunk (before compression).
+pub const CHUNK_BYTES: usize = 256 << 10;
+/// A snapshot is reused until at least this old once a newer breadcrumb exists.
+pub const REUSE_FOR: Duration = Duration::from_secs(1);
+
+/// A full snapshot's frames.
+#[derive(Debug)]
+pub struct SnapshotFrames {
+    /// The state described.
+    pub seq: Seq,
+    /// The breadcrumb it was built from.
+    pub crumb: Arc<Breadcrumb>,
+    /// Begin marker, chunks, end marker.
+    pub frames: Vec<Bytes>,
+    /// KVs carried.
+    pub kvs: u64,
+    /// Bytes on the wire.
+    pub wire_bytes: u64,
+    /// When built.
+    pub built: Instant,
+}
+
+/// The state cut into digest buckets.
+#[derive(Debug)]
+pub struct BucketFrames {
+    /// The state described.
+    pub seq: Seq,
+    /// The breadcrumb it was built from.
+    pub crumb: Arc<Breadcrumb>,
+    /// Full digest of that state.
+    pub digest: StateDigest,
+    /// Chunk frames per bucket.
+    pub buckets: Vec<Vec<Bytes>>,
+    /// KVs per bucket.
+    pub counts: Vec<u64>,
+    /// The end marker.
+    pub end: Bytes,
+    /// When built.
+    pub built: Instant,
+}
+
+impl BucketFrames {
+    /// Begin marker for a client that needs `set` (encoded per client: it names its buckets).
+    pub fn begin(&self, set: &BucketSet, compress: bool) -> Bytes {
+        let kvs = set
+            .ids()
+            .iter()
+            .map(|b| self.counts.get(usize::from(b.0)).copied().unwrap_or(0))
+            .sum();
+        encode(
+            &Message::SnapshotBegin(SnapshotBegin {
+                seq: self.seq,
+                scope: SnapshotScope::Buckets(set.clone()),
+                kvs,
+            }),
+            compress,
+        )
+    }
+}
+
+/// Per-variant (plain, zstd) slots for the current snapshot and bucket frames.
+#[derive(Debug, Default)]
+pub struct Snapshots {
+    full: [Mutex<Option<Arc<SnapshotFrames>>>; 2],
+    buckets: [Mutex<Option<Arc<BucketFrames>>>; 2],
+}
+
+fn reusable(built: Instant, seq: Seq, latest: Seq) -> bool {
+    seq == latest || built.elapsed() < REUSE_FOR
+}
+
+impl Snapshots {
+    /// The full snapshot to send a joining client: the current one if still reusable, else a
+    /// new one built from the latest breadcrumb (once, however many clients are waiting).
+    pub async fn full(&self, cache: &Arc<Cache>, compress: bool) -> Arc<SnapshotFrames> {
+        let mut slot = self.full[usize::from(compress)].lock().await;
+        let latest = cache.latest();
+        if let Some(s) = slot
+            .as_ref()
+            .filter(|s| reusable(s.built, s.seq, latest.seq))
+        {
+            cache.metrics.snapshots_reused.inc();
+            return s.clone();
+        }
+        let c2 = cache.clone();
+        let built = tokio::task::spawn_blocking(move || build_full(&c2, latest, compress)).await;
+        let s = match built {
+            Ok(s) => Arc::new(s),
+            // The build panicked: a bug; build again on this thread rather than fail the client.
+            Err(_) => Arc::new(build_full(cache, cache.latest(), compress)),
+        };
+        cache.metrics.snapshots_generated.inc();
+        cache
+            .metrics
+            .snapshot_compressed_bytes
+            .set(i64::try_from(s.wire_bytes).unwrap_or(i64::MAX));
+        *slot = Some(s.clone());
+        s
+    }
+
+    /// The bucket frames to resynchronise a client by digest (same reuse rule).
+    pub async fn buckets(&self, cache: &Arc<Cache>, compress: bool) -> Arc<BucketFrames> {
+        let mut slot = self.buckets[usize::from(compress)].lock().await;
+        let latest = cache.latest();
+        if let Some(s) = slot
+            .as_ref()
+            .filter(|s| reusable(s.built, s.seq, latest.seq))
+        {
+            return s.clone();
+        }
+        let c2 = cache.clone();
+        let built = tokio::task::spawn_blocking(move || build_buckets(&c2, latest, compress)).await;
+        let s = match built {
+            Ok(s) => Arc::new(s),
+            Err(_) => Arc::new(build_buckets(cache, cache.latest(), compress)),
+        };
+        *slot = Some(s.clone());
+        s
+    }
+}
+
+/// Splits KVs into chunk frames.
+fn chunks(
+    cache: &Cache,
+    kvs: impl Iterator<Item = Update>,
+    compress: bool,
+    kind: FrameKind,
+    raw: &mut u64,
+) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    let flush = |batch: &mut Vec<Update>, out: &mut Vec<Bytes>| {
+        if !batch.is_empty() {
+            let msg = Message::SnapshotChunk(SnapshotChunk {
+                updates: std::mem::take(batch),
+            });
+            out.push(counted(&cache.metrics, kind, encode(&msg, compress)));
+        }
+    };
+    for u in kvs {
+        let size = u.value.as_ref().map_or(0, |v| v.len()) + u.key.as_str().len();
+        bytes += size;
+        *raw += size as u64;
+        batch.push(u);
+        if batch.len() >= CHUNK_KVS || bytes >= CHUNK_BYTES {
+            flush(&mut batch, &mut out);
+            bytes = 0;
+        }
+    }
+    flush(&mut batch, &mut out);
+    out
+}
+
+fn as_update((k, kv): (&protocol::model::KeyPath, &super::Kv)) -> Update {
+    Update {
+        key: k.clone(),
+        value: Some(kv.value.clone()),
+        revision: kv.revision,
+        kind: UpdateKind::New,
+    }
+}
+
+fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> SnapshotFrames {
+    let mut raw = 0;
+    let begin = Message::SnapshotBegin(SnapshotBegin {
+        seq: crumb.seq,
+        scope: SnapshotScope::Full,
+        kvs: crumb.map.len() as u64,
+    });
+    let mut frames = vec![counted(
+        &cache.metrics,
+        FrameKind::snapshot,
+        encode(&begin, compress),
+    )];
+    frames.extend(chunks(
+        cache,
+        crumb.map.iter().map(as_update),
+        compress,
+        FrameKind::snapshot,
+        &mut raw,
+    ));
+    let end = Message::SnapshotEnd(SnapshotEnd {
+        seq: crumb.seq,
+        digest: crumb.digest,
+    });
+    frames.push(counted(
+        &cache.metrics,
+        FrameKind::snapshot,
+        encode(&end, compress),
+    ));
+    cache
+        .metrics
+        .snapshot_raw_bytes
+        .set(i64::try_from(raw).unwrap_or(i64::MAX));
+    SnapshotFrames {
+        seq: crumb.seq,
+        kvs: crumb.map.len() as u64,
+        wire_bytes: frames.iter().map(|f| f.len() as u64).sum(),
+        crumb,
+        frames,
+        built: Instant::now(),
+    }
+}
+
+fn build_buckets(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> BucketFrames {
+    let mut per_bucket: Vec<Vec<Update>> = vec![Vec::new(); BUCKETS];
+    let mut digest = StateDigest::new();
+    for (k, kv) in crumb.map.iter() {
+        let h = KeyHash::of(k.as_str());
+        digest.toggle(h, kv.value.as_bytes());
+        if let Some(b) = per_bucket.get_mut(usize::from(h.bucket().0)) {
+            b.push(as_update((k, kv)));
+        }
+    }
+    let mut raw = 0;
+    let counts = per_bucket.iter().map(|b| b.len() as u64).collect();
+    let buckets = per_bucket
+        .into_iter()
+        .map(|kvs| {
+            chunks(
+                cache,
+                kvs.into_iter(),
+                compress,
+                FrameKind::bucket,
+                &mut raw,
+            )
+        })
+        .collect();
+    let end = Message::SnapshotEnd(SnapshotEnd {
+        seq: crumb.seq,
+        digest: crumb.digest,
+    });
+    BucketFrames {
+        seq: crumb.seq,
+        digest,
+        buckets,
+        counts,
+        end: counted(&cache.metrics, FrameKind::bucket, encode(&end, compress)),
+        built: Instant::now(),
+        crumb,
+    }
+}

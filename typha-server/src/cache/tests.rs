@@ -1,0 +1,193 @@
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use protocol::digest::StateDigest;
+use protocol::model::Value;
+
+use super::*;
+use crate::datastore::v3::{Kind, Resource, ResourceId};
+use crate::datastore::{Item, Listing};
+use crate::metrics::Metrics;
+
+fn netset(name: &str, net: &str) -> Resource {
+    Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+        "metadata": {"name": name}, "spec": {"nets": [net]}
+    }))
+    .unwrap()
+}
+
+fn put(rev: u64, r: Resource) -> SyncerEvent {
+    SyncerEvent::Change(WatchEvent::Put { revision: Revision(rev), item: Ok(r) })
+}
+
+fn del(rev: u64, name: &str) -> SyncerEvent {
+    SyncerEvent::Change(WatchEvent::Delete {
+        revision: Revision(rev),
+        id: ResourceId::global(Kind::GlobalNetworkSet, name),
+    })
+}
+
+fn writer(cfg: CacheConfig) -> (CacheWriter, Arc<Cache>) {
+    CacheWriter::new(cfg, Epoch(7), Metrics::unregistered())
+}
+
+/// Folds deltas into a map of path → value bytes.
+fn fold(state: &mut BTreeMap<String, Vec<u8>>, deltas: &[Update]) {
+    for u in deltas {
+        match &u.value {
+            Some(v) => state.insert(u.key.to_string(), v.as_bytes().to_vec()),
+            None => state.remove(u.key.as_str()),
+        };
+    }
+}
+
+fn map_of(m: &KvMap) -> BTreeMap<String, Vec<u8>> {
+    m.iter().map(|(k, v)| (k.to_string(), v.value.as_bytes().to_vec())).collect()
+}
+
+fn digest_of(state: &BTreeMap<String, Vec<u8>>) -> u64 {
+    let mut d = StateDigest::new();
+    for (k, v) in state {
+        d.insert(k, v);
+    }
+    d.combined()
+}
+
+#[test]
+fn batches_no_ops_and_status_on_the_last_breadcrumb() {
+    let (mut w, cache) = writer(CacheConfig { max_batch: 3, ..CacheConfig::default() });
+    w.handle(SyncerEvent::Status(SyncStatus::ResyncInProgress));
+    let listing = Listing {
+        revision: Revision(10),
+        items: (0..7).map(|i| Ok(netset(&format!("n{i}"), "10.0.0.0/8"))).collect::<Vec<Item>>(),
+    };
+    w.handle(SyncerEvent::Resync(listing));
+    w.handle(SyncerEvent::Status(SyncStatus::InSync));
+    w.flush();
+    // 7 updates in batches of at most 3: seq 1..=3; only the last is InSync.
+    let crumbs = cache.after(Seq(0), 100).unwrap();
+    assert_eq!(crumbs.iter().map(|c| c.deltas.len()).collect::<Vec<_>>(), [3, 3, 1]);
+    assert_eq!(
+        crumbs.iter().map(|c| c.status).collect::<Vec<_>>(),
+        [SyncStatus::WaitForDatastore, SyncStatus::WaitForDatastore, SyncStatus::InSync]
+    );
+    assert!(crumbs.iter().all(|c| c.revision == Revision(10)));
+    // The same value again is skipped and counted; no breadcrumb.
+    w.handle(put(11, netset("n0", "10.0.0.0/8")));
+    w.flush();
+    assert_eq!(cache.latest().seq, Seq(3));
+    assert_eq!(cache.metrics.updates_skipped.get(), 1);
+    // A change, then a delete of something absent (nothing).
+    w.handle(put(12, netset("n0", "10.9.0.0/16")));
+    w.handle(del(13, "nope"));
+    w.flush();
+    let latest = cache.latest();
+    assert_eq!(latest.seq, Seq(4));
+    assert_eq!(latest.deltas.len(), 1);
+    assert_eq!(latest.deltas[0].kind, UpdateKind::Updated);
+    assert_eq!(cache.metrics.updates.get(), 8);
+}
+
+#[test]
+fn resync_after_too_old_deletes_what_is_gone() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    w.handle(put(1, netset("a", "10.0.0.0/8")));
+    w.handle(put(2, netset("b", "10.1.0.0/16")));
+    w.flush();
+    w.handle(SyncerEvent::Resync(Listing { revision: Revision(5), items: vec![Ok(netset("b", "10.1.0.0/16"))] }));
+    w.flush();
+    let latest = cache.latest();
+    assert_eq!(latest.map.len(), 1);
+    assert_eq!(latest.deltas.len(), 1);
+    assert_eq!(latest.deltas[0].kind, UpdateKind::Deleted);
+    assert!(latest.deltas[0].key.as_str().ends_with("/netset/a"));
+}
+
+#[test]
+fn history_is_bounded_and_eviction_is_reported() {
+    let (mut w, cache) = writer(CacheConfig { history_max: 5, ..CacheConfig::default() });
+    for i in 0..20 {
+        w.handle(put(i + 1, netset("a", &format!("10.{i}.0.0/16"))));
+        w.flush();
+    }
+    assert_eq!(cache.latest().seq, Seq(20));
+    assert!(cache.get(Seq(15)).is_none());
+    assert!(cache.get(Seq(16)).is_some());
+    assert_eq!(cache.after(Seq(10), 100).unwrap_err(), Evicted(Seq(11)));
+    assert_eq!(cache.after(Seq(15), 100).unwrap().len(), 5);
+    assert_eq!(cache.oldest_resumable(), Seq(15));
+    assert!(cache.range(Seq(14), Seq(20)).is_none());
+    assert_eq!(cache.range(Seq(15), Seq(20)).unwrap().len(), 5);
+}
+
+#[test]
+fn spans_carry_the_latest_value_of_each_changed_key() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    for i in 0..32u64 {
+        // Key "k{i%4}" changes 8 times; "gone" is created and deleted inside the span.
+        w.handle(put(i + 1, netset(&format!("k{}", i % 4), &format!("10.{i}.0.0/16"))));
+        if i == 20 {
+            w.handle(put(100, netset("gone", "10.0.0.0/8")));
+        }
+        if i == 22 {
+            w.handle(del(101, "gone"));
+        }
+        w.flush();
+    }
+    let end = cache.get(Seq(32)).unwrap();
+    let frame = crate::fanout::span_frame(&cache, &end, 16, false).unwrap();
+    let mut dec = protocol::FrameDecoder::new(protocol::Limits::CLIENT_INBOUND);
+    let msg = dec.decode(&mut bytes::BytesMut::from(&frame[..])).unwrap().unwrap();
+    let protocol::Message::Deltas(d) = msg else { panic!() };
+    assert_eq!((d.from_seq, d.seq, d.digest), (Seq(16), Seq(32), end.digest));
+    assert_eq!(d.updates.len(), 5, "4 keys + the deletion of `gone`");
+    let mut state = map_of(&cache.get(Seq(16)).unwrap().map);
+    fold(&mut state, &d.updates);
+    assert_eq!(state, map_of(&end.map));
+    // Built once, shared.
+    let again = crate::fanout::span_frame(&cache, &end, 16, false).unwrap();
+    assert_eq!(again.as_ptr(), frame.as_ptr());
+    assert_eq!(cache.metrics.encoded_count(crate::metrics::FrameKind::span), 1);
+    // Not aligned: no span.
+    assert!(crate::fanout::span_frame(&cache, &cache.get(Seq(31)).unwrap(), 16, false).is_none());
+}
+
+/// Random operations on a few keys (so values change, repeat and get deleted).
+fn ops() -> impl Strategy<Value = Vec<(u8, Option<u8>)>> {
+    prop::collection::vec((0u8..12, prop::option::weighted(0.8, 0u8..4)), 1..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any breadcrumb's map equals the fold of every delta up to it, and its digest equals a
+    /// recomputation from that map.
+    #[test]
+    fn every_breadcrumb_is_the_fold_of_its_deltas(ops in ops(), batch in 1usize..6, flush_every in 1usize..8) {
+        let (mut w, cache) = writer(CacheConfig { max_batch: batch, history_max: 10_000, ..CacheConfig::default() });
+        for (i, (k, v)) in ops.iter().enumerate() {
+            let rev = i as u64 + 1;
+            match v {
+                Some(v) => w.handle(put(rev, netset(&format!("k{k}"), &format!("10.{v}.0.0/16")))),
+                None => w.handle(del(rev, &format!("k{k}"))),
+            }
+            if i % flush_every == 0 {
+                w.flush();
+            }
+        }
+        w.flush();
+        let mut state = BTreeMap::new();
+        for c in cache.after(Seq(0), usize::MAX).unwrap() {
+            prop_assert!(c.deltas.len() <= batch);
+            fold(&mut state, &c.deltas);
+            prop_assert_eq!(&state, &map_of(&c.map));
+            prop_assert_eq!(c.digest, digest_of(&state));
+            for u in c.deltas.iter() {
+                if let Some(v) = &u.value {
+                    prop_assert!(matches!(v.decode().unwrap(), Value::NetworkSet(_)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! Flags and `TYPHA_*` environment variables (Calico Typha's names where the meaning is the
+//! same), parsed into a [`Config`] by a pure, tested function.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use clap::builder::BoolishValueParser;
+use typha_server::cache::CacheConfig;
+use typha_server::config::{Config, DatastoreConfig};
+use typha_server::conn::ConnConfig;
+use typha_server::tls::TlsConfig;
+
+/// The fan-out caching proxy for Calico-style networking.
+#[derive(Debug, Parser)]
+#[command(name = "typha-server", version, about)]
+pub(crate) struct Cli {
+    /// Datastore: `embedded` (the in-process store fed from --embedded-dir).
+    #[arg(long, env = "TYPHA_DATASTORETYPE", default_value = "embedded")]
+    pub datastore_type: String,
+    /// Manifest directory for the embedded datastore (Calico v3 YAML/JSON), watched for changes.
+    #[arg(long, env = "TYPHA_EMBEDDEDDIR")]
+    pub embedded_dir: Option<PathBuf>,
+    /// Address to listen on for agents (empty: all interfaces).
+    #[arg(long, env = "TYPHA_SERVERHOST", default_value = "")]
+    pub server_host: String,
+    /// Port to listen on for agents.
+    #[arg(long, env = "TYPHA_SERVERPORT", default_value_t = 5473)]
+    pub server_port: u16,
+    /// Server private key (PEM).
+    #[arg(long, env = "TYPHA_SERVERKEYFILE")]
+    pub server_key_file: Option<PathBuf>,
+    /// Server certificate (PEM).
+    #[arg(long, env = "TYPHA_SERVERCERTFILE")]
+    pub server_cert_file: Option<PathBuf>,
+    /// CA certificate that signs client certificates (PEM).
+    #[arg(long, env = "TYPHA_CAFILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Allowed client certificate common names (comma-separated).
+    #[arg(long, env = "TYPHA_CLIENTCN", value_delimiter = ',')]
+    pub client_cn: Vec<String>,
+    /// Allowed client certificate URI SANs (comma-separated).
+    #[arg(long, env = "TYPHA_CLIENTURISAN", value_delimiter = ',')]
+    pub client_uri_san: Vec<String>,
+    /// Serve /liveness and /readiness.
+    #[arg(long, env = "TYPHA_HEALTHENABLED", default_value = "true", value_parser = BoolishValueParser::new())]
+    pub health_enabled: bool,
+    /// Health listener address (empty: all interfaces).
+    #[arg(long, env = "TYPHA_HEALTHHOST", default_value = "")]
+    pub health_host: String,
+    /// Health listener port.
+    #[arg(long, env = "TYPHA_HEALTHPORT", default_value_t = 9098)]
+    pub health_port: u16,
+    /// Serve /metrics.
+    #[arg(long, env = "TYPHA_PROMETHEUSMETRICSENABLED", default_value = "true", value_parser = BoolishValueParser::new())]
+    pub prometheus_metrics_enabled: bool,
+    /// Metrics listener address (empty: all interfaces).
+    #[arg(long, env = "TYPHA_PROMETHEUSMETRICSHOST", default_value = "")]
+    pub prometheus_metrics_host: String,
+    /// Metrics listener port.
+    #[arg(long, env = "TYPHA_PROMETHEUSMETRICSPORT", default_value_t = 9093)]
+    pub prometheus_metrics_port: u16,
+    /// Seconds between pings to each client (±10 % jitter).
+    #[arg(long, env = "TYPHA_SERVERPINGINTERVALSECS", default_value_t = 10.0)]
+    pub server_ping_interval_secs: f64,
+    /// Seconds without a pong before a client is dropped (at least 2× the ping interval,
+    /// else 6× is used).
+    #[arg(long, env = "TYPHA_SERVERPONGTIMEOUTSECS", default_value_t = 60.0)]
+    pub server_pong_timeout_secs: f64,
+    /// Seconds for TLS and the hello to complete.
+    #[arg(long, env = "TYPHA_SERVERHANDSHAKETIMEOUTSECS", default_value_t = 10.0)]
+    pub server_handshake_timeout_secs: f64,
+    /// Seconds a client may fall behind before it is dropped.
+    #[arg(long, env = "TYPHA_SERVERMAXFALLBEHINDSECS", default_value_t = 300.0)]
+    pub server_max_fall_behind_secs: f64,
+    /// Extra seconds of fall-behind allowed right after a client's initial sync.
+    #[arg(
+        long,
+        env = "TYPHA_SERVERNEWCLIENTFALLBEHINDGRACEPERIOD",
+        default_value_t = 300.0
+    )]
+    pub server_new_client_fall_behind_grace_period: f64,
+    /// Seconds a write to a client may stall before the client is dropped.
+    #[arg(long, env = "TYPHA_SERVERWRITETIMEOUTSECS", default_value_t = 120.0)]
+    pub server_write_timeout_secs: f64,
+    /// Most updates per breadcrumb.
+    #[arg(long, env = "TYPHA_SNAPSHOTCACHEMAXBATCHSIZE", default_value_t = 100)]
+    pub snapshot_cache_max_batch_size: usize,
+    /// Breadcrumbs kept for catch-up and resume.
+    #[arg(long, env = "TYPHA_HISTORYMAXBREADCRUMBS", default_value_t = 1024)]
+    pub history_max_breadcrumbs: usize,
+    /// Seconds of breadcrumbs kept for catch-up and resume.
+    #[arg(long, env = "TYPHA_HISTORYMAXAGESECS", default_value_t = 120.0)]
+    pub history_max_age_secs: f64,
+    /// Most connections; more are turned away with a Goodbye.
+    #[arg(long, env = "TYPHA_MAXCONNECTIONSUPPERLIMIT", default_value_t = 10_000)]
+    pub max_connections_upper_limit: usize,
+    /// Seconds SIGTERM may take to move clients away.
+    #[arg(long, env = "TYPHA_SHUTDOWNTIMEOUTSECS", default_value_t = 300.0)]
+    pub shutdown_timeout_secs: f64,
+    /// Log level: Debug, Info, Warning, Error, Fatal (or a tracing filter).
+    #[arg(long, env = "TYPHA_LOGSEVERITYSCREEN", default_value = "Info")]
+    pub log_severity_screen: String,
+    /// Log as JSON lines.
+    #[arg(long, env = "TYPHA_LOGFORMATJSON", default_value = "false", value_parser = BoolishValueParser::new())]
+    pub log_json: bool,
+}
+
+/// A setting that cannot be used; names the setting.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}: {reason}")]
+pub(crate) struct ConfigError {
+    /// The environment name of the setting.
+    pub setting: &'static str,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn bad(setting: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        setting,
+        reason: reason.into(),
+    }
+}
+
+fn secs(setting: &'static str, v: f64) -> Result<Duration, ConfigError> {
+    Duration::try_from_secs_f64(v)
+        .map_err(|_| bad(setting, format!("{v} is not a number of seconds")))
+}
+
+fn addr(setting: &'static str, host: &str, port: u16) -> Result<SocketAddr, ConfigError> {
+    if host.is_empty() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| bad(setting, format!("cannot resolve {host:?}")))
+}
+
+impl Cli {
+    /// Checks and converts the settings.
+    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
+        let datastore = match self.datastore_type.as_str() {
+            "embedded" => DatastoreConfig::Embedded {
+                dir: Some(
+                    self.embedded_dir
+                        .clone()
+                        .unwrap_or_else(default_embedded_dir),
+                ),
+                scan_interval: Duration::from_millis(250),
+            },
+            other => {
+                return Err(bad(
+                    "TYPHA_DATASTORETYPE",
+                    format!("{other:?} is not supported (supported: embedded)"),
+                ));
+            }
+        };
+        let tls = self.tls()?;
+        let conn = ConnConfig {
+            handshake_timeout: secs(
+                "TYPHA_SERVERHANDSHAKETIMEOUTSECS",
+                self.server_handshake_timeout_secs,
+            )?,
+            ping_interval: secs(
+                "TYPHA_SERVERPINGINTERVALSECS",
+                self.server_ping_interval_secs,
+            )?,
+            pong_timeout: secs("TYPHA_SERVERPONGTIMEOUTSECS", self.server_pong_timeout_secs)?,
+            write_timeout: secs(
+                "TYPHA_SERVERWRITETIMEOUTSECS",
+                self.server_write_timeout_secs,
+            )?,
+            max_fall_behind: secs(
+                "TYPHA_SERVERMAXFALLBEHINDSECS",
+                self.server_max_fall_behind_secs,
+            )?,
+            new_client_grace: secs(
+                "TYPHA_SERVERNEWCLIENTFALLBEHINDGRACEPERIOD",
+                self.server_new_client_fall_behind_grace_period,
+            )?,
+            ..ConnConfig::default()
+        };
+        if conn.ping_interval.is_zero() {
+            return Err(bad("TYPHA_SERVERPINGINTERVALSECS", "must be more than 0"));
+        }
+        if self.snapshot_cache_max_batch_size == 0 {
+            return Err(bad("TYPHA_SNAPSHOTCACHEMAXBATCHSIZE", "must be at least 1"));
+        }
+        Ok(Config {
+            datastore,
+            listen: addr("TYPHA_SERVERHOST", &self.server_host, self.server_port)?,
+            tls,
+            health: if self.health_enabled {
+                Some(addr(
+                    "TYPHA_HEALTHHOST",
+                    &self.health_host,
+                    self.health_port,
+                )?)
+            } else {
+                None
+            },
+            metrics: if self.prometheus_metrics_enabled {
+                Some(addr(
+                    "TYPHA_PROMETHEUSMETRICSHOST",
+                    &self.prometheus_metrics_host,
+                    self.prometheus_metrics_port,
+                )?)
+            } else {
+                None
+            },
+            conn,
+            cache: CacheConfig {
+                max_batch: self.snapshot_cache_max_batch_size,
+                history_max: self.history_max_breadcrumbs.max(1),
+                history_max_age: secs("TYPHA_HISTORYMAXAGESECS", self.history_max_age_secs)?,
+                ..CacheConfig::default()
+            },
+            max_connections: self.max_connections_upper_limit,
+            shutdown_timeout: secs("TYPHA_SHUTDOWNTIMEOUTSECS", self.shutdown_timeout_secs)?,
+        })
+    }
+
+    /// All of key, certificate, CA and a client CN or URI SAN, or none of them.
+    fn tls(&self) -> Result<Option<TlsConfig>, ConfigError> {
+        let any = self.server_key_file.is_some()
+            || self.server_cert_file.is_some()
+            || self.ca_file.is_some()
+            || !self.client_cn.is_empty()
+            || !self.client_uri_san.is_empty();
+        if !any {
+            return Ok(None);
+        }
+        let missing = |s: &'static str| {
+            bad(
+                s,
+                "required when any TLS setting is given (key, certificate, CA, and a client CN or URI SAN)",
+            )
+        };
+        let key_file = self
+            .server_key_file
+            .clone()
+            .ok_or_else(|| missing("TYPHA_SERVERKEYFILE"))?;
+        let cert_file = self
+            .server_cert_file
+            .clone()
+            .ok_or_else(|| missing("TYPHA_SERVERCERTFILE"))?;
+        let ca_file = self
+            .ca_file
+            .clone()
+            .ok_or_else(|| missing("TYPHA_CAFILE"))?;
+        let client_cns: Vec<String> = self
+            .client_cn
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect();
+        let client_uri_sans: Vec<String> = self
+            .client_uri_san
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect();
+        if client_cns.is_empty() && client_uri_sans.is_empty() {
+            return Err(bad(
+                "TYPHA_CLIENTCN",
+                "set TYPHA_CLIENTCN or TYPHA_CLIENTURISAN: without one, any certificate from the CA would be admitted",
+            ));
+        }
+        for (setting, path) in [
+            ("TYPHA_SERVERKEYFILE", &key_file),
+            ("TYPHA_SERVERCERTFILE", &cert_file),
+            ("TYPHA_CAFILE", &ca_file),
+        ] {
+            if !path.is_file() {
+                return Err(bad(
+                    setting,
+                    format!("{} is not a readable file", path.display()),
+                ));
+            }
+        }
+        Ok(Some(TlsConfig {
+            cert_file,
+            key_file,
+            ca_file,
+            client_cns,
+            client_uri_sans,
+        }))
+    }
+
+    /// The tracing filter for the log severity (Typha's level names, or a filter string).
+    pub(crate) fn log_filter(&self) -> String {
+        match self.log_severity_screen.to_ascii_lowercase().as_str() {
+            "debug" => "debug".into(),
+            "info" => "info".into(),
+            "warning" | "warn" => "warn".into(),
+            "error" | "fatal" | "panic" => "error".into(),
+            _ => self.log_severity_screen.clone(),
+        }
+    }
+}
+
+/// `examples/cluster` in the working directory, else the one in this source tree (so
+/// `cargo run -p typha-server` works from anywhere in the repository).
+fn default_embedded_dir() -> PathBuf {
+    let local = PathBuf::from("examples/cluster");
+    if local.is_dir() {
+        return local;
+    }
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, ConfigError> {
+        Cli::try_parse_from(std::iter::once("typha-server").chain(args.iter().copied()))
+            .expect("flags parse")
+            .into_config()
+    }
+
+    #[test]
+    fn defaults_match_typha() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.listen, SocketAddr::from(([0, 0, 0, 0], 5473)));
+        assert_eq!(c.health.unwrap().port(), 9098);
+        assert_eq!(c.metrics.unwrap().port(), 9093);
+        assert_eq!(c.conn.ping_interval, Duration::from_secs(10));
+        assert_eq!(c.conn.pong_timeout, Duration::from_secs(60));
+        assert_eq!(c.conn.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(c.conn.max_fall_behind, Duration::from_secs(300));
+        assert_eq!(c.conn.write_timeout, Duration::from_secs(120));
+        assert_eq!(c.cache.max_batch, 100);
+        assert_eq!(c.max_connections, 10_000);
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(300));
+        assert!(c.tls.is_none());
+    }
+
+    #[test]
+    fn half_a_tls_configuration_names_the_missing_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x.pem");
+        std::fs::write(&f, "x").unwrap();
+        let f = f.to_str().unwrap();
+        assert_eq!(
+            parse(&["--server-cert-file", f]).unwrap_err().setting,
+            "TYPHA_SERVERKEYFILE"
+        );
+        assert_eq!(
+            parse(&["--server-cert-file", f, "--server-key-file", f])
+                .unwrap_err()
+                .setting,
+            "TYPHA_CAFILE"
+        );
+        let e = parse(&[
+            "--server-cert-file",
+            f,
+            "--server-key-file",
+            f,
+            "--ca-file",
+            f,
+        ])
+        .unwrap_err();
+        assert_eq!(e.setting, "TYPHA_CLIENTCN");
+        let c = parse(&[
+            "--server-cert-file",
+            f,
+            "--server-key-file",
+            f,
+            "--ca-file",
+            f,
+            "--client-cn",
+            "typha-client",
+        ])
+        .unwrap();
+        assert_eq!(c.tls.unwrap().client_cns, vec!["typha-client".to_owned()]);
+        let e = parse(&[
+            "--server-cert-file",
+            "/nonexistent",
+            "--server-key-file",
+            f,
+            "--ca-file",
+            f,
+            "--client-uri-san",
+            "spiffe://x",
+        ])
+        .unwrap_err();
+        assert_eq!(e.setting, "TYPHA_SERVERCERTFILE");
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        assert_eq!(
+            parse(&["--datastore-type", "consul"]).unwrap_err().setting,
+            "TYPHA_DATASTORETYPE"
+        );
+        assert_eq!(
+            parse(&["--server-ping-interval-secs", "-1"])
+                .unwrap_err()
+                .setting,
+            "TYPHA_SERVERPINGINTERVALSECS"
+        );
+        assert_eq!(
+            parse(&["--snapshot-cache-max-batch-size", "0"])
+                .unwrap_err()
+                .setting,
+            "TYPHA_SNAPSHOTCACHEMAXBATCHSIZE"
+        );
+        assert_eq!(
+            parse(&["--health-host", "no.such.host.invalid"])
+                .unwrap_err()
+                .setting,
+            "TYPHA_HEALTHHOST"
+        );
+    }
+
+    #[test]
+    fn booleans_accept_typha_spellings() {
+        let c = parse(&[
+            "--health-enabled",
+            "false",
+            "--prometheus-metrics-enabled",
+            "no",
+        ])
+        .unwrap();
+        assert!(c.health.is_none() && c.metrics.is_none());
+    }
+
+    #[test]
+    fn tight_pong_timeouts_are_widened_as_typha_does() {
+        let c = parse(&[
+            "--server-ping-interval-secs",
+            "5",
+            "--server-pong-timeout-secs",
+            "8",
+        ])
+        .unwrap();
+        assert_eq!(c.conn.normalized().pong_timeout, Duration::from_secs(30));
+    }
+}

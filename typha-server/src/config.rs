@@ -1,0 +1,80 @@
+//! Server configuration, with documented defaults (Calico Typha's where the meaning is the
+//! same). Parsing from flags and `TYPHA_*` environment variables lives in the binary.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cache::CacheConfig;
+use crate::conn::ConnConfig;
+use crate::tls::TlsConfig;
+
+/// Where the state comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DatastoreConfig {
+    /// The embedded store, seeded from and kept in step with a manifest directory
+    /// (`None`: empty, driven through the API).
+    Embedded {
+        /// Manifest directory.
+        dir: Option<PathBuf>,
+        /// How often the directory is rescanned.
+        scan_interval: Duration,
+    },
+}
+
+/// Everything the server needs to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Datastore.
+    pub datastore: DatastoreConfig,
+    /// Sync listener (TYPHA_SERVERHOST:TYPHA_SERVERPORT, default all interfaces, port 5473).
+    pub listen: SocketAddr,
+    /// Mutual TLS; `None` serves plaintext (with a warning).
+    pub tls: Option<TlsConfig>,
+    /// Health endpoint (`/liveness`, `/readiness`); default port 9098, `None` disables.
+    pub health: Option<SocketAddr>,
+    /// Prometheus endpoint (`/metrics`); default port 9093, `None` disables.
+    pub metrics: Option<SocketAddr>,
+    /// Per-connection settings.
+    pub conn: ConnConfig,
+    /// Cache settings.
+    pub cache: CacheConfig,
+    /// Connection limit (TYPHA_MAXCONNECTIONSUPPERLIMIT, 10,000): a client over it gets a
+    /// Goodbye naming the reason.
+    pub max_connections: usize,
+    /// How long SIGTERM may take to move clients away (TYPHA_SHUTDOWNTIMEOUTSECS, 300 s).
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            datastore: DatastoreConfig::Embedded {
+                dir: None,
+                scan_interval: Duration::from_millis(250),
+            },
+            listen: SocketAddr::from(([0, 0, 0, 0], 5473)),
+            tls: None,
+            health: Some(SocketAddr::from(([0, 0, 0, 0], 9098))),
+            metrics: Some(SocketAddr::from(([0, 0, 0, 0], 9093))),
+            conn: ConnConfig::default(),
+            cache: CacheConfig::default(),
+            max_connections: 10_000,
+            shutdown_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Config {
+    /// A configuration for tests: loopback, ephemeral ports, no health/metrics listeners.
+    pub fn for_tests() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            health: None,
+            metrics: None,
+            shutdown_timeout: Duration::from_secs(5),
+            ..Self::default()
+        }
+    }
+}

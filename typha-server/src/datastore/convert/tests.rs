@@ -1,0 +1,306 @@
+use super::*;
+use ipnet::{Ipv4Net, Ipv6Net};
+use crate::datastore::v3::yaml_documents;
+
+fn one(yaml: &str) -> Result<Vec<(Key, Value)>, ConvertError> {
+    let docs = yaml_documents(yaml).unwrap();
+    assert_eq!(docs.len(), 1);
+    convert(&Resource::from_json(docs[0].clone()).unwrap())
+}
+
+fn policy(kvs: &[(Key, Value)]) -> &Policy {
+    match &kvs[0].1 {
+        Value::Policy(p) => p,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn workload_endpoint_from_a_pod() {
+    let kvs = one(r#"
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata:
+  name: node--1-k8s-web--5d8f-eth0
+  namespace: prod
+  labels: {app: web, pcns.team: x}
+  generateName: web-5d8f-
+spec:
+  orchestrator: k8s
+  node: node-1
+  pod: web-5d8f
+  endpoint: eth0
+  serviceAccountName: web
+  interfaceName: cali0123456789a
+  ipNetworks: [10.65.1.23/32, "fd00::17"]
+  profiles: [kns.prod, ksa.prod.web]
+  ports: [{name: http, protocol: TCP, port: 8080}, {name: "", protocol: UDP, port: 53}]
+"#)
+    .unwrap();
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/v1/host/node-1/workload/k8s/prod%2fweb-5d8f/endpoint/eth0"
+    );
+    let Value::WorkloadEndpoint(w) = &kvs[0].1 else {
+        panic!()
+    };
+    assert_eq!(w.name, "cali0123456789a");
+    assert_eq!(
+        w.ipv4_nets,
+        vec!["10.65.1.23/32".parse::<Ipv4Net>().unwrap()]
+    );
+    assert_eq!(
+        w.ipv6_nets,
+        vec!["fd00::17/128".parse::<Ipv6Net>().unwrap()]
+    );
+    assert_eq!(w.labels.get(NAMESPACE_LABEL).unwrap(), "prod");
+    assert_eq!(w.labels.get(ORCHESTRATOR_LABEL).unwrap(), "k8s");
+    assert_eq!(w.labels.get(SERVICE_ACCOUNT_LABEL).unwrap(), "web");
+    assert!(!w.labels.contains_key("pcns.team"));
+    assert_eq!(w.ports.len(), 1, "only named ports are kept");
+    assert_eq!(w.generate_name, "web-5d8f-");
+}
+
+#[test]
+fn endpoint_without_addresses_produces_nothing() {
+    let kvs = one(
+        "apiVersion: projectcalico.org/v3\nkind: WorkloadEndpoint\nmetadata: {name: x, namespace: a}\nspec: {orchestrator: k8s, node: n, pod: p, endpoint: eth0, interfaceName: calix}\n",
+    )
+    .unwrap();
+    assert!(kvs.is_empty());
+}
+
+#[test]
+fn namespaced_policy_is_scoped_to_its_namespace() {
+    let kvs = one(r#"
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: allow-web, namespace: prod}
+spec:
+  selector: app == 'web'
+  ingress:
+    - action: Allow
+      protocol: TCP
+      source: {selector: app == 'frontend'}
+      destination: {ports: [80, "8000:8080", http]}
+    - action: Allow
+      source: {nets: [10.0.0.5]}
+"#)
+    .unwrap();
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/v1/policy/NetworkPolicy/prod/allow-web"
+    );
+    let p = policy(&kvs);
+    assert_eq!(
+        p.selector,
+        r#"(app == "web" && projectcalico.org/namespace == "prod")"#
+    );
+    assert_eq!(p.types, vec![PolicyType::Ingress]);
+    assert_eq!(p.tier, "default");
+    let r = &p.inbound_rules[0];
+    assert_eq!(
+        r.src.selector,
+        r#"(projectcalico.org/namespace == "prod" && app == "frontend")"#
+    );
+    assert_eq!(
+        r.dst.ports,
+        vec![
+            Port::Range {
+                first: 80,
+                last: 80
+            },
+            Port::Range {
+                first: 8000,
+                last: 8080
+            },
+            Port::Named("http".into())
+        ]
+    );
+    // A rule with only nets is not scoped to the namespace (as in Calico).
+    assert_eq!(p.inbound_rules[1].src.selector, "");
+    assert_eq!(
+        p.inbound_rules[1].src.nets,
+        vec!["10.0.0.5/32".parse::<IpNet>().unwrap()]
+    );
+}
+
+#[test]
+fn global_policy_namespace_selector_is_prefixed() {
+    let kvs = one(r#"
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: g}
+spec:
+  namespaceSelector: team == 'web'
+  egress: [{action: Deny}]
+  ingress:
+    - action: Allow
+      source: {namespaceSelector: all(), serviceAccounts: {names: [b, a]}}
+"#)
+    .unwrap();
+    let p = policy(&kvs);
+    assert_eq!(p.selector, r#"pcns.team == "web""#);
+    assert_eq!(p.types, vec![PolicyType::Ingress, PolicyType::Egress]);
+    assert_eq!(
+        p.inbound_rules[0].src.selector,
+        r#"(has(projectcalico.org/namespace) && projectcalico.org/serviceaccount in {"a", "b"})"#
+    );
+}
+
+#[test]
+fn egress_only_policy_defaults_to_egress_type() {
+    let kvs = one(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: g}\nspec: {egress: [{action: Allow}]}\n",
+    )
+    .unwrap();
+    assert_eq!(policy(&kvs).types, vec![PolicyType::Egress]);
+}
+
+#[test]
+fn invalid_rules_name_the_field() {
+    for (spec, field, reason) in [
+        (
+            "{ingress: [{action: Allow, destination: {ports: [80]}}]}",
+            "spec.ingress[0]",
+            "ports need protocol",
+        ),
+        (
+            "{ingress: [{action: Allow, protocol: TCP, destination: {ports: ['90:80']}}]}",
+            "spec.ingress[0].destination.ports[0]",
+            "first > last",
+        ),
+        (
+            "{ingress: [{action: Allow, source: {selector: 'app =='}}]}",
+            "spec.ingress[0].source.selector",
+            "position 6",
+        ),
+        ("{selector: 'a in {'}", "spec.selector", "invalid selector"),
+        (
+            "{ingress: [{action: Allow, source: {nets: [10.0.0.0/33]}}]}",
+            "spec.ingress[0].source.nets[0]",
+            "not a CIDR",
+        ),
+        (
+            "{ingress: [{action: Allow, protocol: Bogus}]}",
+            "spec.ingress[0].protocol",
+            "unknown protocol",
+        ),
+        ("{types: [Sideways]}", "spec.types[0]", "Ingress or Egress"),
+    ] {
+        let yaml = format!(
+            "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {{name: p, namespace: n}}\nspec: {spec}\n"
+        );
+        let e = one(&yaml).unwrap_err();
+        assert_eq!(e.field, field, "{spec}: {e}");
+        assert!(e.reason.contains(reason), "{spec}: {e}");
+        assert!(e.to_string().starts_with("NetworkPolicy n/p: "), "{e}");
+    }
+}
+
+#[test]
+fn profile_gives_rules_and_labels() {
+    let kvs = one(
+        "apiVersion: projectcalico.org/v3\nkind: Profile\nmetadata: {name: kns.prod}\nspec: {ingress: [{action: Allow}], egress: [{action: Allow}], labelsToApply: {pcns.team: web}}\n",
+    )
+    .unwrap();
+    let paths: Vec<_> = kvs.iter().map(|(k, _)| k.to_string()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/calico/v1/policy/profile/kns.prod/rules",
+            "/calico/v1/policy/profile/kns.prod/labels"
+        ]
+    );
+}
+
+#[test]
+fn network_sets_pools_blocks_nodes() {
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: NetworkSet\nmetadata: {name: blocked, namespace: prod, labels: {a: b}}\nspec: {nets: [198.51.100.7/24]}\n").unwrap();
+    assert_eq!(kvs[0].0.to_string(), "/calico/v1/netset/prod%2fblocked");
+    let Value::NetworkSet(s) = &kvs[0].1 else {
+        panic!()
+    };
+    assert_eq!(
+        s.nets,
+        vec!["198.51.100.0/24".parse::<IpNet>().unwrap()],
+        "masked"
+    );
+    assert_eq!(s.labels.get(NAMESPACE_LABEL).unwrap(), "prod");
+
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.65.0.0/16, vxlanMode: CrossSubnet, natOutgoing: true}\n").unwrap();
+    assert_eq!(kvs[0].0.to_string(), "/calico/v1/ipam/v4/pool/10.65.0.0-16");
+    let Value::IpPool(p) = &kvs[0].1 else {
+        panic!()
+    };
+    assert!(
+        p.masquerade
+            && p.ipam
+            && p.vxlan_mode == EncapMode::CrossSubnet
+            && p.ipip_mode == EncapMode::Never
+    );
+    let e = one("apiVersion: projectcalico.org/v3\nkind: IPPool\nmetadata: {name: p}\nspec: {cidr: 10.65.0.0/16, ipipMode: Sometimes}\n").unwrap_err();
+    assert_eq!(e.field, "spec.ipipMode");
+
+    let kvs = one("apiVersion: crd.projectcalico.org/v1\nkind: IPAMBlock\nmetadata: {name: 10-65-1-0-26}\nspec: {cidr: 10.65.1.0/26, affinity: 'host:node-1', allocations: [0, null, 1]}\n").unwrap();
+    let Value::Block(b) = &kvs[0].1 else { panic!() };
+    assert_eq!((b.affine_host(), b.allocated), (Some("node-1"), 2));
+
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {name: node-1}\nspec: {bgp: {ipv4Address: 192.0.2.10/24, ipv4IPIPTunnelAddr: 10.65.1.1}}\n").unwrap();
+    let paths: Vec<_> = kvs.iter().map(|(k, _)| k.to_string()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/calico/v1/host/node-1/bird_ip",
+            "/calico/v1/host/node-1/config/IpInIpTunnelAddr",
+            "/calico/resources/v3/projectcalico.org/nodes/node-1"
+        ]
+    );
+    assert_eq!(kvs[0].1, Value::HostIp("192.0.2.10".parse().unwrap()));
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {name: n2}\nspec: {addresses: [{address: 'fd00::1', type: InternalIP}, {address: 192.0.2.11, type: InternalIP}]}\n").unwrap();
+    assert_eq!(kvs[0].1, Value::HostIp("192.0.2.11".parse().unwrap()));
+}
+
+#[test]
+fn felix_configuration_becomes_config_keys() {
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {logSeverityScreen: Info, reportingInterval: 90s, iptablesRefreshInterval: 100ms, bpfEnabled: false, failsafeInboundHostPorts: [{protocol: tcp, port: 22}], healthPort: 9099, empty: ''}\n").unwrap();
+    let got: Vec<(String, Value)> = kvs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let want = [
+        ("/calico/v1/config/BpfEnabled", "false"),
+        ("/calico/v1/config/FailsafeInboundHostPorts", "tcp:22"),
+        ("/calico/v1/config/HealthPort", "9099"),
+        ("/calico/v1/config/IptablesRefreshInterval", "0.1"),
+        ("/calico/v1/config/LogSeverityScreen", "Info"),
+        ("/calico/v1/config/ReportingIntervalSecs", "90"),
+    ];
+    assert_eq!(
+        got,
+        want.map(|(k, v)| (k.to_owned(), Value::Config(v.into())))
+            .to_vec()
+    );
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.node-1}\nspec: {logSeverityScreen: Debug}\n").unwrap();
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/v1/host/node-1/config/LogSeverityScreen"
+    );
+    let e = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: weird}\nspec: {}\n").unwrap_err();
+    assert_eq!(e.field, "metadata.name");
+}
+
+#[test]
+fn cluster_information_sets_the_ready_flag() {
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: ClusterInformation\nmetadata: {name: default}\nspec: {datastoreReady: true, clusterGUID: abc}\n").unwrap();
+    assert_eq!(kvs[0], (Key::ReadyFlag, Value::ReadyFlag(true)));
+    assert_eq!(kvs[1].0.to_string(), "/calico/v1/config/ClusterGUID");
+}
+
+#[test]
+fn go_durations() {
+    assert_eq!(go_duration_secs("90s"), Some(90.0));
+    assert_eq!(go_duration_secs("1m30s"), Some(90.0));
+    assert_eq!(go_duration_secs("100ms"), Some(0.1));
+    assert_eq!(go_duration_secs("1.5h"), Some(5400.0));
+    assert_eq!(go_duration_secs("Info"), None);
+    assert_eq!(go_duration_secs("10"), None);
+}

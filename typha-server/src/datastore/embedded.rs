@@ -1,0 +1,548 @@
+//! The embedded datastore: an in-process, revisioned store of v3 resources that needs nothing
+//! installed. It is the default backend: seeded from a directory of YAML/JSON manifests in
+//! Calico's v3 format and kept in step with it ([`DirSource`]), and driven directly by tests and
+//! loadtest through [`Embedded::put`], [`Embedded::delete`] and [`Embedded::bulk_load`].
+//!
+//! Like etcd, every change gets the next revision and the store keeps a bounded history of
+//! changes for watchers; a watcher asking for a revision older than the history gets
+//! [`DatastoreError::TooOld`] and relists. Writes that change nothing do not bump the revision.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::BoxFuture;
+use protocol::model::Revision;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::v3::{ObjectMeta, Resource, ResourceId, yaml_documents};
+use super::{Datastore, DatastoreError, Item, Listing, WatchEvent, WatchStream};
+
+/// Changes kept for watchers by default.
+pub const DEFAULT_HISTORY: usize = 100_000;
+
+#[derive(Debug)]
+struct Store {
+    revision: u64,
+    objects: BTreeMap<ResourceId, Resource>,
+    /// (revision, change), oldest first.
+    log: VecDeque<(u64, Change)>,
+    /// Watches from revisions at or below this are too old.
+    compacted: u64,
+    max_log: usize,
+}
+
+#[derive(Debug, Clone)]
+enum Change {
+    Put(Resource),
+    Delete(ResourceId),
+}
+
+/// The embedded store. Cheap to clone: clones share the store.
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    store: Arc<Mutex<Store>>,
+    latest: watch::Sender<u64>,
+}
+
+impl Default for Embedded {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Embedded {
+    /// An empty store keeping [`DEFAULT_HISTORY`] changes.
+    pub fn new() -> Self {
+        Self::with_history(DEFAULT_HISTORY)
+    }
+
+    /// An empty store keeping `max_log` changes for watchers.
+    pub fn with_history(max_log: usize) -> Self {
+        Self {
+            store: Arc::new(Mutex::new(Store {
+                revision: 0,
+                objects: BTreeMap::new(),
+                log: VecDeque::new(),
+                compacted: 0,
+                max_log: max_log.max(1),
+            })),
+            latest: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding this lock leaves the store consistent (every mutation is a
+        // single insert/remove followed by a log push), so poisoning is not a reason to stop.
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates or replaces a resource. Returns the new revision, or the current one if the
+    /// resource is unchanged.
+    pub fn put(&self, resource: Resource) -> Revision {
+        self.apply(vec![Change::Put(resource)])
+    }
+
+    /// Deletes a resource. Returns the new revision, or the current one if it did not exist.
+    pub fn delete(&self, id: &ResourceId) -> Revision {
+        self.apply(vec![Change::Delete(id.clone())])
+    }
+
+    /// Writes many resources; each change gets its own revision, as separate writes would.
+    pub fn bulk_load(&self, resources: impl IntoIterator<Item = Resource>) -> Revision {
+        self.apply(resources.into_iter().map(Change::Put).collect())
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> Revision {
+        Revision(self.lock().revision)
+    }
+
+    /// A copy of every resource.
+    pub fn resources(&self) -> Vec<Resource> {
+        self.lock().objects.values().cloned().collect()
+    }
+
+    /// Drops the whole change history, as an etcd compaction would: current watchers and any
+    /// watch from an older revision get "too old" and relist. For tests.
+    pub fn compact(&self) {
+        let mut s = self.lock();
+        s.compacted = s.revision;
+        s.log.clear();
+        drop(s);
+        // Wake watchers so they notice.
+        self.latest.send_modify(|_| {});
+    }
+
+    fn apply(&self, changes: Vec<Change>) -> Revision {
+        let mut s = self.lock();
+        for change in changes {
+            let changed = match &change {
+                // Equal apart from the resourceVersion we stamp: not a change.
+                Change::Put(r) => s.objects.get(&r.id()).is_none_or(|old| {
+                    old.spec != r.spec
+                        || ObjectMeta { resource_version: None, ..old.metadata.clone() }
+                            != ObjectMeta { resource_version: None, ..r.metadata.clone() }
+                }),
+                Change::Delete(id) => s.objects.contains_key(id),
+            };
+            if !changed {
+                continue;
+            }
+            s.revision += 1;
+            let rev = s.revision;
+            let mut r = match change {
+                Change::Put(r) => r,
+                Change::Delete(id) => {
+                    s.objects.remove(&id);
+                    s.log.push_back((rev, Change::Delete(id)));
+                    continue;
+                }
+            };
+            r.metadata.resource_version = Some(rev.to_string());
+            s.objects.insert(r.id(), r.clone());
+            s.log.push_back((rev, Change::Put(r)));
+        }
+        while s.log.len() > s.max_log {
+            if let Some((rev, _)) = s.log.pop_front() {
+                s.compacted = rev;
+            }
+        }
+        let rev = s.revision;
+        drop(s);
+        self.latest.send_if_modified(|v| {
+            let changed = *v != rev;
+            *v = rev;
+            changed
+        });
+        Revision(rev)
+    }
+
+    /// Changes after revision `after`, or "too old".
+    fn changes_after(&self, after: u64) -> Result<Vec<WatchEvent>, DatastoreError> {
+        let s = self.lock();
+        if after < s.compacted {
+            return Err(DatastoreError::TooOld {
+                requested: Revision(after + 1),
+                oldest: Revision(s.compacted + 1),
+            });
+        }
+        Ok(s.log
+            .iter()
+            .skip_while(|(rev, _)| *rev <= after)
+            .map(|(rev, c)| match c {
+                Change::Put(r) => WatchEvent::Put {
+                    revision: Revision(*rev),
+                    item: Ok(r.clone()),
+                },
+                Change::Delete(id) => WatchEvent::Delete {
+                    revision: Revision(*rev),
+                    id: id.clone(),
+                },
+            })
+            .collect())
+    }
+}
+
+impl Datastore for Embedded {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Listing, DatastoreError>> {
+        let s = self.lock();
+        let listing = Listing {
+            revision: Revision(s.revision),
+            items: s.objects.values().cloned().map(Ok).collect::<Vec<Item>>(),
+        };
+        drop(s);
+        Box::pin(async move { Ok(listing) })
+    }
+
+    fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let after = from.0.saturating_sub(1);
+            // Fail fast, before handing out a stream, when `from` is already gone.
+            this.changes_after(after)?;
+            let rx = this.latest.subscribe();
+            let stream = futures_util::stream::unfold(
+                (this, rx, after, VecDeque::new(), false),
+                |(this, mut rx, mut after, mut pending, done): (
+                    Embedded,
+                    _,
+                    u64,
+                    VecDeque<WatchEvent>,
+                    bool,
+                )| async move {
+                    if done {
+                        return None;
+                    }
+                    loop {
+                        if let Some(ev) = pending.pop_front() {
+                            return Some((Ok(ev), (this, rx, after, pending, false)));
+                        }
+                        match this.changes_after(after) {
+                            Err(e) => return Some((Err(e), (this, rx, after, pending, true))),
+                            Ok(evs) if !evs.is_empty() => {
+                                if let Some(
+                                    WatchEvent::Put { revision, .. }
+                                    | WatchEvent::Delete { revision, .. },
+                                ) = evs.last()
+                                {
+                                    after = revision.0;
+                                }
+                                pending.extend(evs);
+                            }
+                            Ok(_) => {
+                                // Nothing new: wait for the next write (or the store to go).
+                                rx.mark_unchanged();
+                                if rx.changed().await.is_err() {
+                                    return None;
+                                }
+                            }
+                        }
+                    }
+                },
+            );
+            Ok(Box::pin(stream) as WatchStream)
+        })
+    }
+}
+
+/// Keeps an [`Embedded`] store in step with a directory of manifests.
+///
+/// Every `*.yaml`, `*.yml` and `*.json` file under the directory (recursively) holds one or more
+/// resources (`---`-separated documents, or a `List`). A file that is added, edited or removed
+/// is reflected on the next scan. A file that does not parse, or a resource in it that is
+/// invalid (it does not parse or does not convert to KVs), is logged once at warn with the file,
+/// the resource and the reason, and changes nothing: the store keeps what it had from that
+/// file, and every other file and resource is unaffected.
+#[derive(Debug)]
+pub struct DirSource {
+    dir: PathBuf,
+    store: Embedded,
+    files: HashMap<PathBuf, FileState>,
+    /// Which file defines each resource (the first one wins; duplicates are warned about).
+    owners: HashMap<ResourceId, PathBuf>,
+    /// Warnings already logged, so a bad file is reported once, not every scan.
+    warned: HashSet<String>,
+}
+
+#[derive(Debug, Clone)]
+struct FileState {
+    modified: Option<SystemTime>,
+    len: u64,
+    content: u64,
+    ids: BTreeSet<ResourceId>,
+}
+
+/// What one scan did (for logs and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanReport {
+    /// Files read (new or changed).
+    pub files_read: usize,
+    /// Resources written (new or changed).
+    pub puts: usize,
+    /// Resources deleted.
+    pub deletes: usize,
+    /// Problems logged during this scan (each only the first time it is seen).
+    pub new_warnings: Vec<String>,
+}
+
+impl DirSource {
+    /// A source for `dir` feeding `store`. Call [`DirSource::scan`] to load it.
+    pub fn new(dir: impl Into<PathBuf>, store: Embedded) -> Self {
+        Self {
+            dir: dir.into(),
+            store,
+            files: HashMap::new(),
+            owners: HashMap::new(),
+            warned: HashSet::new(),
+        }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Scans the directory once and applies what changed.
+    pub fn scan(&mut self) -> ScanReport {
+        let mut report = ScanReport::default();
+        let mut seen = HashSet::new();
+        let mut paths = Vec::new();
+        if let Err(e) = collect_files(&self.dir, &mut paths, 0) {
+            self.warn_once(
+                &mut report,
+                format!("cannot read manifest directory {}: {e}", self.dir.display()),
+            );
+        }
+        paths.sort();
+        for path in paths {
+            seen.insert(path.clone());
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let modified = meta.modified().ok();
+            if let Some(old) = self.files.get(&path) {
+                if old.modified == modified && old.len == meta.len() {
+                    continue;
+                }
+            }
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.warn_once(&mut report, format!("{}: cannot read: {e}", path.display()));
+                    continue;
+                }
+            };
+            report.files_read += 1;
+            let content = xxhash_of(&text);
+            if let Some(old) = self.files.get_mut(&path) {
+                if old.content == content {
+                    old.modified = modified;
+                    old.len = meta.len();
+                    continue;
+                }
+            }
+            self.load_file(&path, &text, modified, meta.len(), content, &mut report);
+        }
+        // Files that disappeared: their resources go.
+        let gone: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|p| !seen.contains(*p))
+            .cloned()
+            .collect();
+        for path in gone {
+            if let Some(state) = self.files.remove(&path) {
+                for id in state.ids {
+                    if self.owners.get(&id) == Some(&path) {
+                        self.owners.remove(&id);
+                        self.store.delete(&id);
+                        report.deletes += 1;
+                    }
+                }
+            }
+        }
+        if report.puts + report.deletes > 0 {
+            info!(dir = %self.dir.display(), puts = report.puts, deletes = report.deletes, revision = self.store.revision().0, "manifests applied");
+        }
+        report
+    }
+
+    fn load_file(
+        &mut self,
+        path: &Path,
+        text: &str,
+        modified: Option<SystemTime>,
+        len: u64,
+        content: u64,
+        report: &mut ScanReport,
+    ) {
+        let previous = self
+            .files
+            .get(path)
+            .map(|s| s.ids.clone())
+            .unwrap_or_default();
+        let docs = match yaml_documents(text) {
+            Ok(d) => d,
+            Err(e) => {
+                // The whole file is unreadable: keep everything it defined before.
+                self.warn_once(
+                    report,
+                    format!("{}: invalid YAML, file ignored: {e}", path.display()),
+                );
+                return;
+            }
+        };
+        let mut ids = BTreeSet::new();
+        let mut puts = Vec::new();
+        for (i, doc) in docs.into_iter().enumerate() {
+            let claimed = claimed_id(&doc);
+            let resource = Resource::from_json(doc)
+                .map_err(|e| e.to_string())
+                .and_then(|r| {
+                    super::convert::convert(&r)
+                        .map(|_| r)
+                        .map_err(|e| e.to_string())
+                });
+            match resource {
+                Ok(r) => {
+                    let id = r.id();
+                    match self.owners.get(&id) {
+                        Some(owner) if owner != path => {
+                            self.warn_once(
+                                report,
+                                format!(
+                                    "{}: {id} is already defined in {}; ignored",
+                                    path.display(),
+                                    owner.display()
+                                ),
+                            );
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    ids.insert(id.clone());
+                    puts.push(r);
+                }
+                Err(reason) => {
+                    let what = claimed
+                        .as_ref()
+                        .map_or_else(|| format!("document {}", i + 1), |id| id.to_string());
+                    self.warn_once(
+                        report,
+                        format!("{}: {what}: invalid, ignored: {reason}", path.display()),
+                    );
+                    // Changes nothing: a previous good version from this file stays.
+                    if let Some(id) = claimed.filter(|id| previous.contains(id)) {
+                        ids.insert(id);
+                    }
+                }
+            }
+        }
+        for r in puts {
+            let before = self.store.revision();
+            self.owners.insert(r.id(), path.to_owned());
+            if self.store.put(r) != before {
+                report.puts += 1;
+            }
+        }
+        for id in previous.difference(&ids) {
+            if self.owners.get(id).map(PathBuf::as_path) == Some(path) {
+                self.owners.remove(id);
+                self.store.delete(id);
+                report.deletes += 1;
+            }
+        }
+        self.files.insert(
+            path.to_owned(),
+            FileState {
+                modified,
+                len,
+                content,
+                ids,
+            },
+        );
+    }
+
+    fn warn_once(&mut self, report: &mut ScanReport, msg: String) {
+        if self.warned.insert(msg.clone()) {
+            warn!("{msg}");
+            report.new_warnings.push(msg);
+        }
+    }
+
+    /// Scans every `interval`, forever (spawn it; abort the task to stop).
+    pub async fn run(mut self, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            // Reading files blocks; manifest directories are small, but keep the runtime
+            // responsive all the same.
+            self = match tokio::task::spawn_blocking(move || {
+                self.scan();
+                self
+            })
+            .await
+            {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        }
+    }
+}
+
+fn xxhash_of(text: &str) -> u64 {
+    protocol::digest::KeyHash::of(text).entry(b"")
+}
+
+/// The id a raw document claims, for messages about documents that do not parse.
+fn claimed_id(doc: &serde_json::Value) -> Option<ResourceId> {
+    let kind = super::v3::Kind::from_name(doc.get("kind")?.as_str()?)?;
+    let meta = doc.get("metadata")?;
+    let name = meta.get("name")?.as_str()?.to_owned();
+    let namespace = kind.is_namespaced().then(|| {
+        meta.get("namespace")
+            .and_then(|n| n.as_str())
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default")
+            .to_owned()
+    });
+    Some(ResourceId {
+        kind,
+        namespace,
+        name,
+    })
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> std::io::Result<()> {
+    if depth > 8 {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            collect_files(&path, out, depth + 1)?;
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,174 @@
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::*;
+use crate::datastore::v3::Kind;
+
+fn netset(name: &str, net: &str) -> Resource {
+    Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+        "metadata": {"name": name}, "spec": {"nets": [net]}
+    }))
+    .unwrap()
+}
+
+fn id(name: &str) -> ResourceId {
+    ResourceId::global(Kind::GlobalNetworkSet, name)
+}
+
+#[tokio::test]
+async fn revisions_list_and_watch() {
+    let s = Embedded::new();
+    assert_eq!(s.put(netset("a", "10.0.0.0/8")), Revision(1));
+    assert_eq!(
+        s.put(netset("a", "10.0.0.0/8")),
+        Revision(1),
+        "no-op put keeps the revision"
+    );
+    assert_eq!(s.put(netset("b", "10.1.0.0/16")), Revision(2));
+    let listing = s.list().await.unwrap();
+    assert_eq!(listing.revision, Revision(2));
+    assert_eq!(listing.items.len(), 2);
+    assert_eq!(
+        listing.items[0]
+            .as_ref()
+            .unwrap()
+            .metadata
+            .resource_version
+            .as_deref(),
+        Some("1")
+    );
+
+    let mut w = s.watch(Revision(2)).await.unwrap();
+    let ev = w.next().await.unwrap().unwrap();
+    assert!(
+        matches!(
+            ev,
+            WatchEvent::Put {
+                revision: Revision(2),
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+    s.delete(&id("a"));
+    let ev = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ev,
+        WatchEvent::Delete {
+            revision: Revision(3),
+            id: id("a")
+        }
+    );
+    assert_eq!(
+        s.delete(&id("a")),
+        Revision(3),
+        "deleting nothing keeps the revision"
+    );
+}
+
+#[tokio::test]
+async fn compaction_makes_old_watches_too_old() {
+    let s = Embedded::with_history(2);
+    for i in 0..5 {
+        s.put(netset(&format!("n{i}"), "10.0.0.0/8"));
+    }
+    assert!(matches!(
+        s.watch(Revision(1)).await,
+        Err(DatastoreError::TooOld { .. })
+    ));
+    // A watcher that has not read revisions 4 and 5 yet when they are compacted away.
+    let mut w = s.watch(Revision(4)).await.unwrap();
+    s.compact();
+    let got = tokio::time::timeout(Duration::from_secs(5), w.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(got, Err(DatastoreError::TooOld { .. })), "{got:?}");
+}
+
+const POLICY: &str = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: p1}\nspec: {selector: all(), ingress: [{action: Allow}]}\n";
+
+#[test]
+fn directory_edits_propagate_and_bad_files_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::new();
+    let mut src = DirSource::new(dir.path(), store.clone());
+    std::fs::write(dir.path().join("sets.yaml"), "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {name: a}\nspec: {nets: [10.0.0.0/8]}\n---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {name: b}\nspec: {nets: [10.1.0.0/16]}\n").unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/policy.yml"), POLICY).unwrap();
+    std::fs::write(dir.path().join("README.txt"), "not a manifest").unwrap();
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (3, 0));
+    assert!(r.new_warnings.is_empty(), "{:?}", r.new_warnings);
+
+    // An invalid file: logged once, changes nothing.
+    std::fs::write(dir.path().join("sub/policy.yml"), "kind: [unclosed").unwrap();
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (0, 0));
+    assert_eq!(r.new_warnings.len(), 1);
+    assert!(
+        r.new_warnings[0].contains("policy.yml") && r.new_warnings[0].contains("invalid YAML"),
+        "{:?}",
+        r.new_warnings
+    );
+    assert_eq!(store.resources().len(), 3);
+    // Touching it again with the same bad content does not warn again.
+    std::fs::write(dir.path().join("sub/policy.yml"), "kind: [unclosed ").unwrap();
+    std::fs::write(dir.path().join("sub/policy.yml"), "kind: [unclosed").unwrap();
+    assert!(src.scan().new_warnings.is_empty());
+
+    // An invalid resource among valid ones: it keeps its old version, the others update.
+    std::fs::write(dir.path().join("sets.yaml"), "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {name: a}\nspec: {nets: [not-a-cidr]}\n---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {name: b}\nspec: {nets: [10.2.0.0/16]}\n").unwrap();
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (1, 0), "{r:?}");
+    assert_eq!(r.new_warnings.len(), 1);
+    let w = &r.new_warnings[0];
+    assert!(
+        w.contains("sets.yaml") && w.contains("GlobalNetworkSet a") && w.contains("not-a-cidr"),
+        "{w}"
+    );
+    let a = store
+        .resources()
+        .into_iter()
+        .find(|r| r.metadata.name == "a")
+        .unwrap();
+    assert_eq!(a.to_json()["spec"]["nets"][0], "10.0.0.0/8");
+
+    // Fixing the policy file brings it back; removing a resource from a file deletes it.
+    std::fs::write(
+        dir.path().join("sub/policy.yml"),
+        POLICY.replace("all()", "has(app)"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("sets.yaml"), "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {name: b}\nspec: {nets: [10.2.0.0/16]}\n").unwrap();
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (1, 1), "{r:?}");
+
+    // Removing a file deletes what it defined.
+    std::fs::remove_file(dir.path().join("sub/policy.yml")).unwrap();
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (0, 1));
+    assert_eq!(store.resources().len(), 1);
+}
+
+#[test]
+fn duplicate_definitions_are_warned_and_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::new();
+    let mut src = DirSource::new(dir.path(), store.clone());
+    std::fs::write(dir.path().join("1.yaml"), POLICY).unwrap();
+    std::fs::write(dir.path().join("2.yaml"), POLICY.replace("all()", "has(x)")).unwrap();
+    let r = src.scan();
+    assert_eq!(r.puts, 1);
+    assert!(
+        r.new_warnings[0].contains("already defined"),
+        "{:?}",
+        r.new_warnings
+    );
+}

@@ -1,0 +1,172 @@
+//! A realistic Kubernetes cluster as Calico v3 resources, generated deterministically from a
+//! few parameters: for tests, for `loadtest` (which writes it out as manifests for the
+//! embedded datastore) and for demos.
+
+use serde_json::json;
+
+use crate::datastore::v3::Resource;
+use protocol::sample::Rng;
+
+/// The shape of a generated cluster.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Nodes.
+    pub nodes: usize,
+    /// Workload endpoints (pods) per node.
+    pub pods_per_node: usize,
+    /// Namespaces.
+    pub namespaces: usize,
+    /// Deployments per namespace (pods are spread over them).
+    pub deployments_per_namespace: usize,
+    /// NetworkPolicies (spread over namespaces).
+    pub policies: usize,
+    /// Seed: same spec and seed, same cluster.
+    pub seed: u64,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Self { nodes: 10, pods_per_node: 30, namespaces: 10, deployments_per_namespace: 6, policies: 20, seed: 1 }
+    }
+}
+
+const APPS: &[&str] = &[
+    "frontend", "checkout", "payments", "catalog", "search", "cart", "shipping", "email", "currency", "auth", "gateway",
+    "inventory", "orders", "users", "notifications", "redis", "postgres",
+];
+
+/// Node `i`'s name.
+pub fn node_name(i: usize) -> String {
+    format!("ip-10-{}-{}-{}.ec2.internal", 20 + i / 65536, (i / 256) % 256, i % 256)
+}
+
+/// Namespace `i`'s name.
+pub fn namespace(i: usize) -> String {
+    const NAMES: &[&str] = &["default", "prod", "staging", "payments", "web", "data", "platform", "monitoring", "search", "batch"];
+    NAMES.get(i).map_or_else(|| format!("team-{i}"), |n| (*n).to_owned())
+}
+
+fn must(v: serde_json::Value) -> Resource {
+    // Every document here is built from fixed templates; a failure is a bug in this file.
+    Resource::from_json(v).unwrap_or_else(|e| panic!("sample resource does not parse: {e}"))
+}
+
+impl Spec {
+    fn deployment(&self, n: usize) -> (String, String, String) {
+        let ns = namespace(n / self.deployments_per_namespace.max(1) % self.namespaces.max(1));
+        let app = APPS.get(n % APPS.len()).copied().unwrap_or("app");
+        let mut rng = Rng::new(self.seed ^ (n as u64).wrapping_mul(0x9e37));
+        (ns, app.to_owned(), rng.k8s_suffix(10))
+    }
+
+    /// Pod `pod` on node `node`; `generation` changes its labels (for churn).
+    pub fn workload_endpoint(&self, node: usize, pod: usize, generation: u64) -> Resource {
+        let mut rng = Rng::new(self.seed ^ ((node as u64) << 32) ^ (pod as u64).wrapping_mul(0x2545_f491));
+        let deployments = (self.namespaces * self.deployments_per_namespace).max(1);
+        let (ns, app, rs) = self.deployment(rng.below(deployments as u64) as usize);
+        let pod_name = format!("{app}-{rs}-{}", rng.k8s_suffix(5));
+        let node_name = node_name(node);
+        let ip = u32::from(std::net::Ipv4Addr::new(10, 128, 0, 0)) + (node * 256 + pod % 256) as u32;
+        let sa = if app.len() % 2 == 0 { "default".to_owned() } else { app.clone() };
+        must(json!({
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "WorkloadEndpoint",
+            "metadata": {
+                "name": format!("{}-k8s-{}-eth0", node_name.replace('-', "--"), pod_name.replace('-', "--")),
+                "namespace": ns,
+                "generateName": format!("{app}-{rs}-"),
+                "labels": {
+                    "app": app,
+                    "pod-template-hash": rs,
+                    "generation": generation.to_string(),
+                    "projectcalico.org/namespace": ns,
+                    "projectcalico.org/orchestrator": "k8s",
+                    "projectcalico.org/serviceaccount": sa,
+                },
+            },
+            "spec": {
+                "orchestrator": "k8s",
+                "node": node_name,
+                "pod": pod_name,
+                "endpoint": "eth0",
+                "serviceAccountName": sa,
+                "interfaceName": format!("cali{}", rng.hex(11)),
+                "ipNetworks": [format!("{}/32", std::net::Ipv4Addr::from(ip))],
+                "profiles": [format!("kns.{ns}"), format!("ksa.{ns}.{sa}")],
+                "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
+            },
+        }))
+    }
+
+    /// Everything: cluster info, config, pool, nodes, blocks, profiles, policies, endpoints.
+    pub fn resources(&self) -> Vec<Resource> {
+        let mut out = vec![
+            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "ClusterInformation", "metadata": {"name": "default"},
+                "spec": {"clusterGUID": format!("{:032x}", self.seed), "clusterType": "typha,kdd,k8s", "calicoVersion": "v3.32.0", "datastoreReady": true}})),
+            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "FelixConfiguration", "metadata": {"name": "default"},
+                "spec": {"logSeverityScreen": "Info", "reportingInterval": "0s", "bpfEnabled": false}})),
+            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "default-ipv4-ippool"},
+                "spec": {"cidr": "10.128.0.0/9", "vxlanMode": "CrossSubnet", "natOutgoing": true, "blockSize": 24}})),
+            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet", "metadata": {"name": "blocked-ranges", "labels": {"role": "blocked"}},
+                "spec": {"nets": ["198.51.100.0/24", "203.0.113.0/24"]}})),
+            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy", "metadata": {"name": "deny-blocked-ranges"},
+                "spec": {"order": 10, "selector": "all()", "types": ["Ingress"],
+                         "ingress": [{"action": "Deny", "source": {"selector": "role == 'blocked'"}}]}})),
+        ];
+        for i in 0..self.nodes {
+            let name = node_name(i);
+            let ip = format!("10.{}.{}.{}", 20 + i / 65536, (i / 256) % 256, i % 256);
+            out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "Node", "metadata": {"name": name},
+                "spec": {"bgp": {"ipv4Address": format!("{ip}/16")}, "addresses": [{"address": ip, "type": "InternalIP"}]}})));
+            out.push(must(json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
+                "metadata": {"name": format!("10-{}-{}-0-24", 128 + i / 256, i % 256)},
+                "spec": {"cidr": format!("10.{}.{}.0/24", 128 + i / 256, i % 256), "affinity": format!("host:{name}"),
+                         "allocations": (0..256).map(|a| if a < self.pods_per_node { Some(a) } else { None }).collect::<Vec<_>>()}})));
+        }
+        for n in 0..self.namespaces {
+            let ns = namespace(n);
+            out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "Profile", "metadata": {"name": format!("kns.{ns}")},
+                "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
+                         "labelsToApply": {"pcns.projectcalico.org/name": ns, "pcns.kubernetes.io/metadata.name": ns}}})));
+        }
+        for p in 0..self.policies {
+            let (ns, app, _) = self.deployment(p);
+            let from = APPS.get((p * 7 + 3) % APPS.len()).copied().unwrap_or("app");
+            out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "NetworkPolicy",
+                "metadata": {"name": format!("allow-{from}-to-{app}-{p}"), "namespace": ns},
+                "spec": {"order": 100 + p % 10, "selector": format!("app == '{app}'"), "types": ["Ingress"],
+                         "ingress": [{"action": "Allow", "protocol": "TCP", "source": {"selector": format!("app == '{from}'")},
+                                      "destination": {"ports": [8080, "http"]}}]}})));
+        }
+        for node in 0..self.nodes {
+            for pod in 0..self.pods_per_node {
+                out.push(self.workload_endpoint(node, pod, 0));
+            }
+        }
+        out
+    }
+}
+
+/// [`Spec::resources`] for `spec`.
+pub fn cluster(spec: &Spec) -> Vec<Resource> {
+    spec.resources()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datastore::convert::convert;
+
+    #[test]
+    fn every_generated_resource_converts() {
+        let spec = Spec { nodes: 3, pods_per_node: 5, ..Spec::default() };
+        let rs = cluster(&spec);
+        let mut ids = std::collections::BTreeSet::new();
+        for r in &rs {
+            convert(r).unwrap_or_else(|e| panic!("{e}"));
+            assert!(ids.insert(r.id()), "duplicate {}", r.id());
+        }
+        assert_eq!(rs.iter().filter(|r| r.kind() == crate::datastore::v3::Kind::WorkloadEndpoint).count(), 15);
+        assert_eq!(cluster(&spec), rs, "deterministic");
+    }
+}

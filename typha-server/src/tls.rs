@@ -1,0 +1,139 @@
+//! Mutual TLS (rustls): the server's certificate and key, the CA that signs client
+//! certificates, and the allow-lists of client identities (certificate CN, or a URI SAN;
+//! either matching admits, as in Typha).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// TLS settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// Server certificate chain (PEM). TYPHA_SERVERCERTFILE.
+    pub cert_file: PathBuf,
+    /// Server private key (PEM). TYPHA_SERVERKEYFILE.
+    pub key_file: PathBuf,
+    /// CA that signs client certificates (PEM). TYPHA_CAFILE.
+    pub ca_file: PathBuf,
+    /// Allowed client common names. TYPHA_CLIENTCN.
+    pub client_cns: Vec<String>,
+    /// Allowed client URI SANs. TYPHA_CLIENTURISAN.
+    pub client_uri_sans: Vec<String>,
+}
+
+/// A TLS setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read or holds no usable PEM object.
+    #[error("{setting}: {path}: {reason}")]
+    File {
+        /// The setting that names it.
+        setting: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+fn file_err(setting: &'static str, path: &Path, reason: impl ToString) -> TlsError {
+    TlsError::File {
+        setting,
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Loads PEM certificates.
+pub fn load_certs(
+    setting: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file_err(setting, path, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_err(setting, path, e))?;
+    if certs.is_empty() {
+        return Err(file_err(setting, path, "no certificate in the file"));
+    }
+    Ok(certs)
+}
+
+/// Loads a PEM private key.
+pub fn load_key(setting: &'static str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| file_err(setting, path, e))
+}
+
+/// The server's rustls configuration: client certificates required and verified against the
+/// CA.
+pub fn server_config(cfg: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = load_certs("TYPHA_SERVERCERTFILE", &cfg.cert_file)?;
+    let key = load_key("TYPHA_SERVERKEYFILE", &cfg.key_file)?;
+    let mut roots = RootCertStore::empty();
+    for ca in load_certs("TYPHA_CAFILE", &cfg.ca_file)? {
+        roots
+            .add(ca)
+            .map_err(|e| file_err("TYPHA_CAFILE", &cfg.ca_file, e))?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    Ok(Arc::new(config))
+}
+
+/// A certificate's identity: its subject CN and URI SANs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// Subject common names.
+    pub common_names: Vec<String>,
+    /// URI subject alternative names.
+    pub uri_sans: Vec<String>,
+}
+
+/// Reads the identity of a DER certificate.
+pub fn peer_identity(cert: &CertificateDer<'_>) -> Result<PeerIdentity, String> {
+    use x509_parser::prelude::*;
+    let (_, x) = X509Certificate::from_der(cert.as_ref()).map_err(|e| e.to_string())?;
+    let common_names = x
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_owned))
+        .collect();
+    let mut uri_sans = Vec::new();
+    if let Ok(Some(san)) = x.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let GeneralName::URI(u) = name {
+                uri_sans.push((*u).to_owned());
+            }
+        }
+    }
+    Ok(PeerIdentity {
+        common_names,
+        uri_sans,
+    })
+}
+
+impl TlsConfig {
+    /// Whether a verified client with `id` is allowed in: its CN is on the CN list, or one of
+    /// its URI SANs is on the URI SAN list.
+    pub fn admits(&self, id: &PeerIdentity) -> bool {
+        id.common_names
+            .iter()
+            .any(|cn| self.client_cns.contains(cn))
+            || id.uri_sans.iter().any(|u| self.client_uri_sans.contains(u))
+    }
+}
