@@ -73,7 +73,7 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             health: None,
             metrics: None,
-            shutdown_timeout: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_secs(1),
             ..Self::default()
         }
     }

@@ -36,23 +36,42 @@ impl Ca {
     /// A new self-signed CA named `common_name`.
     pub fn new(common_name: &str) -> Result<Self, rcgen::Error> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         let key = KeyPair::generate()?;
         let cert = params.self_signed(&key)?;
-        Ok(Self { cert_pem: cert.pem(), issuer: Issuer::new(params, key) })
+        Ok(Self {
+            cert_pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        })
     }
 
-    fn issue(&self, common_name: &str, sans: Vec<SanType>, usage: ExtendedKeyUsagePurpose) -> Result<Issued, rcgen::Error> {
+    fn issue(
+        &self,
+        common_name: &str,
+        sans: Vec<SanType>,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> Result<Issued, rcgen::Error> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.subject_alt_names = sans;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![usage];
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
     }
 
     /// A server certificate for these DNS names and IP addresses.
@@ -80,7 +99,9 @@ impl Ca {
 /// Writes `ca.crt`, `server.crt`/`server.key` and `client.crt`/`client.key` into `dir`.
 pub fn write_bundle(dir: &Path, server_names: &[&str], client_cn: &str) -> Result<(), String> {
     let ca = Ca::new("typha-ca").map_err(|e| e.to_string())?;
-    let server = ca.server("typha-server", server_names).map_err(|e| e.to_string())?;
+    let server = ca
+        .server("typha-server", server_names)
+        .map_err(|e| e.to_string())?;
     let client = ca.client(client_cn, None).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (name, body) in [

@@ -26,24 +26,64 @@ pub struct Spec {
 
 impl Default for Spec {
     fn default() -> Self {
-        Self { nodes: 10, pods_per_node: 30, namespaces: 10, deployments_per_namespace: 6, policies: 20, seed: 1 }
+        Self {
+            nodes: 10,
+            pods_per_node: 30,
+            namespaces: 10,
+            deployments_per_namespace: 6,
+            policies: 20,
+            seed: 1,
+        }
     }
 }
 
 const APPS: &[&str] = &[
-    "frontend", "checkout", "payments", "catalog", "search", "cart", "shipping", "email", "currency", "auth", "gateway",
-    "inventory", "orders", "users", "notifications", "redis", "postgres",
+    "frontend",
+    "checkout",
+    "payments",
+    "catalog",
+    "search",
+    "cart",
+    "shipping",
+    "email",
+    "currency",
+    "auth",
+    "gateway",
+    "inventory",
+    "orders",
+    "users",
+    "notifications",
+    "redis",
+    "postgres",
 ];
 
 /// Node `i`'s name.
 pub fn node_name(i: usize) -> String {
-    format!("ip-10-{}-{}-{}.ec2.internal", 20 + i / 65536, (i / 256) % 256, i % 256)
+    format!(
+        "ip-10-{}-{}-{}.ec2.internal",
+        20 + i / 65536,
+        (i / 256) % 256,
+        i % 256
+    )
 }
 
 /// Namespace `i`'s name.
 pub fn namespace(i: usize) -> String {
-    const NAMES: &[&str] = &["default", "prod", "staging", "payments", "web", "data", "platform", "monitoring", "search", "batch"];
-    NAMES.get(i).map_or_else(|| format!("team-{i}"), |n| (*n).to_owned())
+    const NAMES: &[&str] = &[
+        "default",
+        "prod",
+        "staging",
+        "payments",
+        "web",
+        "data",
+        "platform",
+        "monitoring",
+        "search",
+        "batch",
+    ];
+    NAMES
+        .get(i)
+        .map_or_else(|| format!("team-{i}"), |n| (*n).to_owned())
 }
 
 fn must(v: serde_json::Value) -> Resource {
@@ -61,13 +101,19 @@ impl Spec {
 
     /// Pod `pod` on node `node`; `generation` changes its labels (for churn).
     pub fn workload_endpoint(&self, node: usize, pod: usize, generation: u64) -> Resource {
-        let mut rng = Rng::new(self.seed ^ ((node as u64) << 32) ^ (pod as u64).wrapping_mul(0x2545_f491));
+        let mut rng =
+            Rng::new(self.seed ^ ((node as u64) << 32) ^ (pod as u64).wrapping_mul(0x2545_f491));
         let deployments = (self.namespaces * self.deployments_per_namespace).max(1);
         let (ns, app, rs) = self.deployment(rng.below(deployments as u64) as usize);
         let pod_name = format!("{app}-{rs}-{}", rng.k8s_suffix(5));
         let node_name = node_name(node);
-        let ip = u32::from(std::net::Ipv4Addr::new(10, 128, 0, 0)) + (node * 256 + pod % 256) as u32;
-        let sa = if app.len() % 2 == 0 { "default".to_owned() } else { app.clone() };
+        let ip =
+            u32::from(std::net::Ipv4Addr::new(10, 128, 0, 0)) + (node * 256 + pod % 256) as u32;
+        let sa = if app.len() % 2 == 0 {
+            "default".to_owned()
+        } else {
+            app.clone()
+        };
         must(json!({
             "apiVersion": "projectcalico.org/v3",
             "kind": "WorkloadEndpoint",
@@ -101,17 +147,27 @@ impl Spec {
     /// Everything: cluster info, config, pool, nodes, blocks, profiles, policies, endpoints.
     pub fn resources(&self) -> Vec<Resource> {
         let mut out = vec![
-            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "ClusterInformation", "metadata": {"name": "default"},
-                "spec": {"clusterGUID": format!("{:032x}", self.seed), "clusterType": "typha,kdd,k8s", "calicoVersion": "v3.32.0", "datastoreReady": true}})),
-            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "FelixConfiguration", "metadata": {"name": "default"},
-                "spec": {"logSeverityScreen": "Info", "reportingInterval": "0s", "bpfEnabled": false}})),
-            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "default-ipv4-ippool"},
-                "spec": {"cidr": "10.128.0.0/9", "vxlanMode": "CrossSubnet", "natOutgoing": true, "blockSize": 24}})),
-            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet", "metadata": {"name": "blocked-ranges", "labels": {"role": "blocked"}},
-                "spec": {"nets": ["198.51.100.0/24", "203.0.113.0/24"]}})),
-            must(json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy", "metadata": {"name": "deny-blocked-ranges"},
+            must(
+                json!({"apiVersion": "projectcalico.org/v3", "kind": "ClusterInformation", "metadata": {"name": "default"},
+                "spec": {"clusterGUID": format!("{:032x}", self.seed), "clusterType": "typha,kdd,k8s", "calicoVersion": "v3.32.0", "datastoreReady": true}}),
+            ),
+            must(
+                json!({"apiVersion": "projectcalico.org/v3", "kind": "FelixConfiguration", "metadata": {"name": "default"},
+                "spec": {"logSeverityScreen": "Info", "reportingInterval": "0s", "bpfEnabled": false}}),
+            ),
+            must(
+                json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "default-ipv4-ippool"},
+                "spec": {"cidr": "10.128.0.0/9", "vxlanMode": "CrossSubnet", "natOutgoing": true, "blockSize": 24}}),
+            ),
+            must(
+                json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet", "metadata": {"name": "blocked-ranges", "labels": {"role": "blocked"}},
+                "spec": {"nets": ["198.51.100.0/24", "203.0.113.0/24"]}}),
+            ),
+            must(
+                json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy", "metadata": {"name": "deny-blocked-ranges"},
                 "spec": {"order": 10, "selector": "all()", "types": ["Ingress"],
-                         "ingress": [{"action": "Deny", "source": {"selector": "role == 'blocked'"}}]}})),
+                         "ingress": [{"action": "Deny", "source": {"selector": "role == 'blocked'"}}]}}),
+            ),
         ];
         for i in 0..self.nodes {
             let name = node_name(i);
@@ -159,14 +215,23 @@ mod tests {
 
     #[test]
     fn every_generated_resource_converts() {
-        let spec = Spec { nodes: 3, pods_per_node: 5, ..Spec::default() };
+        let spec = Spec {
+            nodes: 3,
+            pods_per_node: 5,
+            ..Spec::default()
+        };
         let rs = cluster(&spec);
         let mut ids = std::collections::BTreeSet::new();
         for r in &rs {
             convert(r).unwrap_or_else(|e| panic!("{e}"));
             assert!(ids.insert(r.id()), "duplicate {}", r.id());
         }
-        assert_eq!(rs.iter().filter(|r| r.kind() == crate::datastore::v3::Kind::WorkloadEndpoint).count(), 15);
+        assert_eq!(
+            rs.iter()
+                .filter(|r| r.kind() == crate::datastore::v3::Kind::WorkloadEndpoint)
+                .count(),
+            15
+        );
         assert_eq!(cluster(&spec), rs, "deterministic");
     }
 }

@@ -18,7 +18,10 @@ fn netset(name: &str, net: &str) -> Resource {
 }
 
 fn put(rev: u64, r: Resource) -> SyncerEvent {
-    SyncerEvent::Change(WatchEvent::Put { revision: Revision(rev), item: Ok(r) })
+    SyncerEvent::Change(WatchEvent::Put {
+        revision: Revision(rev),
+        item: Ok(r),
+    })
 }
 
 fn del(rev: u64, name: &str) -> SyncerEvent {
@@ -43,7 +46,9 @@ fn fold(state: &mut BTreeMap<String, Vec<u8>>, deltas: &[Update]) {
 }
 
 fn map_of(m: &KvMap) -> BTreeMap<String, Vec<u8>> {
-    m.iter().map(|(k, v)| (k.to_string(), v.value.as_bytes().to_vec())).collect()
+    m.iter()
+        .map(|(k, v)| (k.to_string(), v.value.as_bytes().to_vec()))
+        .collect()
 }
 
 fn digest_of(state: &BTreeMap<String, Vec<u8>>) -> u64 {
@@ -56,21 +61,33 @@ fn digest_of(state: &BTreeMap<String, Vec<u8>>) -> u64 {
 
 #[test]
 fn batches_no_ops_and_status_on_the_last_breadcrumb() {
-    let (mut w, cache) = writer(CacheConfig { max_batch: 3, ..CacheConfig::default() });
+    let (mut w, cache) = writer(CacheConfig {
+        max_batch: 3,
+        ..CacheConfig::default()
+    });
     w.handle(SyncerEvent::Status(SyncStatus::ResyncInProgress));
     let listing = Listing {
         revision: Revision(10),
-        items: (0..7).map(|i| Ok(netset(&format!("n{i}"), "10.0.0.0/8"))).collect::<Vec<Item>>(),
+        items: (0..7)
+            .map(|i| Ok(netset(&format!("n{i}"), "10.0.0.0/8")))
+            .collect::<Vec<Item>>(),
     };
     w.handle(SyncerEvent::Resync(listing));
     w.handle(SyncerEvent::Status(SyncStatus::InSync));
     w.flush();
     // 7 updates in batches of at most 3: seq 1..=3; only the last is InSync.
     let crumbs = cache.after(Seq(0), 100).unwrap();
-    assert_eq!(crumbs.iter().map(|c| c.deltas.len()).collect::<Vec<_>>(), [3, 3, 1]);
+    assert_eq!(
+        crumbs.iter().map(|c| c.deltas.len()).collect::<Vec<_>>(),
+        [3, 3, 1]
+    );
     assert_eq!(
         crumbs.iter().map(|c| c.status).collect::<Vec<_>>(),
-        [SyncStatus::WaitForDatastore, SyncStatus::WaitForDatastore, SyncStatus::InSync]
+        [
+            SyncStatus::WaitForDatastore,
+            SyncStatus::WaitForDatastore,
+            SyncStatus::InSync
+        ]
     );
     assert!(crumbs.iter().all(|c| c.revision == Revision(10)));
     // The same value again is skipped and counted; no breadcrumb.
@@ -95,7 +112,10 @@ fn resync_after_too_old_deletes_what_is_gone() {
     w.handle(put(1, netset("a", "10.0.0.0/8")));
     w.handle(put(2, netset("b", "10.1.0.0/16")));
     w.flush();
-    w.handle(SyncerEvent::Resync(Listing { revision: Revision(5), items: vec![Ok(netset("b", "10.1.0.0/16"))] }));
+    w.handle(SyncerEvent::Resync(Listing {
+        revision: Revision(5),
+        items: vec![Ok(netset("b", "10.1.0.0/16"))],
+    }));
     w.flush();
     let latest = cache.latest();
     assert_eq!(latest.map.len(), 1);
@@ -106,7 +126,10 @@ fn resync_after_too_old_deletes_what_is_gone() {
 
 #[test]
 fn history_is_bounded_and_eviction_is_reported() {
-    let (mut w, cache) = writer(CacheConfig { history_max: 5, ..CacheConfig::default() });
+    let (mut w, cache) = writer(CacheConfig {
+        history_max: 5,
+        ..CacheConfig::default()
+    });
     for i in 0..20 {
         w.handle(put(i + 1, netset("a", &format!("10.{i}.0.0/16"))));
         w.flush();
@@ -126,7 +149,10 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
     let (mut w, cache) = writer(CacheConfig::default());
     for i in 0..32u64 {
         // Key "k{i%4}" changes 8 times; "gone" is created and deleted inside the span.
-        w.handle(put(i + 1, netset(&format!("k{}", i % 4), &format!("10.{i}.0.0/16"))));
+        w.handle(put(
+            i + 1,
+            netset(&format!("k{}", i % 4), &format!("10.{i}.0.0/16")),
+        ));
         if i == 20 {
             w.handle(put(100, netset("gone", "10.0.0.0/8")));
         }
@@ -138,9 +164,17 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
     let end = cache.get(Seq(32)).unwrap();
     let frame = crate::fanout::span_frame(&cache, &end, 16, false).unwrap();
     let mut dec = protocol::FrameDecoder::new(protocol::Limits::CLIENT_INBOUND);
-    let msg = dec.decode(&mut bytes::BytesMut::from(&frame[..])).unwrap().unwrap();
-    let protocol::Message::Deltas(d) = msg else { panic!() };
-    assert_eq!((d.from_seq, d.seq, d.digest), (Seq(16), Seq(32), end.digest));
+    let msg = dec
+        .decode(&mut bytes::BytesMut::from(&frame[..]))
+        .unwrap()
+        .unwrap();
+    let protocol::Message::Deltas(d) = msg else {
+        panic!()
+    };
+    assert_eq!(
+        (d.from_seq, d.seq, d.digest),
+        (Seq(16), Seq(32), end.digest)
+    );
     assert_eq!(d.updates.len(), 5, "4 keys + the deletion of `gone`");
     let mut state = map_of(&cache.get(Seq(16)).unwrap().map);
     fold(&mut state, &d.updates);
@@ -148,7 +182,10 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
     // Built once, shared.
     let again = crate::fanout::span_frame(&cache, &end, 16, false).unwrap();
     assert_eq!(again.as_ptr(), frame.as_ptr());
-    assert_eq!(cache.metrics.encoded_count(crate::metrics::FrameKind::span), 1);
+    assert_eq!(
+        cache.metrics.encoded_count(crate::metrics::FrameKind::span),
+        1
+    );
     // Not aligned: no span.
     assert!(crate::fanout::span_frame(&cache, &cache.get(Seq(31)).unwrap(), 16, false).is_none());
 }

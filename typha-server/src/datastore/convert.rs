@@ -303,7 +303,12 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
                     s.addresses
                         .iter()
                         .filter(|a| a.address_type == *t)
-                        .find_map(|a| cx.iface_net(&a.address).ok().map(|n| n.addr()).filter(IpAddr::is_ipv4))
+                        .find_map(|a| {
+                            cx.iface_net(&a.address)
+                                .ok()
+                                .map(|n| n.addr())
+                                .filter(IpAddr::is_ipv4)
+                        })
                 })
             });
             let mut out = Vec::new();

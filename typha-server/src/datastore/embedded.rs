@@ -123,8 +123,13 @@ impl Embedded {
                 // Equal apart from the resourceVersion we stamp: not a change.
                 Change::Put(r) => s.objects.get(&r.id()).is_none_or(|old| {
                     old.spec != r.spec
-                        || ObjectMeta { resource_version: None, ..old.metadata.clone() }
-                            != ObjectMeta { resource_version: None, ..r.metadata.clone() }
+                        || ObjectMeta {
+                            resource_version: None,
+                            ..old.metadata.clone()
+                        } != ObjectMeta {
+                            resource_version: None,
+                            ..r.metadata.clone()
+                        }
                 }),
                 Change::Delete(id) => s.objects.contains_key(id),
             };

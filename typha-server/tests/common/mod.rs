@@ -27,14 +27,20 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// A server over a fresh embedded store.
 pub async fn server(cfg: Config) -> (RunningServer, Embedded) {
     let store = Embedded::new();
-    let srv = start(cfg, Arc::new(store.clone())).await.expect("server starts");
+    let srv = start(cfg, Arc::new(store.clone()))
+        .await
+        .expect("server starts");
     (srv, store)
 }
 
 /// Realistic resources: `nodes` nodes with `pods` workload endpoints each, namespaces, profiles,
 /// policies, a pool, blocks.
 pub fn cluster(nodes: usize, pods: usize) -> Vec<Resource> {
-    typha_server::sample::cluster(&typha_server::sample::Spec { nodes, pods_per_node: pods, ..Default::default() })
+    typha_server::sample::cluster(&typha_server::sample::Spec {
+        nodes,
+        pods_per_node: pods,
+        ..Default::default()
+    })
 }
 
 /// The combined digest a correct client must reach for `store`'s content (conversion of every
@@ -55,7 +61,10 @@ pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// rustls client settings for tests.
-pub fn tls_client(ca_pem: &str, client: Option<&typha_server::pki::Issued>) -> Arc<rustls::ClientConfig> {
+pub fn tls_client(
+    ca_pem: &str,
+    client: Option<&typha_server::pki::Issued>,
+) -> Arc<rustls::ClientConfig> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -70,7 +79,9 @@ pub fn tls_client(ca_pem: &str, client: Option<&typha_server::pki::Issued>) -> A
     Arc::new(match client {
         Some(c) => b
             .with_client_auth_cert(
-                CertificateDer::pem_slice_iter(c.cert_pem.as_bytes()).map(|c| c.unwrap()).collect(),
+                CertificateDer::pem_slice_iter(c.cert_pem.as_bytes())
+                    .map(|c| c.unwrap())
+                    .collect(),
                 PrivateKeyDer::from_pem_slice(c.key_pem.as_bytes()).unwrap(),
             )
             .unwrap(),
@@ -114,10 +125,15 @@ impl Peer {
         Self::over(Box::new(tcp))
     }
 
-    pub async fn connect_tls(addr: SocketAddr, cfg: Arc<rustls::ClientConfig>) -> std::io::Result<Peer> {
+    pub async fn connect_tls(
+        addr: SocketAddr,
+        cfg: Arc<rustls::ClientConfig>,
+    ) -> std::io::Result<Peer> {
         let tcp = TcpStream::connect(addr).await?;
         let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-        let tls = tokio_rustls::TlsConnector::from(cfg).connect(name, tcp).await?;
+        let tls = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await?;
         Ok(Self::over(Box::new(tls)))
     }
 
@@ -159,9 +175,13 @@ impl Peer {
     /// Hello and the server's answer.
     pub async fn hello(&mut self, offer: ClientOffer) -> Result<Session, String> {
         let mut hs = ClientHandshake::new(offer, std::time::Instant::now());
-        self.send(&Message::ClientHello(hs.hello())).await.map_err(|e| e.to_string())?;
+        self.send(&Message::ClientHello(hs.hello()))
+            .await
+            .map_err(|e| e.to_string())?;
         let m = self.recv().await?;
-        let s = hs.handle_message(m, std::time::Instant::now()).map_err(|e| e.to_string())?;
+        let s = hs
+            .handle_message(m, std::time::Instant::now())
+            .map_err(|e| e.to_string())?;
         self.epoch = s.epoch;
         self.session = Some(s.clone());
         Ok(s)
@@ -169,12 +189,21 @@ impl Peer {
 
     /// A default hello for `host`, optionally resuming from this peer's state.
     pub fn offer(host: &str, resume: Option<Resume>) -> ClientOffer {
-        ClientOffer { resume, ..ClientOffer::new(host) }
+        ClientOffer {
+            resume,
+            ..ClientOffer::new(host)
+        }
     }
 
     /// Where this peer is, for a resume.
     pub fn resume(&self) -> Resume {
-        Resume { cursor: Some(Cursor { epoch: self.epoch, seq: self.seq }), digest: Some(self.digest.clone()) }
+        Resume {
+            cursor: Some(Cursor {
+                epoch: self.epoch,
+                seq: self.seq,
+            }),
+            digest: Some(self.digest.clone()),
+        }
     }
 
     /// The next message (EOF and errors are `Err`).
@@ -217,27 +246,48 @@ impl Peer {
                 if self.snap.is_some() {
                     return Err("nested snapshot".into());
                 }
-                self.snap = Some(Snap { scope: Some(b.scope), seen: BTreeSet::new(), expected: b.kvs });
+                self.snap = Some(Snap {
+                    scope: Some(b.scope),
+                    seen: BTreeSet::new(),
+                    expected: b.kvs,
+                });
             }
             Message::SnapshotChunk(c) => {
-                let Some(snap) = self.snap.as_mut() else { return Err("chunk outside a snapshot".into()) };
+                let Some(snap) = self.snap.as_mut() else {
+                    return Err("chunk outside a snapshot".into());
+                };
                 for u in c.updates {
                     let v = u.value.ok_or("snapshot deletion")?;
                     let old = self.state.insert(u.key.clone(), v.clone());
-                    self.digest.apply(u.key.as_str(), old.as_ref().map(|o| o.as_bytes()), Some(v.as_bytes()));
+                    self.digest.apply(
+                        u.key.as_str(),
+                        old.as_ref().map(|o| o.as_bytes()),
+                        Some(v.as_bytes()),
+                    );
                     snap.seen.insert(u.key);
                 }
             }
             Message::SnapshotEnd(e) => {
                 let snap = self.snap.take().ok_or("end outside a snapshot")?;
                 if snap.seen.len() as u64 != snap.expected {
-                    return Err(format!("snapshot announced {} KVs, sent {}", snap.expected, snap.seen.len()));
+                    return Err(format!(
+                        "snapshot announced {} KVs, sent {}",
+                        snap.expected,
+                        snap.seen.len()
+                    ));
                 }
                 let in_scope = |k: &KeyPath| match &snap.scope {
-                    Some(SnapshotScope::Buckets(set)) => set.contains(KeyHash::of(k.as_str()).bucket()),
+                    Some(SnapshotScope::Buckets(set)) => {
+                        set.contains(KeyHash::of(k.as_str()).bucket())
+                    }
                     _ => true,
                 };
-                let stale: Vec<KeyPath> = self.state.keys().filter(|k| in_scope(k) && !snap.seen.contains(*k)).cloned().collect();
+                let stale: Vec<KeyPath> = self
+                    .state
+                    .keys()
+                    .filter(|k| in_scope(k) && !snap.seen.contains(*k))
+                    .cloned()
+                    .collect();
                 for k in stale {
                     if let Some(old) = self.state.remove(&k) {
                         self.digest.remove(k.as_str(), old.as_bytes());
@@ -245,12 +295,19 @@ impl Peer {
                 }
                 self.seq = e.seq;
                 if self.digest.combined() != e.digest {
-                    return Err(format!("digest after snapshot {:x} != server's {:x}", self.digest.combined(), e.digest));
+                    return Err(format!(
+                        "digest after snapshot {:x} != server's {:x}",
+                        self.digest.combined(),
+                        e.digest
+                    ));
                 }
             }
             Message::Deltas(d) => {
                 if d.from_seq != self.seq {
-                    return Err(format!("gap: at {} but deltas from {}", self.seq, d.from_seq));
+                    return Err(format!(
+                        "gap: at {} but deltas from {}",
+                        self.seq, d.from_seq
+                    ));
                 }
                 self.delta_frames += 1;
                 for u in d.updates {
@@ -258,12 +315,21 @@ impl Peer {
                         Some(v) => self.state.insert(u.key.clone(), v.clone()),
                         None => self.state.remove(&u.key),
                     };
-                    self.digest.apply(u.key.as_str(), old.as_ref().map(|o| o.as_bytes()), u.value.as_ref().map(|v| v.as_bytes()));
+                    self.digest.apply(
+                        u.key.as_str(),
+                        old.as_ref().map(|o| o.as_bytes()),
+                        u.value.as_ref().map(|v| v.as_bytes()),
+                    );
                     self.updates_seen.push((u.key, u.value));
                 }
                 self.seq = d.seq;
                 if self.digest.combined() != d.digest {
-                    return Err(format!("digest at {} is {:x}, server says {:x}", d.seq, self.digest.combined(), d.digest));
+                    return Err(format!(
+                        "digest at {} is {:x}, server says {:x}",
+                        d.seq,
+                        self.digest.combined(),
+                        d.digest
+                    ));
                 }
             }
             Message::SyncStatus(s) => {
@@ -272,7 +338,11 @@ impl Peer {
             }
             Message::Ping(p) => {
                 if self.auto_pong {
-                    let _ = self.send(&Message::Pong(Pong { ping_timestamp_micros: p.timestamp_micros })).await;
+                    let _ = self
+                        .send(&Message::Pong(Pong {
+                            ping_timestamp_micros: p.timestamp_micros,
+                        }))
+                        .await;
                 }
             }
             Message::Goodbye(g) => {
@@ -289,8 +359,13 @@ impl Peer {
         let deadline = tokio::time::Instant::now() + WAIT;
         while !done(self) {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let m = self.recv_within(left).await.unwrap_or_else(|e| panic!("waiting for {what}: {e}"));
-            self.apply(m).await.unwrap_or_else(|e| panic!("waiting for {what}: {e}"));
+            let m = self
+                .recv_within(left)
+                .await
+                .unwrap_or_else(|e| panic!("waiting for {what}: {e}"));
+            self.apply(m)
+                .await
+                .unwrap_or_else(|e| panic!("waiting for {what}: {e}"));
         }
     }
 
@@ -317,11 +392,37 @@ impl Peer {
     }
 }
 
+/// A sample's value from the server's /metrics text (the first sample named `name`, with any
+/// labels given inside `name`, e.g. `typha_resumes_total{kind="deltas"}`).
+pub fn metric(srv: &RunningServer, name: &str) -> f64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &srv.registry).unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.split(' ').next()?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
+}
+
+/// Waits until the server's cache has applied everything the store holds.
+pub async fn settle(srv: &RunningServer, store: &Embedded) {
+    let want = store.revision();
+    eventually("the cache to catch up with the store", || {
+        srv.cache.latest().revision >= want
+    })
+    .await;
+}
+
 /// Waits until `f` holds (polling), or panics naming `what`.
 pub async fn eventually(what: &str, f: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !f() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }

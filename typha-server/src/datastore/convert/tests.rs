@@ -1,6 +1,6 @@
 use super::*;
-use ipnet::{Ipv4Net, Ipv6Net};
 use crate::datastore::v3::yaml_documents;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 fn one(yaml: &str) -> Result<Vec<(Key, Value)>, ConvertError> {
     let docs = yaml_documents(yaml).unwrap();

@@ -1,0 +1,217 @@
+//! Bad peers and limits: ping/pong, pong and handshake timeouts, garbage and oversized frames,
+//! the connection limit, a client that never reads, graceful shutdown.
+
+// In tests a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Peer, cluster, expected_digest, server, settle};
+use protocol::message::{GoodbyeReason, Message};
+use typha_server::config::Config;
+use typha_server::metrics::DropReason;
+
+fn fast_pings() -> Config {
+    let mut cfg = Config::for_tests();
+    cfg.conn.ping_interval = Duration::from_millis(100);
+    // At most 2x the interval is widened to 6x (600 ms), as in Typha.
+    cfg.conn.pong_timeout = Duration::from_millis(150);
+    cfg
+}
+
+#[tokio::test]
+async fn pings_are_answered_and_a_silent_client_is_dropped() {
+    let (srv, store) = server(fast_pings()).await;
+    store.bulk_load(cluster(1, 2));
+    let mut good = Peer::connect(srv.addr).await;
+    good.hello(Peer::offer("good", None)).await.unwrap();
+    let mut silent = Peer::connect(srv.addr).await;
+    silent.auto_pong = false;
+    silent.hello(Peer::offer("silent", None)).await.unwrap();
+
+    // Both are read (the silent one just never answers); the good one answers every ping.
+    let mut bye = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(2500);
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(m) = good.recv_within(Duration::from_millis(20)).await {
+            good.apply(m).await.unwrap();
+        }
+        if bye.is_none() {
+            match silent.recv_within(Duration::from_millis(20)).await {
+                Ok(Message::Goodbye(g)) => bye = Some(g.reason),
+                Ok(m) => silent.apply(m).await.unwrap(),
+                Err(e) if e == "timeout" => {}
+                Err(e) => panic!("silent client: {e}"),
+            }
+        }
+    }
+    assert_eq!(bye, Some(GoodbyeReason::PingTimeout));
+    assert_eq!(
+        srv.metrics.dropped_count(DropReason::ping_timeout),
+        1,
+        "only the silent one"
+    );
+    assert!(common::metric(&srv, "typha_ping_latency_count") > 3.0);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_hello_within_the_handshake_timeout() {
+    let mut cfg = Config::for_tests();
+    cfg.conn.handshake_timeout = Duration::from_millis(300);
+    let (srv, _store) = server(cfg).await;
+    let mut p = Peer::connect(srv.addr).await;
+    let start = tokio::time::Instant::now();
+    let bye = p.until_closed().await;
+    assert_eq!(bye.map(|g| g.reason), Some(GoodbyeReason::HandshakeTimeout));
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!(srv.metrics.dropped_count(DropReason::handshake), 1);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn garbage_and_oversized_frames_close_only_that_connection() {
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(2, 5));
+    let mut good = Peer::connect(srv.addr).await;
+    good.hello(Peer::offer("good", None)).await.unwrap();
+    good.sync_to(&srv).await;
+
+    // Garbage instead of a hello.
+    let mut g = Peer::connect(srv.addr).await;
+    g.send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        g.until_closed().await.map(|g| g.reason),
+        Some(GoodbyeReason::ProtocolError)
+    );
+
+    // A frame announcing 2 GiB after a valid handshake.
+    let mut o = Peer::connect(srv.addr).await;
+    o.hello(Peer::offer("big", None)).await.unwrap();
+    o.send_raw(&[0x80, 0, 0, 0, 5, 0]).await.unwrap();
+    assert_eq!(
+        o.until_closed().await.map(|g| g.reason),
+        Some(GoodbyeReason::ProtocolError)
+    );
+
+    // A message a client must not send.
+    let mut w = Peer::connect(srv.addr).await;
+    w.hello(Peer::offer("wrong", None)).await.unwrap();
+    w.send(&Message::SyncStatus(protocol::model::SyncStatus::InSync))
+        .await
+        .unwrap();
+    assert_eq!(
+        w.until_closed().await.map(|g| g.reason),
+        Some(GoodbyeReason::ProtocolError)
+    );
+
+    // The good client still gets every update.
+    let spec = typha_server::sample::Spec {
+        nodes: 2,
+        pods_per_node: 5,
+        ..Default::default()
+    };
+    store.put(spec.workload_endpoint(1, 1, 9));
+    settle(&srv, &store).await;
+    good.sync_to(&srv).await;
+    assert_eq!(good.digest.combined(), expected_digest(&store).0);
+    assert!(
+        srv.metrics.dropped_count(DropReason::protocol_error)
+            + srv.metrics.dropped_count(DropReason::handshake)
+            >= 3
+    );
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn over_the_connection_limit_a_client_gets_a_goodbye() {
+    let mut cfg = Config::for_tests();
+    cfg.max_connections = 2;
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(1, 1));
+    let mut a = Peer::connect(srv.addr).await;
+    a.hello(Peer::offer("a", None)).await.unwrap();
+    let mut b = Peer::connect(srv.addr).await;
+    b.hello(Peer::offer("b", None)).await.unwrap();
+    common::eventually("two registered", || srv.connections() == 2).await;
+    let mut c = Peer::connect(srv.addr).await;
+    let err = c.hello(Peer::offer("c", None)).await.unwrap_err();
+    assert!(err.contains("connection limit"), "{err}");
+    assert_eq!(
+        srv.metrics.dropped_count(DropReason::too_many_connections),
+        1
+    );
+    // Room again once one leaves.
+    drop(a);
+    common::eventually("one left", || srv.connections() == 1).await;
+    let mut d = Peer::connect(srv.addr).await;
+    d.hello(Peer::offer("d", None)).await.unwrap();
+    d.sync_to(&srv).await;
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_does_not_hold_back_the_others() {
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(2, 5));
+    let mut stuck = Peer::connect(srv.addr).await;
+    stuck.hello(Peer::offer("stuck", None)).await.unwrap();
+    let mut ok = Peer::connect(srv.addr).await;
+    ok.hello(Peer::offer("ok", None)).await.unwrap();
+    ok.sync_to(&srv).await;
+    // Enough data to fill the stuck client's socket buffers many times over: large policies.
+    for i in 0..400 {
+        let big: Vec<serde_json::Value> = (0..60)
+            .map(|r| serde_json::json!({"action": "Allow", "protocol": "TCP", "source": {"nets": [format!("10.{}.{}.0/24", i % 200, r)]}, "destination": {"ports": [1000 + r]}}))
+            .collect();
+        store.put(
+            typha_server::datastore::v3::Resource::from_json(serde_json::json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
+                "metadata": {"name": format!("big-{}", i % 50)},
+                "spec": {"selector": "all()", "ingress": big, "order": i}
+            }))
+            .unwrap(),
+        );
+    }
+    settle(&srv, &store).await;
+    let started = tokio::time::Instant::now();
+    ok.sync_to(&srv).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        ok.digest.combined(),
+        expected_digest(&store).0,
+        "every update reached the reading client"
+    );
+    srv.shutdown().await;
+    drop(stuck);
+}
+
+#[tokio::test]
+async fn shutdown_says_goodbye_to_every_client() {
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(1, 1));
+    let mut peers = Vec::new();
+    for i in 0..3 {
+        let mut p = Peer::connect(srv.addr).await;
+        p.hello(Peer::offer(&format!("n{i}"), None)).await.unwrap();
+        p.sync_to(&srv).await;
+        peers.push(p);
+    }
+    let addr = srv.addr;
+    let shutdown = tokio::spawn(srv.shutdown());
+    for p in &mut peers {
+        assert_eq!(
+            p.until_closed().await.map(|g| g.reason),
+            Some(GoodbyeReason::Shutdown)
+        );
+    }
+    shutdown.await.unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
+}

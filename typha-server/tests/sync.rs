@@ -1,0 +1,341 @@
+//! The server's core contract, over real TCP on loopback: the snapshot equals the datastore,
+//! deltas arrive in order, status transitions, every resume kind, coalesced catch-up, manifest
+//! edits, and frames encoded once whatever the number of clients.
+
+// In tests a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Peer, cluster, eventually, expected_digest, server, settle};
+use futures_util::future::BoxFuture;
+use protocol::model::SyncStatus;
+use tokio::sync::Notify;
+use typha_server::config::Config;
+use typha_server::datastore::embedded::{DirSource, Embedded};
+use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
+use typha_server::metrics::{FrameKind, ResumeKind};
+
+#[tokio::test]
+async fn snapshot_equals_the_datastore_and_deltas_follow_in_order() {
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(20, 30));
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+    p.sync_to(&srv).await;
+    let (want, n) = expected_digest(&store);
+    assert_eq!(p.state.len(), n);
+    assert_eq!(
+        p.digest.combined(),
+        want,
+        "client digest equals a fold of the datastore"
+    );
+    assert_eq!(p.first_after_hello, Some("snapshot"));
+
+    // Changes arrive once each, in order.
+    let spec = typha_server::sample::Spec {
+        nodes: 20,
+        pods_per_node: 30,
+        ..Default::default()
+    };
+    let before = p.updates_seen.len();
+    for g in 1..=50u64 {
+        store.put(spec.workload_endpoint((g % 20) as usize, (g % 30) as usize, g));
+    }
+    let victim = store
+        .resources()
+        .into_iter()
+        .find(|r| r.metadata.name.contains("k8s"))
+        .unwrap();
+    store.delete(&victim.id());
+    settle(&srv, &store).await;
+    p.sync_to(&srv).await;
+    let seen = &p.updates_seen[before..];
+    assert_eq!(
+        seen.len(),
+        51,
+        "50 updates and 1 deletion, each exactly once"
+    );
+    assert!(seen[..50].iter().all(|(_, v)| v.is_some()));
+    assert!(seen[50].1.is_none());
+    let (want, _) = expected_digest(&store);
+    assert_eq!(p.digest.combined(), want);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn frames_are_encoded_once_whatever_the_number_of_clients() {
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(5, 10));
+    let mut peers = Vec::new();
+    for i in 0..20 {
+        let mut p = Peer::connect(srv.addr).await;
+        p.hello(Peer::offer(&format!("node-{i}"), None))
+            .await
+            .unwrap();
+        p.sync_to(&srv).await;
+        peers.push(p);
+    }
+    let spec = typha_server::sample::Spec {
+        nodes: 5,
+        pods_per_node: 10,
+        ..Default::default()
+    };
+    let deltas_before = srv.metrics.encoded_count(FrameKind::delta);
+    let seq_before = srv.cache.latest().seq;
+    for g in 1..=30u64 {
+        // Each change becomes its own breadcrumb.
+        let rev = store.put(spec.workload_endpoint(0, (g % 10) as usize, g));
+        eventually("breadcrumb", || srv.cache.latest().revision >= rev).await;
+    }
+    for p in &mut peers {
+        p.sync_to(&srv).await;
+    }
+    let crumbs = srv.cache.latest().seq.0 - seq_before.0;
+    let encoded = srv.metrics.encoded_count(FrameKind::delta) - deltas_before;
+    assert_eq!(
+        encoded, crumbs,
+        "one delta frame encode per breadcrumb for 20 clients"
+    );
+    // 20 clients joined one unchanged version: one snapshot built, the rest reused.
+    assert_eq!(srv.metrics.snapshots_generated.get(), 1);
+    assert_eq!(srv.metrics.snapshots_reused.get(), 19);
+    srv.shutdown().await;
+}
+
+/// A datastore whose listing waits for a signal, to watch the status move.
+struct Gated {
+    inner: Embedded,
+    open: Arc<Notify>,
+}
+
+impl Datastore for Gated {
+    fn name(&self) -> &'static str {
+        "gated"
+    }
+    fn list(&self) -> BoxFuture<'_, Result<Listing, DatastoreError>> {
+        Box::pin(async move {
+            self.open.notified().await;
+            self.open.notify_one();
+            self.inner.list().await
+        })
+    }
+    fn watch(
+        &self,
+        from: protocol::model::Revision,
+    ) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
+        self.inner.watch(from)
+    }
+}
+
+#[tokio::test]
+async fn status_moves_from_wait_for_datastore_to_in_sync() {
+    let store = Embedded::new();
+    store.bulk_load(cluster(2, 3));
+    let open = Arc::new(Notify::new());
+    let srv = typha_server::server::start(
+        Config::for_tests(),
+        Arc::new(Gated {
+            inner: store.clone(),
+            open: open.clone(),
+        }),
+    )
+    .await
+    .unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("early", None)).await.unwrap();
+    p.until("first status", |p| p.status.is_some()).await;
+    assert_eq!(p.statuses, vec![SyncStatus::WaitForDatastore]);
+    assert!(p.state.is_empty());
+    open.notify_one();
+    p.sync_to(&srv).await;
+    assert_eq!(*p.statuses.last().unwrap(), SyncStatus::InSync);
+    assert!(
+        !p.statuses.contains(&SyncStatus::InSync)
+            || p.statuses.iter().position(|s| *s == SyncStatus::InSync)
+                == Some(p.statuses.len() - 1)
+    );
+    let (want, _) = expected_digest(&store);
+    assert_eq!(
+        p.digest.combined(),
+        want,
+        "InSync is only reported once the data is complete"
+    );
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn resume_by_deltas_sends_only_what_was_missed() {
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(5, 10));
+    let spec = typha_server::sample::Spec {
+        nodes: 5,
+        pods_per_node: 10,
+        ..Default::default()
+    };
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("n", None)).await.unwrap();
+    p.sync_to(&srv).await;
+    let (state, digest, seq) = (p.state.clone(), p.digest.clone(), p.seq);
+    let resume = p.resume();
+    drop(p);
+    for g in 1..=5u64 {
+        store.put(spec.workload_endpoint(1, g as usize, g));
+    }
+    settle(&srv, &store).await;
+    let mut q = Peer::connect(srv.addr).await;
+    q.state = state;
+    q.digest = digest;
+    q.seq = seq;
+    q.hello(Peer::offer("n", Some(resume))).await.unwrap();
+    q.sync_to(&srv).await;
+    assert_eq!(q.first_after_hello, Some("deltas"));
+    assert_eq!(q.updates_seen.len(), 5, "only the five missed updates");
+    assert_eq!(q.digest.combined(), expected_digest(&store).0);
+    assert_eq!(srv.metrics.resume_count(ResumeKind::deltas), 1);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn resume_by_digest_after_a_server_restart_sends_only_differing_buckets() {
+    let store = Embedded::new();
+    store.bulk_load(cluster(20, 30));
+    let srv = typha_server::server::start(Config::for_tests(), Arc::new(store.clone()))
+        .await
+        .unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("n", None)).await.unwrap();
+    p.sync_to(&srv).await;
+    let (state, digest) = (p.state.clone(), p.digest.clone());
+    let resume = p.resume();
+    let total = state.len();
+    drop(p);
+    srv.shutdown().await;
+
+    // A few changes while the server is down; a new server (new epoch) over the same store.
+    let spec = typha_server::sample::Spec {
+        nodes: 20,
+        pods_per_node: 30,
+        ..Default::default()
+    };
+    for g in 1..=3u64 {
+        store.put(spec.workload_endpoint(2, g as usize, 100 + g));
+    }
+    let victim = store
+        .resources()
+        .into_iter()
+        .find(|r| r.metadata.name.contains("k8s"))
+        .unwrap();
+    store.delete(&victim.id());
+    let srv = typha_server::server::start(Config::for_tests(), Arc::new(store.clone()))
+        .await
+        .unwrap();
+    eventually("new server in sync", || {
+        srv.cache.latest().status == SyncStatus::InSync
+    })
+    .await;
+    let mut q = Peer::connect(srv.addr).await;
+    q.state = state;
+    q.digest = digest;
+    let old_epoch = resume.cursor.unwrap().epoch;
+    let session = q.hello(Peer::offer("n", Some(resume))).await.unwrap();
+    assert_ne!(
+        session.epoch, old_epoch,
+        "a restarted server has a new epoch"
+    );
+    q.sync_to(&srv).await;
+    assert_eq!(q.first_after_hello, Some("digest"));
+    assert_eq!(
+        q.digest.combined(),
+        expected_digest(&store).0,
+        "final state is exact, deletion included"
+    );
+    assert_eq!(srv.metrics.resume_count(ResumeKind::digest), 1);
+    assert_eq!(srv.metrics.resume_count(ResumeKind::snapshot), 0);
+    // At most 4 buckets differ: far fewer KVs were sent than a snapshot would carry.
+    assert!(q.frames < 20, "{} frames", q.frames);
+    assert!(total > 600);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_far_behind_catches_up_through_shared_spans() {
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(2, 5));
+    let spec = typha_server::sample::Spec {
+        nodes: 2,
+        pods_per_node: 5,
+        ..Default::default()
+    };
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("behind", None)).await.unwrap();
+    p.sync_to(&srv).await;
+    let (state, digest, seq, resume) = (p.state.clone(), p.digest.clone(), p.seq, p.resume());
+    drop(p);
+    // 600 breadcrumbs while the client is away (a socket's buffers would hide a slow reader on
+    // loopback; a short disconnect is the honest way to be 600 behind).
+    for g in 1..=600u64 {
+        let rev = store.put(spec.workload_endpoint(0, (g % 5) as usize, g));
+        eventually("breadcrumb", || srv.cache.latest().revision >= rev).await;
+    }
+    let crumbs = srv.cache.latest().seq.0 - seq.0;
+    assert!(crumbs >= 600);
+    let mut q = Peer::connect(srv.addr).await;
+    (q.state, q.digest, q.seq) = (state, digest, seq);
+    q.hello(Peer::offer("behind", Some(resume))).await.unwrap();
+    q.sync_to(&srv).await;
+    assert_eq!(q.first_after_hello, Some("deltas"));
+    // One confirming frame, then a handful of spans and single breadcrumbs, not 600 frames.
+    assert!(
+        q.delta_frames < 50,
+        "{} frames for {crumbs} breadcrumbs",
+        q.delta_frames
+    );
+    assert!(
+        q.updates_seen.len() <= q.delta_frames as usize * 5,
+        "a span carries the latest value of each of the 5 keys at most: {} updates",
+        q.updates_seen.len()
+    );
+    assert_eq!(q.digest.combined(), expected_digest(&store).0);
+    let spans = srv.metrics.encoded_count(FrameKind::span);
+    // A second client at the same position reuses every span: no new encodes.
+    let mut r = Peer::connect(srv.addr).await;
+    r.hello(Peer::offer("behind-2", None)).await.unwrap();
+    r.sync_to(&srv).await;
+    assert_eq!(srv.metrics.encoded_count(FrameKind::span), spans);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn manifest_edits_propagate_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sets.yaml");
+    std::fs::write(&file, "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {name: office}\nspec: {nets: [192.0.2.0/24]}\n").unwrap();
+    let store = Embedded::new();
+    let mut src = DirSource::new(dir.path(), store.clone());
+    src.scan();
+    tokio::spawn(src.run(Duration::from_millis(100)));
+    let srv = typha_server::server::start(Config::for_tests(), Arc::new(store.clone()))
+        .await
+        .unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("n", None)).await.unwrap();
+    p.sync_to(&srv).await;
+    assert_eq!(p.state.len(), 1);
+
+    let edited = tokio::time::Instant::now();
+    std::fs::write(&file, "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {name: office}\nspec: {nets: [192.0.2.0/24, 198.51.100.0/24]}\n").unwrap();
+    let before = p.updates_seen.len();
+    p.until("the edit", |p| p.updates_seen.len() > before).await;
+    assert!(
+        edited.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        edited.elapsed()
+    );
+    std::fs::remove_file(&file).unwrap();
+    p.until("the removal", |p| p.state.is_empty()).await;
+    srv.shutdown().await;
+}
