@@ -5,8 +5,8 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
 use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Parser};
 use typha_server::cache::CacheConfig;
 use typha_server::config::{Config, DatastoreConfig};
 use typha_server::conn::ConnConfig;
@@ -44,7 +44,7 @@ pub(crate) struct Cli {
     #[arg(long, env = "TYPHA_CLIENTURISAN", value_delimiter = ',')]
     pub client_uri_san: Vec<String>,
     /// Serve /liveness and /readiness.
-    #[arg(long, env = "TYPHA_HEALTHENABLED", default_value = "true", value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "TYPHA_HEALTHENABLED", default_value = "true", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub health_enabled: bool,
     /// Health listener address (empty: all interfaces).
     #[arg(long, env = "TYPHA_HEALTHHOST", default_value = "")]
@@ -53,7 +53,7 @@ pub(crate) struct Cli {
     #[arg(long, env = "TYPHA_HEALTHPORT", default_value_t = 9098)]
     pub health_port: u16,
     /// Serve /metrics.
-    #[arg(long, env = "TYPHA_PROMETHEUSMETRICSENABLED", default_value = "true", value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "TYPHA_PROMETHEUSMETRICSENABLED", default_value = "true", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub prometheus_metrics_enabled: bool,
     /// Metrics listener address (empty: all interfaces).
     #[arg(long, env = "TYPHA_PROMETHEUSMETRICSHOST", default_value = "")]
@@ -103,7 +103,7 @@ pub(crate) struct Cli {
     #[arg(long, env = "TYPHA_LOGSEVERITYSCREEN", default_value = "Info")]
     pub log_severity_screen: String,
     /// Log as JSON lines.
-    #[arg(long, env = "TYPHA_LOGFORMATJSON", default_value = "false", value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "TYPHA_LOGFORMATJSON", default_value = "false", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub log_json: bool,
 }
 
@@ -306,6 +306,34 @@ impl Cli {
     }
 }
 
+/// One line for a flag or variable clap could not parse, naming the environment variable too.
+pub(crate) fn describe_clap_error(e: &clap::Error) -> String {
+    use clap::CommandFactory;
+    use clap::error::ContextKind;
+    let first = e
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_owned();
+    let arg = e
+        .get(ContextKind::InvalidArg)
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    let cmd = Cli::command();
+    let env = cmd.get_arguments().find_map(|a| {
+        let long = a.get_long()?;
+        (arg.starts_with(&format!("--{long} ")) || arg == format!("--{long}"))
+            .then(|| a.get_env())?
+            .map(|e| e.to_string_lossy().into_owned())
+    });
+    match env {
+        Some(env) => format!("{env}: {first}"),
+        None => first,
+    }
+}
+
 /// `examples/cluster` in the working directory, else the one in this source tree (so
 /// `cargo run -p typha-server` works from anywhere in the repository).
 fn default_embedded_dir() -> PathBuf {
@@ -402,7 +430,7 @@ mod tests {
             "TYPHA_DATASTORETYPE"
         );
         assert_eq!(
-            parse(&["--server-ping-interval-secs", "-1"])
+            parse(&["--server-ping-interval-secs=-1"])
                 .unwrap_err()
                 .setting,
             "TYPHA_SERVERPINGINTERVALSECS"

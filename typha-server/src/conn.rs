@@ -399,45 +399,44 @@ async fn initial_sync<W: AsyncWrite + Unpin>(
     let m = &cache.metrics;
     let compress = session.peer_decodes_zstd;
     // Same epoch, still in the window: only the missed deltas.
-    if session.features.contains(Features::DELTA_RESUME) {
-        if let Some(at) = resume
+    if session.features.contains(Features::DELTA_RESUME)
+        && let Some(at) = resume
             .and_then(|r| r.cursor)
             .filter(|c| c.epoch == cache.epoch())
             .and_then(|c| cache.get(c.seq))
-        {
-            // Confirms the position and its digest; the catch-up follows from the stream loop.
-            let msg = Message::Deltas(Deltas {
-                from_seq: at.seq,
-                seq: at.seq,
-                digest: at.digest,
-                updates: vec![],
-            });
-            out.queue(encode(&msg, compress))?;
-            out.queue(fanout::status_frame(at.status))?;
-            m.resumed(ResumeKind::deltas);
-            return Ok(at);
-        }
+    {
+        // Confirms the position and its digest; the catch-up follows from the stream loop.
+        let msg = Message::Deltas(Deltas {
+            from_seq: at.seq,
+            seq: at.seq,
+            digest: at.digest,
+            updates: vec![],
+        });
+        out.queue(encode(&msg, compress))?;
+        out.queue(fanout::status_frame(at.status))?;
+        m.resumed(ResumeKind::deltas);
+        return Ok(at);
     }
     // A digest: only the buckets that differ, unless most do.
-    if session.features.contains(Features::BUCKET_RESYNC) {
-        if let Some(theirs) = resume.and_then(|r| r.digest.as_ref()) {
-            let bf = cache.snapshots.buckets(cache, compress).await;
-            let diff = theirs.diff(&bf.digest);
-            if diff.len() <= BUCKETS / 2 {
-                out.queue(bf.begin(&diff, compress))?;
-                for b in diff.ids() {
-                    for f in bf.buckets.get(usize::from(b.0)).into_iter().flatten() {
-                        out.queue(f.clone())?;
-                    }
-                    if out.pending_len >= ctx.cfg.max_write * 4 {
-                        out.flush().await?;
-                    }
+    if session.features.contains(Features::BUCKET_RESYNC)
+        && let Some(theirs) = resume.and_then(|r| r.digest.as_ref())
+    {
+        let bf = cache.snapshots.buckets(cache, compress).await;
+        let diff = theirs.diff(&bf.digest);
+        if diff.len() <= BUCKETS / 2 {
+            out.queue(bf.begin(&diff, compress))?;
+            for b in diff.ids() {
+                for f in bf.buckets.get(usize::from(b.0)).into_iter().flatten() {
+                    out.queue(f.clone())?;
                 }
-                out.queue(bf.end.clone())?;
-                out.queue(fanout::status_frame(bf.crumb.status))?;
-                m.resumed(ResumeKind::digest);
-                return Ok(bf.crumb.clone());
+                if out.pending_len >= ctx.cfg.max_write * 4 {
+                    out.flush().await?;
+                }
             }
+            out.queue(bf.end.clone())?;
+            out.queue(fanout::status_frame(bf.crumb.status))?;
+            m.resumed(ResumeKind::digest);
+            return Ok(bf.crumb.clone());
         }
     }
     let snap = cache.snapshots.full(cache, compress).await;

@@ -55,21 +55,35 @@ pub fn encode(msg: &Message, compress: bool) -> Bytes {
     })
 }
 
+/// One value per protocol variant: frames for peers that decode zstd, and for those that do
+/// not.
+#[derive(Debug, Default)]
+pub struct PerVariant<T> {
+    plain: T,
+    zstd: T,
+}
+
+impl<T> PerVariant<T> {
+    /// The value for the variant.
+    pub fn get(&self, compress: bool) -> &T {
+        if compress { &self.zstd } else { &self.plain }
+    }
+}
+
 /// Frames kept with a breadcrumb.
 #[derive(Debug, Default)]
 pub(crate) struct CrumbFrames {
-    delta: [OnceLock<Bytes>; 2],
-    /// Spans ending at this breadcrumb, per stride (256, 16) and variant.
-    spans: [[OnceLock<Option<Bytes>>; 2]; 2],
-}
-
-fn variant(compress: bool) -> usize {
-    usize::from(compress)
+    delta: PerVariant<OnceLock<Bytes>>,
+    /// Spans ending at this breadcrumb: stride 256, stride 16.
+    span256: PerVariant<OnceLock<Option<Bytes>>>,
+    span16: PerVariant<OnceLock<Option<Bytes>>>,
 }
 
 /// This breadcrumb's delta frame (from `seq - 1` to `seq`).
 pub fn delta_frame(c: &Breadcrumb, compress: bool, m: &Metrics) -> Bytes {
-    c.frames.delta[variant(compress)]
+    c.frames
+        .delta
+        .get(compress)
         .get_or_init(|| {
             m.kvs_per_msg.observe(c.deltas.len() as f64);
             counted(m, FrameKind::delta, encode(&deltas_message(c), compress))
@@ -80,11 +94,15 @@ pub fn delta_frame(c: &Breadcrumb, compress: bool, m: &Metrics) -> Bytes {
 /// The coalesced span of `stride` breadcrumbs ending at `end`, if `end` is aligned and every
 /// breadcrumb of the span is still in the history.
 pub fn span_frame(cache: &Cache, end: &Breadcrumb, stride: u64, compress: bool) -> Option<Bytes> {
-    let which = STRIDES.iter().position(|s| *s == stride)?;
-    if end.seq.0 % stride != 0 || end.seq.0 < stride {
+    let slot = match stride {
+        256 => &end.frames.span256,
+        16 => &end.frames.span16,
+        _ => return None,
+    };
+    if !end.seq.0.is_multiple_of(stride) || end.seq.0 < stride {
         return None;
     }
-    end.frames.spans[which][variant(compress)]
+    slot.get(compress)
         .get_or_init(|| {
             let from = Seq(end.seq.0 - stride);
             let crumbs = cache.range(from, end.seq)?;
@@ -132,7 +150,7 @@ pub fn plan(cursor: Seq, latest: Seq) -> Vec<Step> {
     while s < latest.0 {
         if let Some(&stride) = STRIDES
             .iter()
-            .find(|&&st| s % st == 0 && latest.0 - s >= st)
+            .find(|&&st| s.is_multiple_of(st) && latest.0 - s >= st)
         {
             s += stride;
             out.push(Step::Span {

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 use typha_server::config::DatastoreConfig;
@@ -18,7 +19,21 @@ use typha_server::datastore::embedded::{DirSource, Embedded};
 const EX_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                e.exit()
+            }
+            _ => {
+                eprintln!(
+                    "typha-server: invalid configuration: {}",
+                    cli::describe_clap_error(&e)
+                );
+                return ExitCode::from(EX_CONFIG);
+            }
+        },
+    };
     let filter = EnvFilter::try_new(cli.log_filter()).unwrap_or_else(|_| EnvFilter::new("info"));
     if cli.log_json {
         tracing_subscriber::fmt()
@@ -57,7 +72,7 @@ fn main() -> ExitCode {
                     let mut src = DirSource::new(dir.clone(), store.clone());
                     let report = src.scan();
                     info!(dir = %dir.display(), resources = store.resources().len(), warnings = report.new_warnings.len(), "embedded datastore loaded");
-                    tokio::spawn(src.run(*scan_interval));
+                    tokio::spawn(src.run(scan_interval.to_owned()));
                 }
                 Arc::new(store)
             }

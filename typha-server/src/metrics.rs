@@ -281,6 +281,31 @@ impl Metrics {
             "From a breadcrumb's creation to a client's Ack of it",
             m.client_ack_lag_secs.clone(),
         );
+        // Every label value exists from the start, at zero: dashboards and alerts see a
+        // series before the first event, and rates work from the first scrape.
+        for kind in [
+            FrameKind::delta,
+            FrameKind::span,
+            FrameKind::snapshot,
+            FrameKind::bucket,
+        ] {
+            let _ = m.frames_encoded.get_or_create(&FrameLabels { kind });
+        }
+        for kind in [ResumeKind::deltas, ResumeKind::digest, ResumeKind::snapshot] {
+            let _ = m.resumes.get_or_create(&ResumeLabels { kind });
+        }
+        for reason in [
+            DropReason::too_many_connections,
+            DropReason::handshake,
+            DropReason::tls_identity,
+            DropReason::ping_timeout,
+            DropReason::write_timeout,
+            DropReason::fell_behind,
+            DropReason::protocol_error,
+            DropReason::shutdown,
+        ] {
+            let _ = m.connections_dropped.get_or_create(&DropLabels { reason });
+        }
         Arc::new(m)
     }
 

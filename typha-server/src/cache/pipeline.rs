@@ -120,12 +120,12 @@ impl Pipeline {
                     None
                 }
             };
-            if let Some(prev) = self.owner.insert(path.clone(), id.clone()) {
-                if prev != id {
-                    warn!(key = %path, resource = %id, previous = %prev, "two resources produce the same key; the latest wins");
-                    if let Some(ks) = self.produced.get_mut(&prev) {
-                        ks.retain(|k| k != &path);
-                    }
+            if let Some(prev) = self.owner.insert(path.clone(), id.clone())
+                && prev != id
+            {
+                warn!(key = %path, resource = %id, previous = %prev, "two resources produce the same key; the latest wins");
+                if let Some(ks) = self.produced.get_mut(&prev) {
+                    ks.retain(|k| k != &path);
                 }
             }
             keys.push(path.clone());

@@ -16,7 +16,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::{Breadcrumb, Cache, counted};
-use crate::fanout::encode;
+use crate::fanout::{PerVariant, encode};
 use crate::metrics::FrameKind;
 
 /// Most KVs per snapshot chunk.
@@ -84,8 +84,8 @@ impl BucketFrames {
 /// Per-variant (plain, zstd) slots for the current snapshot and bucket frames.
 #[derive(Debug, Default)]
 pub struct Snapshots {
-    full: [Mutex<Option<Arc<SnapshotFrames>>>; 2],
-    buckets: [Mutex<Option<Arc<BucketFrames>>>; 2],
+    full: PerVariant<Mutex<Option<Arc<SnapshotFrames>>>>,
+    buckets: PerVariant<Mutex<Option<Arc<BucketFrames>>>>,
 }
 
 fn reusable(built: Instant, seq: Seq, latest: Seq) -> bool {
@@ -96,7 +96,7 @@ impl Snapshots {
     /// The full snapshot to send a joining client: the current one if still reusable, else a
     /// new one built from the latest breadcrumb (once, however many clients are waiting).
     pub async fn full(&self, cache: &Arc<Cache>, compress: bool) -> Arc<SnapshotFrames> {
-        let mut slot = self.full[usize::from(compress)].lock().await;
+        let mut slot = self.full.get(compress).lock().await;
         let latest = cache.latest();
         if let Some(s) = slot
             .as_ref()
@@ -123,7 +123,7 @@ impl Snapshots {
 
     /// The bucket frames to resynchronise a client by digest (same reuse rule).
     pub async fn buckets(&self, cache: &Arc<Cache>, compress: bool) -> Arc<BucketFrames> {
-        let mut slot = self.buckets[usize::from(compress)].lock().await;
+        let mut slot = self.buckets.get(compress).lock().await;
         let latest = cache.latest();
         if let Some(s) = slot
             .as_ref()

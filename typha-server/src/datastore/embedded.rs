@@ -34,6 +34,8 @@ struct Store {
     max_log: usize,
 }
 
+// Changes live in the history log; boxing each resource would save space only for deletions.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 enum Change {
     Put(Resource),
@@ -332,10 +334,12 @@ impl DirSource {
                 continue;
             };
             let modified = meta.modified().ok();
-            if let Some(old) = self.files.get(&path) {
-                if old.modified == modified && old.len == meta.len() {
-                    continue;
-                }
+            if self
+                .files
+                .get(&path)
+                .is_some_and(|old| old.modified == modified && old.len == meta.len())
+            {
+                continue;
             }
             let text = match std::fs::read_to_string(&path) {
                 Ok(t) => t,
@@ -346,12 +350,14 @@ impl DirSource {
             };
             report.files_read += 1;
             let content = xxhash_of(&text);
-            if let Some(old) = self.files.get_mut(&path) {
-                if old.content == content {
-                    old.modified = modified;
-                    old.len = meta.len();
-                    continue;
-                }
+            if let Some(old) = self
+                .files
+                .get_mut(&path)
+                .filter(|old| old.content == content)
+            {
+                old.modified = modified;
+                old.len = meta.len();
+                continue;
             }
             self.load_file(&path, &text, modified, meta.len(), content, &mut report);
         }

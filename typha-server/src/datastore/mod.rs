@@ -43,6 +43,9 @@ pub struct Listing {
 }
 
 /// One change seen by a watch.
+// Events are moved through a channel one at a time; a box per event would cost more than the
+// copy it saves.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchEvent {
     /// Created or updated.
@@ -99,6 +102,7 @@ pub trait Datastore: Send + Sync + 'static {
 }
 
 /// What the syncer feeds the pipeline.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum SyncerEvent {
     /// The syncer's status changed.

@@ -1,0 +1,175 @@
+//! The real `typha-server` binary, as an operator runs it: the default (embedded) datastore
+//! serving the shipped sample cluster, health and metrics over HTTP, SIGTERM, bad settings.
+
+// In tests a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::Peer;
+use protocol::message::GoodbyeReason;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use typha_server::datastore::embedded::{DirSource, Embedded};
+
+const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path`; (status, body).
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let status = buf.split(' ').nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+#[tokio::test]
+async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm() {
+    let (port, health, metrics) = (free_port(), free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .args([
+            "--server-host",
+            "127.0.0.1",
+            "--server-port",
+            &port.to_string(),
+        ])
+        .args([
+            "--health-host",
+            "127.0.0.1",
+            "--health-port",
+            &health.to_string(),
+        ])
+        .args([
+            "--prometheus-metrics-host",
+            "127.0.0.1",
+            "--prometheus-metrics-port",
+            &metrics.to_string(),
+        ])
+        .args(["--shutdown-timeout-secs", "2"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((200, body)) = get(health, "/readiness").await {
+            assert!(body.contains("in sync"), "{body}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(health, "/liveness").await.unwrap().0, 200);
+
+    // A client gets exactly the shipped sample cluster.
+    let store = Embedded::new();
+    DirSource::new(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster"),
+        store.clone(),
+    )
+    .scan();
+    let (want, n) = common::expected_digest(&store);
+    let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    p.hello(Peer::offer("worker-1", None)).await.unwrap();
+    p.until("the sample cluster", |p| {
+        p.state.len() == n && p.status == Some(protocol::model::SyncStatus::InSync)
+    })
+    .await;
+    assert_eq!(p.digest.combined(), want);
+
+    let (status, text) = get(metrics, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    for name in [
+        "typha_connections_accepted",
+        "typha_connections_active",
+        "typha_connections_dropped",
+        "typha_breadcrumb_seq_number",
+        "typha_updates",
+        "typha_updates_skipped",
+        "typha_cache_size",
+        "typha_snapshots_generated",
+        "typha_snapshots_reused",
+        "typha_snapshot_raw_bytes",
+        "typha_snapshot_compressed_bytes",
+        "typha_client_snapshot_send_secs",
+        "typha_client_latency_secs",
+        "typha_ping_latency",
+        "typha_kvs_per_msg",
+        "typha_frames_encoded",
+        "typha_resumes",
+        "typha_bytes_sent",
+        "typha_client_ack_lag_secs",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} ")),
+            "metric {name} missing"
+        );
+    }
+    assert!(text.contains("typha_cache_size "), "{text}");
+
+    // SIGTERM: the client is told, the process exits 0.
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(
+        p.until_closed().await.map(|g| g.reason),
+        Some(GoodbyeReason::Shutdown)
+    );
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+fn run_expecting_config_error(args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{args:?} {env:?}: {out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    stderr
+}
+
+#[test]
+fn bad_settings_exit_64_with_one_line_naming_the_setting() {
+    let e = run_expecting_config_error(&["--server-cert-file", "/etc/hostname"], &[]);
+    assert!(e.contains("TYPHA_SERVERKEYFILE"), "{e}");
+    let e = run_expecting_config_error(&[], &[("TYPHA_SERVERPORT", "not-a-port")]);
+    assert!(e.contains("TYPHA_SERVERPORT"), "{e}");
+    let e = run_expecting_config_error(&[], &[("TYPHA_DATASTORETYPE", "consul")]);
+    assert!(e.contains("TYPHA_DATASTORETYPE"), "{e}");
+    let e = run_expecting_config_error(&["--embedded-dir", "/nonexistent/dir"], &[]);
+    assert!(e.contains("TYPHA_EMBEDDEDDIR"), "{e}");
+}
