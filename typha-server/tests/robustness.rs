@@ -191,6 +191,61 @@ async fn a_client_that_never_reads_does_not_hold_back_the_others() {
 }
 
 #[tokio::test]
+async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
+    let mut cfg = Config::for_tests();
+    cfg.conn.write_timeout = Duration::from_millis(500);
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(1, 1));
+    // A client with a tiny receive window that never reads after its hello.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let tcp = sock.connect(srv.addr).await.unwrap();
+    let mut stuck = Peer::over(Box::new(tcp));
+    stuck.hello(Peer::offer("stuck", None)).await.unwrap();
+    let mut ok = Peer::connect(srv.addr).await;
+    ok.hello(Peer::offer("ok", None)).await.unwrap();
+    // Incompressible values, megabytes of them, until the stuck client's writes stall.
+    let mut rng = protocol::sample::Rng::new(3);
+    for i in 0..3000 {
+        let nets: Vec<String> = (0..300)
+            .map(|_| {
+                let a = rng.next_u64();
+                format!(
+                    "{}.{}.{}.{}/32",
+                    a & 0xff,
+                    (a >> 8) & 0xff,
+                    (a >> 16) & 0xff,
+                    (a >> 24) & 0xff
+                )
+            })
+            .collect();
+        store.put(
+            typha_server::datastore::v3::Resource::from_json(serde_json::json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+                "metadata": {"name": format!("noise-{}", i % 100)}, "spec": {"nets": nets}
+            }))
+            .unwrap(),
+        );
+        if srv.metrics.dropped_count(DropReason::write_timeout) > 0 {
+            break;
+        }
+        if i % 100 == 0 {
+            // Keep the reading client reading.
+            settle(&srv, &store).await;
+            ok.sync_to(&srv).await;
+        }
+    }
+    common::eventually("the stalled client dropped", || {
+        srv.metrics.dropped_count(DropReason::write_timeout) == 1
+    })
+    .await;
+    settle(&srv, &store).await;
+    ok.sync_to(&srv).await;
+    assert_eq!(ok.digest.combined(), expected_digest(&store).0);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
 async fn shutdown_says_goodbye_to_every_client() {
     let (srv, store) = server(Config::for_tests()).await;
     store.bulk_load(cluster(1, 1));
