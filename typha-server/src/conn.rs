@@ -476,8 +476,9 @@ async fn catch_up<W: AsyncWrite + Unpin>(
             }
         }
         *cursor = snap.crumb.clone();
-        *sent_status = SyncStatus::WaitForDatastore; // force the status frame below
-        return send_status(cursor, sent_status, out);
+        out.queue(fanout::status_frame(cursor.status))?;
+        *sent_status = cursor.status;
+        return Ok(());
     };
     let now = Instant::now();
     let allowance = ctx.cfg.max_fall_behind

@@ -231,6 +231,10 @@ impl Datastore for Embedded {
                         if let Some(ev) = pending.pop_front() {
                             return Some((Ok(ev), (this, rx, after, pending, false)));
                         }
+                        // Mark the current version seen *before* reading the log: a write that
+                        // lands after the read bumps the version again, so the wait below
+                        // cannot miss it.
+                        let _ = rx.borrow_and_update();
                         match this.changes_after(after) {
                             Err(e) => return Some((Err(e), (this, rx, after, pending, true))),
                             Ok(evs) if !evs.is_empty() => {
@@ -245,7 +249,6 @@ impl Datastore for Embedded {
                             }
                             Ok(_) => {
                                 // Nothing new: wait for the next write (or the store to go).
-                                rx.mark_unchanged();
                                 if rx.changed().await.is_err() {
                                     return None;
                                 }
