@@ -99,6 +99,9 @@ pub(crate) struct Cli {
     /// Seconds SIGTERM may take to move clients away.
     #[arg(long, env = "TYPHA_SHUTDOWNTIMEOUTSECS", default_value_t = 300.0)]
     pub shutdown_timeout_secs: f64,
+    /// Other servers (host:port, comma-separated) to suggest to clients this one turns away.
+    #[arg(long, env = "TYPHA_REDIRECTADDRS", value_delimiter = ',')]
+    pub redirect_addrs: Vec<String>,
     /// Log level: Debug, Info, Warning, Error, Fatal (or a tracing filter).
     #[arg(long, env = "TYPHA_LOGSEVERITYSCREEN", default_value = "Info")]
     pub log_severity_screen: String,
@@ -224,6 +227,12 @@ impl Cli {
             },
             max_connections: self.max_connections_upper_limit,
             shutdown_timeout: secs("TYPHA_SHUTDOWNTIMEOUTSECS", self.shutdown_timeout_secs)?,
+            redirect: self
+                .redirect_addrs
+                .iter()
+                .filter(|a| !a.is_empty())
+                .cloned()
+                .collect(),
         })
     }
 

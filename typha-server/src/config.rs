@@ -45,6 +45,9 @@ pub struct Config {
     pub max_connections: usize,
     /// How long SIGTERM may take to move clients away (TYPHA_SHUTDOWNTIMEOUTSECS, 300 s).
     pub shutdown_timeout: Duration,
+    /// Other servers (`host:port`) to suggest in the Goodbye to a client this one turns away
+    /// (connection limit, shutdown). Empty: clients rediscover on their own.
+    pub redirect: Vec<String>,
 }
 
 impl Default for Config {
@@ -62,6 +65,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             max_connections: 10_000,
             shutdown_timeout: Duration::from_secs(300),
+            redirect: Vec::new(),
         }
     }
 }

@@ -87,6 +87,8 @@ pub struct Ctx {
     pub offer: ServerOffer,
     /// Reference point for ping timestamps.
     pub started: Instant,
+    /// Servers to suggest in a Goodbye.
+    pub redirect: Vec<String>,
 }
 
 /// Why a connection ended.
@@ -176,10 +178,16 @@ impl<W: AsyncWrite + Unpin> Out<W> {
     }
 
     async fn goodbye(&mut self, reason: GoodbyeReason, message: &str) {
+        let redirect = match reason {
+            GoodbyeReason::Shutdown
+            | GoodbyeReason::TooManyConnections
+            | GoodbyeReason::Rebalance => self.ctx.redirect.clone(),
+            _ => Vec::new(),
+        };
         let g = Message::Goodbye(Goodbye {
             reason,
             message: message.into(),
-            redirect: vec![],
+            redirect,
         });
         self.pending.clear();
         self.pending_len = 0;
@@ -285,6 +293,13 @@ where
     rbuf = BytesMut::from(&rbuf[..]);
 
     let compress = session.peer_decodes_zstd;
+    if accepted_hello.resume.is_some() && !ctx.cache.ever_in_sync() {
+        // A resuming client has state: comparing it with a partial cache would tell it to
+        // delete what this server has not loaded yet. Hold it (answering pings) until the
+        // cache is complete; a new client has nothing to lose and gets the partial state.
+        out.flush().await?;
+        wait_for_first_sync(&ctx, &mut out, &mut close).await?;
+    }
     let sync_started = Instant::now();
     let mut cursor = initial_sync(&ctx, &session, accepted_hello.resume.as_ref(), &mut out).await?;
     out.flush().await?;
@@ -385,6 +400,36 @@ where
         .await?;
         out.flush().await?;
     }
+}
+
+/// Waits until the cache has been in sync once, pinging the client meanwhile.
+async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    out: &mut Out<W>,
+    close: &mut oneshot::Receiver<GoodbyeReason>,
+) -> Result<(), ConnError> {
+    let mut crumbs = ctx.cache.subscribe();
+    while !ctx.cache.ever_in_sync() {
+        let ping = Instant::now() + jitter(ctx.cfg.ping_interval);
+        tokio::select! {
+            reason = &mut *close => {
+                let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
+                out.goodbye(reason, "server closing this connection").await;
+                return Err(ConnError::Closed(reason));
+            }
+            changed = crumbs.changed() => {
+                if changed.is_err() {
+                    return Err(ConnError::Closed(GoodbyeReason::Shutdown));
+                }
+            }
+            () = sleep_until(ping) => {
+                let ts = u64::try_from(ping.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
+                out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
+                out.flush().await?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Brings a newly connected client to a position in the cache: by deltas, by digest buckets,

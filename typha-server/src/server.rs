@@ -164,6 +164,7 @@ pub async fn start(
         cfg: cfg.conn.clone().normalized(),
         offer,
         started: Instant::now(),
+        redirect: cfg.redirect.clone(),
     });
     let conns = Arc::new(Mutex::new(Registry_::default()));
     let conn_tasks = Arc::new(Mutex::new(Vec::new()));
@@ -306,7 +307,7 @@ async fn serve_registered<S>(
         let g = protocol::message::Goodbye {
             reason: GoodbyeReason::TooManyConnections,
             message: "this server is at its connection limit; try another".into(),
-            redirect: vec![],
+            redirect: ctx.redirect.clone(),
         };
         let frame = crate::fanout::encode(&protocol::Message::Goodbye(g), false);
         let _ = tokio::time::timeout(Duration::from_secs(5), async {

@@ -95,6 +95,7 @@ pub struct Cache {
     epoch: Epoch,
     crumbs: RwLock<VecDeque<Arc<Breadcrumb>>>,
     latest: watch::Sender<Arc<Breadcrumb>>,
+    ever_in_sync: std::sync::atomic::AtomicBool,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Shared snapshot and bucket frames.
@@ -115,6 +116,12 @@ impl Cache {
     /// The newest breadcrumb.
     pub fn latest(&self) -> Arc<Breadcrumb> {
         self.latest.borrow().clone()
+    }
+
+    /// Whether the cache has been in sync with the datastore at least once: before that its
+    /// state may be partial, and must not be used to tell a resuming client what to delete.
+    pub fn ever_in_sync(&self) -> bool {
+        self.ever_in_sync.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Wakes on every new breadcrumb.
@@ -200,6 +207,7 @@ impl CacheWriter {
             epoch,
             crumbs: RwLock::new(VecDeque::from([first.clone()])),
             latest: watch::channel(first).0,
+            ever_in_sync: std::sync::atomic::AtomicBool::new(false),
             metrics,
             snapshots: snapshot::Snapshots::default(),
         });
@@ -361,6 +369,11 @@ impl CacheWriter {
         m.cache_size
             .set(i64::try_from(self.map.len()).unwrap_or(i64::MAX));
         debug!(seq = self.seq, updates = crumb.deltas.len(), %status, "breadcrumb");
+        if status == SyncStatus::InSync {
+            self.cache
+                .ever_in_sync
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         self.cache.latest.send_replace(crumb);
     }
 

@@ -1,0 +1,143 @@
+//! The client: finds a server, syncs, and keeps going.
+//!
+//! It never gives up and never takes the host process down: when a session ends, the consumer
+//! keeps its state and hears ResyncInProgress, and the client tries the next server. Each round
+//! resolves the servers again and shuffles them, tries each once, then waits (exponential
+//! back-off with jitter, reset by any session that reached sync). A Goodbye that suggests other
+//! servers is followed first.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+
+use crate::config::ClientConfig;
+use crate::conn::session;
+use crate::discovery::resolve;
+use crate::metrics::ClientMetrics;
+use crate::store::{Store, SyncerCallbacks};
+use crate::tls::{TlsError, client_config};
+
+/// A client of typha servers.
+#[derive(Debug)]
+pub struct SyncClient {
+    cfg: ClientConfig,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    metrics: Arc<ClientMetrics>,
+}
+
+impl SyncClient {
+    /// A client; TLS material is loaded now, so bad files fail here, not at the first connect.
+    pub fn new(cfg: ClientConfig, metrics: Arc<ClientMetrics>) -> Result<Self, TlsError> {
+        let tls = cfg.tls.as_ref().map(client_config).transpose()?;
+        Ok(Self { cfg, tls, metrics })
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<ClientMetrics> {
+        &self.metrics
+    }
+
+    /// Runs until `shutdown` completes, feeding `cb`; returns the callbacks and the store.
+    pub async fn run<C: SyncerCallbacks>(
+        self,
+        mut cb: C,
+        shutdown: impl Future<Output = ()>,
+    ) -> (C, Store) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut store = Store::new();
+        store.start(&mut cb);
+        let mut backoff = self.cfg.backoff_min;
+        let mut redirect: Vec<String> = Vec::new();
+        let mut last_problem = String::new();
+        let mut refresh = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            let targets = if redirect.is_empty() {
+                match self.cfg.discovery.discover().await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let msg = e.to_string();
+                        if msg != last_problem {
+                            warn!(error = %msg, "cannot find a typha server");
+                            last_problem = msg;
+                        }
+                        Vec::new()
+                    }
+                }
+            } else {
+                let r = std::mem::take(&mut redirect);
+                info!(servers = ?r, "following the server's suggestion");
+                resolve(&r).await.unwrap_or_default()
+            };
+            let mut synced = false;
+            for t in &targets {
+                let end = {
+                    let attempt = session(
+                        t,
+                        &self.cfg,
+                        self.tls.as_ref(),
+                        &mut store,
+                        &mut cb,
+                        &self.metrics,
+                    );
+                    let mut attempt = std::pin::pin!(attempt);
+                    loop {
+                        tokio::select! {
+                            end = &mut attempt => break Some(end),
+                            () = &mut shutdown => break None,
+                            _ = refresh.tick() => self.metrics.refresh(),
+                        }
+                    }
+                };
+                if self.metrics.connected.get() == 1 {
+                    self.metrics.connected.set(0);
+                    store.disconnected(&mut cb);
+                }
+                let Some(end) = end else {
+                    return (cb, store);
+                };
+                let e = &end.error;
+                if e.is_misconfiguration() {
+                    let msg = e.to_string();
+                    if msg != last_problem {
+                        warn!(server = %t.addr, error = %msg, "cannot use this server: check the TLS and version settings");
+                        last_problem = msg;
+                    }
+                } else if end.synced {
+                    info!(server = %t.addr, reason = %e, "session ended; reconnecting");
+                } else {
+                    debug!(server = %t.addr, error = %e, "connection attempt failed");
+                }
+                redirect = e.redirect().to_vec();
+                if end.synced {
+                    synced = true;
+                    last_problem.clear();
+                }
+                if synced || !redirect.is_empty() {
+                    break;
+                }
+            }
+            // After a working session, go again at once (a little jitter so a server's clients
+            // do not all arrive at the same instant); otherwise back off.
+            let delay = if synced || !redirect.is_empty() {
+                backoff = self.cfg.backoff_min;
+                jitter(self.cfg.backoff_min)
+            } else {
+                let d = jitter(backoff);
+                backoff = (backoff * 2).min(self.cfg.backoff_max);
+                d
+            };
+            let wait = tokio::time::sleep(delay);
+            tokio::select! {
+                () = wait => {}
+                () = &mut shutdown => return (cb, store),
+            }
+        }
+    }
+}
+
+/// Somewhere between half and all of `d`.
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.5 + rand::random::<f64>() * 0.5)
+}

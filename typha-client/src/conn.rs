@@ -1,0 +1,332 @@
+//! One session with one server: dial, TLS, handshake, then read frames into the store until
+//! something ends it. Pings are answered; the applied position is acknowledged (at most once
+//! per `ack_interval`); no message for `read_timeout` means the server or the path is dead
+//! (this is what catches a half-open TCP connection); a write that takes longer than
+//! `write_timeout` fails the session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use protocol::frame::{FrameDecoder, FrameEncoder, Limits};
+use protocol::handshake::{ClientHandshake, ClientOffer, RejectReason, Session};
+use protocol::message::{Ack, Features, Goodbye, Message, Pong};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout};
+
+use crate::config::ClientConfig;
+use crate::discovery::Target;
+use crate::metrics::ClientMetrics;
+use crate::store::{Store, StoreError, SyncerCallbacks};
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// TCP connect failed or timed out.
+    #[error("cannot connect to {addr}: {reason}")]
+    Dial {
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// The TLS handshake failed (wrong CA, certificate refused, server identity mismatch).
+    #[error("TLS with {addr} failed: {reason}")]
+    Tls {
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// The protocol handshake failed (version mismatch, wrong syncer, refused).
+    #[error("handshake with {addr} failed: {reason}")]
+    Handshake {
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        reason: RejectReason,
+    },
+    /// The server said goodbye.
+    #[error("server said goodbye: {} ({})", .0.reason, .0.message)]
+    Goodbye(Goodbye),
+    /// Nothing heard for the read timeout.
+    #[error("no message from the server for {0:?} (dead server or half-open connection)")]
+    ReadTimeout(Duration),
+    /// A write stalled.
+    #[error("write stalled for {0:?}")]
+    WriteTimeout(Duration),
+    /// The connection failed or closed.
+    #[error("connection lost: {0}")]
+    Io(String),
+    /// The server sent something undecodable.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The server's stream disagreed with the store (gap, digest mismatch).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl SessionError {
+    /// Goodbye's suggested servers, if any.
+    pub fn redirect(&self) -> &[String] {
+        match self {
+            SessionError::Goodbye(g) => &g.redirect,
+            SessionError::Handshake {
+                reason: RejectReason::Refused(g),
+                ..
+            } => &g.redirect,
+            _ => &[],
+        }
+    }
+
+    /// Whether this is the kind of failure an operator must fix (TLS, version mismatch).
+    pub fn is_misconfiguration(&self) -> bool {
+        match self {
+            SessionError::Tls { .. } => true,
+            SessionError::Handshake {
+                reason: RejectReason::Refused(g),
+                ..
+            } => !g.reason.should_reconnect(),
+            SessionError::Handshake { reason, .. } => {
+                matches!(
+                    reason,
+                    RejectReason::NoCommonVersion { .. } | RejectReason::InvalidServerHello(_)
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// How a session went.
+#[derive(Debug)]
+pub struct SessionEnd {
+    /// Whether the store caught up with the server during it.
+    pub synced: bool,
+    /// Why it ended.
+    pub error: SessionError,
+}
+
+/// Any byte stream.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Dials `target` and runs a session until it ends.
+pub async fn session(
+    target: &Target,
+    cfg: &ClientConfig,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    store: &mut Store,
+    cb: &mut dyn SyncerCallbacks,
+    m: &ClientMetrics,
+) -> SessionEnd {
+    let mut synced = false;
+    let error = match run(target, cfg, tls, store, cb, m, &mut synced).await {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    SessionEnd { synced, error }
+}
+
+enum Never {}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    target: &Target,
+    cfg: &ClientConfig,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    store: &mut Store,
+    cb: &mut dyn SyncerCallbacks,
+    m: &ClientMetrics,
+    synced: &mut bool,
+) -> Result<Never, SessionError> {
+    let addr = target.addr;
+    let deadline = Instant::now() + cfg.dial_timeout;
+    let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(SessionError::Dial {
+                addr,
+                reason: e.to_string(),
+            });
+        }
+        Err(_) => {
+            return Err(SessionError::Dial {
+                addr,
+                reason: format!("timed out after {:?}", cfg.dial_timeout),
+            });
+        }
+    };
+    let _ = tcp.set_nodelay(true);
+    let stream: Box<dyn Io> = match tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let name = rustls_pki_types::ServerName::try_from(target.server_name.clone()).map_err(
+                |e| SessionError::Tls {
+                    addr,
+                    reason: format!("bad server name {:?}: {e}", target.server_name),
+                },
+            )?;
+            let conn = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, tcp);
+            match tokio::time::timeout_at(deadline, conn).await {
+                Ok(Ok(s)) => Box::new(s),
+                Ok(Err(e)) => {
+                    return Err(SessionError::Tls {
+                        addr,
+                        reason: e.to_string(),
+                    });
+                }
+                Err(_) => {
+                    return Err(SessionError::Tls {
+                        addr,
+                        reason: "TLS handshake timed out".into(),
+                    });
+                }
+            }
+        }
+    };
+    let (mut r, mut w) = tokio::io::split(stream);
+    let mut enc = FrameEncoder::uncompressed();
+    let mut dec = FrameDecoder::new(Limits::CLIENT_INBOUND);
+    let mut buf = BytesMut::with_capacity(16 << 10);
+
+    let offer = ClientOffer {
+        info: cfg.info.clone(),
+        syncer_type: cfg.syncer_type.clone(),
+        resume: store.resume(),
+        timeout: cfg.dial_timeout,
+        ..ClientOffer::new(cfg.hostname.clone())
+    };
+    let mut hs = ClientHandshake::new(offer, std::time::Instant::now());
+    let hello = enc
+        .encode(&Message::ClientHello(hs.hello()))
+        .map_err(|e| SessionError::Protocol(e.to_string()))?;
+    write(&mut w, &hello, cfg.write_timeout).await?;
+    let answer = loop {
+        if let Some(msg) = dec
+            .decode(&mut buf)
+            .map_err(|e| SessionError::Protocol(e.to_string()))?
+        {
+            break msg;
+        }
+        match tokio::time::timeout_at(deadline, r.read_buf(&mut buf)).await {
+            // With TLS 1.3 the server checks our certificate after our side of the handshake has
+            // finished: a refusal shows up here, as an alert or a close.
+            Ok(Ok(0)) if tls.is_some() => {
+                return Err(SessionError::Tls {
+                    addr,
+                    reason: "the server closed the connection after TLS: this client's certificate CN/URI SAN is probably not allowed there (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN)".into(),
+                });
+            }
+            Ok(Ok(0)) => {
+                return Err(SessionError::Io(
+                    "closed by the server during the handshake".into(),
+                ));
+            }
+            Ok(Ok(n)) => {
+                m.bytes_received.inc_by(n as u64);
+            }
+            Ok(Err(e)) if tls.is_some() => {
+                return Err(SessionError::Tls {
+                    addr,
+                    reason: format!("the server refused this client: {e}"),
+                });
+            }
+            Ok(Err(e)) => return Err(SessionError::Io(e.to_string())),
+            Err(_) => {
+                return Err(SessionError::Handshake {
+                    addr,
+                    reason: RejectReason::Timeout(cfg.dial_timeout),
+                });
+            }
+        }
+    };
+    m.heard();
+    let session: Session = hs
+        .handle_message(answer, std::time::Instant::now())
+        .map_err(|rej| SessionError::Handshake {
+            addr,
+            reason: rej.reason,
+        })?;
+    store.connected(&session, cb);
+    m.session_started();
+    let acks = session.features.contains(Features::ACK);
+    let mut last_ack = Instant::now();
+    let mut unacked = None;
+
+    loop {
+        while let Some(msg) = dec
+            .decode(&mut buf)
+            .map_err(|e| SessionError::Protocol(e.to_string()))?
+        {
+            if !session.may_receive(msg.message_type()) {
+                return Err(SessionError::Protocol(format!(
+                    "unexpected {} from the server",
+                    msg.message_type()
+                )));
+            }
+            match msg {
+                Message::Ping(p) => {
+                    let pong = enc
+                        .encode(&Message::Pong(Pong {
+                            ping_timestamp_micros: p.timestamp_micros,
+                        }))
+                        .map_err(|e| SessionError::Protocol(e.to_string()))?;
+                    write(&mut w, &pong, cfg.write_timeout).await?;
+                }
+                Message::Goodbye(g) => return Err(SessionError::Goodbye(g)),
+                other => {
+                    let applied = store.apply(other, cb)?;
+                    if let Some(kind) = applied.resumed {
+                        *synced = true;
+                        m.resumed(kind);
+                        tracing::info!(server = %addr, resume = kind.as_str(), keys = store.len(), "in sync with the server");
+                        // Acknowledge the initial sync at once.
+                        last_ack = Instant::now() - cfg.ack_interval;
+                    }
+                    if applied.reached.is_some() {
+                        unacked = applied.reached;
+                    }
+                }
+            }
+        }
+        if acks
+            && last_ack.elapsed() >= cfg.ack_interval
+            && let Some(seq) = unacked.take()
+        {
+            let ack = enc
+                .encode(&Message::Ack(Ack { seq }))
+                .map_err(|e| SessionError::Protocol(e.to_string()))?;
+            write(&mut w, &ack, cfg.write_timeout).await?;
+            last_ack = Instant::now();
+        }
+        match timeout(cfg.read_timeout, r.read_buf(&mut buf)).await {
+            Err(_) => return Err(SessionError::ReadTimeout(cfg.read_timeout)),
+            Ok(Ok(0)) => return Err(SessionError::Io("closed by the server".into())),
+            Ok(Ok(n)) => {
+                m.bytes_received.inc_by(n as u64);
+                m.heard();
+            }
+            Ok(Err(e)) => return Err(SessionError::Io(e.to_string())),
+        }
+    }
+}
+
+async fn write<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+    limit: Duration,
+) -> Result<(), SessionError> {
+    match timeout(limit, async {
+        w.write_all(bytes).await?;
+        w.flush().await
+    })
+    .await
+    {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(SessionError::Io(e.to_string())),
+        Err(_) => Err(SessionError::WriteTimeout(limit)),
+    }
+}

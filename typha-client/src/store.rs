@@ -1,0 +1,434 @@
+//! The store between the connection and the consumer (Calico's "dedupe buffer"), sans-IO.
+//!
+//! It keeps the latest value of every key and the state digest, and turns what the server
+//! sends into callbacks with Calico's semantics:
+//! - updates carry New / Updated / Deleted as seen by this consumer (recomputed, not trusted
+//!   from the wire); an update that does not change a value is not delivered;
+//! - a snapshot (full, or of some digest buckets) marks the keys it carries; at its end every
+//!   key in its scope that was not carried is deleted (mark and sweep), so no stale key
+//!   survives a reconnect;
+//! - the status seen by the consumer is WaitForDatastore until a first connection,
+//!   ResyncInProgress while (re)synchronising, InSync only when the server is in sync *and*
+//!   this store has caught up with it.
+//!
+//! It checks what it is sent: a Deltas frame must start where the store is, and after every
+//! frame the digest must equal the server's. A violation is an error; the caller reconnects and
+//! offers its digest, and the server resends only the buckets that differ.
+
+use std::collections::{HashMap, HashSet};
+
+use protocol::digest::{KeyHash, StateDigest};
+use protocol::handshake::Session;
+use protocol::message::{Cursor, Message, Resume, Seq, SnapshotScope};
+use protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
+
+/// What a consumer implements: Calico's `api.SyncerCallbacks`.
+pub trait SyncerCallbacks: Send {
+    /// The sync status changed.
+    fn on_status_updated(&mut self, status: SyncStatus);
+    /// A batch of changes, in order. Kinds are relative to what this consumer was told before.
+    fn on_updates(&mut self, updates: Vec<Update>);
+}
+
+/// How the server brought this store up to date after a connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeKind {
+    /// Only the missed deltas.
+    Deltas,
+    /// Only the digest buckets that differed.
+    Digest,
+    /// A full snapshot.
+    Snapshot,
+}
+
+impl ResumeKind {
+    /// A stable name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumeKind::Deltas => "deltas",
+            ResumeKind::Digest => "digest",
+            ResumeKind::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// The server sent something inconsistent with what this store holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Deltas that do not start where the store is: something was missed.
+    #[error("gap: at sequence {at} but deltas start from {from}")]
+    Gap {
+        /// Where the store is.
+        at: Seq,
+        /// Where the deltas start.
+        from: Seq,
+    },
+    /// After applying a frame, the digest differs from the server's.
+    #[error("state digest {ours:016x} differs from the server's {theirs:016x} at sequence {seq}")]
+    DigestMismatch {
+        /// The position.
+        seq: Seq,
+        /// Ours.
+        ours: u64,
+        /// The server's.
+        theirs: u64,
+    },
+    /// A snapshot carried a different number of KVs than it announced.
+    #[error("snapshot announced {announced} KVs but carried {carried}")]
+    SnapshotCount {
+        /// Announced.
+        announced: u64,
+        /// Carried.
+        carried: u64,
+    },
+    /// A message out of place (a chunk outside a snapshot, a deletion in a snapshot, ...).
+    #[error("unexpected {0}")]
+    Unexpected(String),
+}
+
+#[derive(Debug)]
+struct Marks {
+    scope: SnapshotScope,
+    seen: HashSet<KeyPath>,
+    announced: u64,
+    first: bool,
+}
+
+/// What applying a message did, for the connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Set when this message completed the initial sync of a connection.
+    pub resumed: Option<ResumeKind>,
+    /// The position now reached, if the message moved it (to acknowledge).
+    pub reached: Option<Seq>,
+}
+
+/// The consumer-side state.
+#[derive(Debug)]
+pub struct Store {
+    kvs: HashMap<KeyPath, (EncodedValue, Revision)>,
+    digest: StateDigest,
+    cursor: Option<Cursor>,
+    marks: Option<Marks>,
+    /// The session epoch of the current connection.
+    epoch: Option<protocol::message::Epoch>,
+    /// Whether this connection's initial sync has completed.
+    caught_up: bool,
+    /// The server's status on this connection (unknown until it says).
+    server_status: Option<SyncStatus>,
+    reported: Option<SyncStatus>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self {
+            kvs: HashMap::new(),
+            digest: StateDigest::new(),
+            cursor: None,
+            marks: None,
+            epoch: None,
+            caught_up: false,
+            server_status: None,
+            reported: None,
+        }
+    }
+
+    /// Number of keys held.
+    pub fn len(&self) -> usize {
+        self.kvs.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.kvs.is_empty()
+    }
+
+    /// The value of a key.
+    pub fn get(&self, key: &str) -> Option<&EncodedValue> {
+        self.kvs.get(key).map(|(v, _)| v)
+    }
+
+    /// Every key and value (unordered).
+    pub fn iter(&self) -> impl Iterator<Item = (&KeyPath, &EncodedValue)> {
+        self.kvs.iter().map(|(k, (v, _))| (k, v))
+    }
+
+    /// The state digest.
+    pub fn digest(&self) -> &StateDigest {
+        &self.digest
+    }
+
+    /// The last position fully applied (epoch and sequence), if any.
+    pub fn cursor(&self) -> Option<Cursor> {
+        self.cursor
+    }
+
+    /// The status last reported to the consumer.
+    pub fn status(&self) -> Option<SyncStatus> {
+        self.reported
+    }
+
+    /// What to offer the next server so it can send less than a snapshot.
+    pub fn resume(&self) -> Option<Resume> {
+        if self.cursor.is_none() && self.kvs.is_empty() {
+            return None;
+        }
+        Some(Resume {
+            cursor: self.cursor,
+            digest: Some(self.digest.clone()),
+        })
+    }
+
+    /// Reports the starting status (WaitForDatastore) once.
+    pub fn start(&mut self, cb: &mut dyn SyncerCallbacks) {
+        if self.reported.is_none() {
+            self.report(SyncStatus::WaitForDatastore, cb);
+        }
+    }
+
+    /// A new connection was established with `session`.
+    pub fn connected(&mut self, session: &Session, cb: &mut dyn SyncerCallbacks) {
+        self.epoch = Some(session.epoch);
+        self.caught_up = false;
+        self.server_status = None;
+        self.marks = None;
+        if self.reported == Some(SyncStatus::InSync) {
+            self.report(SyncStatus::ResyncInProgress, cb);
+        }
+    }
+
+    /// The connection was lost: the state stays; the consumer hears ResyncInProgress.
+    pub fn disconnected(&mut self, cb: &mut dyn SyncerCallbacks) {
+        if self.marks.take().is_some() {
+            // Part of a snapshot was applied: the state is ahead of the cursor in places, so
+            // the cursor no longer describes it. The digest still does; resume by digest.
+            self.cursor = None;
+        }
+        self.caught_up = false;
+        if self
+            .reported
+            .is_some_and(|s| s != SyncStatus::WaitForDatastore)
+        {
+            self.report(SyncStatus::ResyncInProgress, cb);
+        }
+    }
+
+    fn report(&mut self, status: SyncStatus, cb: &mut dyn SyncerCallbacks) {
+        if self.reported != Some(status) {
+            self.reported = Some(status);
+            cb.on_status_updated(status);
+        }
+    }
+
+    /// What the consumer should see now (`None` until the server has said).
+    fn effective_status(&self) -> Option<SyncStatus> {
+        self.server_status.map(|s| match s {
+            SyncStatus::InSync if !self.caught_up => SyncStatus::ResyncInProgress,
+            s => s,
+        })
+    }
+
+    /// Changes `key` to `value` (None: delete), returning the update to deliver, if any.
+    fn set(
+        &mut self,
+        key: KeyPath,
+        value: Option<EncodedValue>,
+        revision: Revision,
+    ) -> Option<Update> {
+        match value {
+            Some(v) => {
+                let old = self.kvs.get(&key);
+                if old.is_some_and(|(o, _)| *o == v) {
+                    return None;
+                }
+                let kind = if old.is_some() {
+                    UpdateKind::Updated
+                } else {
+                    UpdateKind::New
+                };
+                let h = KeyHash::of(key.as_str());
+                if let Some((o, _)) = old {
+                    self.digest.toggle(h, o.as_bytes());
+                }
+                self.digest.toggle(h, v.as_bytes());
+                self.kvs.insert(key.clone(), (v.clone(), revision));
+                Some(Update {
+                    key,
+                    value: Some(v),
+                    revision,
+                    kind,
+                })
+            }
+            None => {
+                let (old, _) = self.kvs.remove(&key)?;
+                self.digest.remove(key.as_str(), old.as_bytes());
+                Some(Update::delete(key, revision))
+            }
+        }
+    }
+
+    fn check_digest(&self, seq: Seq, theirs: u64) -> Result<(), StoreError> {
+        let ours = self.digest.combined();
+        if ours == theirs {
+            Ok(())
+        } else {
+            Err(StoreError::DigestMismatch { seq, ours, theirs })
+        }
+    }
+
+    fn reach(&mut self, seq: Seq) {
+        if let Some(epoch) = self.epoch {
+            self.cursor = Some(Cursor { epoch, seq });
+        }
+    }
+
+    /// Applies one message from the server, calling back the consumer.
+    pub fn apply(
+        &mut self,
+        msg: Message,
+        cb: &mut dyn SyncerCallbacks,
+    ) -> Result<Applied, StoreError> {
+        let mut applied = Applied::default();
+        match msg {
+            Message::SyncStatus(s) => {
+                self.server_status = Some(s);
+                if let Some(eff) = self.effective_status() {
+                    self.report(eff, cb);
+                }
+            }
+            Message::SnapshotBegin(b) => {
+                if self.marks.is_some() {
+                    return Err(StoreError::Unexpected(
+                        "a snapshot inside a snapshot".into(),
+                    ));
+                }
+                self.report(SyncStatus::ResyncInProgress, cb);
+                self.marks = Some(Marks {
+                    scope: b.scope,
+                    seen: HashSet::new(),
+                    announced: b.kvs,
+                    first: !self.caught_up,
+                });
+            }
+            Message::SnapshotChunk(c) => {
+                if self.marks.is_none() {
+                    return Err(StoreError::Unexpected(
+                        "a snapshot chunk outside a snapshot".into(),
+                    ));
+                }
+                let mut out = Vec::with_capacity(c.updates.len());
+                for u in c.updates {
+                    let Some(v) = u.value else {
+                        return Err(StoreError::Unexpected(format!(
+                            "a deletion of {} in a snapshot",
+                            u.key
+                        )));
+                    };
+                    if let Some(m) = self.marks.as_mut() {
+                        m.seen.insert(u.key.clone());
+                    }
+                    out.extend(self.set(u.key, Some(v), u.revision));
+                }
+                if !out.is_empty() {
+                    cb.on_updates(out);
+                }
+            }
+            Message::SnapshotEnd(e) => {
+                let Some(m) = self.marks.take() else {
+                    return Err(StoreError::Unexpected(
+                        "a snapshot end outside a snapshot".into(),
+                    ));
+                };
+                if m.seen.len() as u64 != m.announced {
+                    return Err(StoreError::SnapshotCount {
+                        announced: m.announced,
+                        carried: m.seen.len() as u64,
+                    });
+                }
+                let in_scope = |k: &KeyPath| match &m.scope {
+                    SnapshotScope::Buckets(set) => set.contains(KeyHash::of(k.as_str()).bucket()),
+                    _ => true,
+                };
+                let stale: Vec<(KeyPath, Revision)> = self
+                    .kvs
+                    .iter()
+                    .filter(|(k, _)| in_scope(k) && !m.seen.contains(*k))
+                    .map(|(k, (_, r))| (k.clone(), *r))
+                    .collect();
+                let out: Vec<Update> = stale
+                    .into_iter()
+                    .filter_map(|(k, r)| self.set(k, None, r))
+                    .collect();
+                if !out.is_empty() {
+                    cb.on_updates(out);
+                }
+                self.check_digest(e.seq, e.digest)?;
+                self.reach(e.seq);
+                applied.reached = Some(e.seq);
+                if m.first {
+                    self.caught_up = true;
+                    applied.resumed = Some(match m.scope {
+                        SnapshotScope::Buckets(_) => ResumeKind::Digest,
+                        _ => ResumeKind::Snapshot,
+                    });
+                }
+            }
+            Message::Deltas(d) => {
+                if self.marks.is_some() {
+                    return Err(StoreError::Unexpected("deltas inside a snapshot".into()));
+                }
+                let at = self.cursor.map(|c| c.seq);
+                if !self.caught_up {
+                    // The first message of a delta resume names the client's own position.
+                    if at != Some(d.from_seq) {
+                        return Err(StoreError::Gap {
+                            at: at.unwrap_or_default(),
+                            from: d.from_seq,
+                        });
+                    }
+                    self.caught_up = true;
+                    applied.resumed = Some(ResumeKind::Deltas);
+                } else if at != Some(d.from_seq) {
+                    return Err(StoreError::Gap {
+                        at: at.unwrap_or_default(),
+                        from: d.from_seq,
+                    });
+                }
+                let out: Vec<Update> = d
+                    .updates
+                    .into_iter()
+                    .filter_map(|u| self.set(u.key, u.value, u.revision))
+                    .collect();
+                if !out.is_empty() {
+                    cb.on_updates(out);
+                }
+                self.check_digest(d.seq, d.digest)?;
+                self.reach(d.seq);
+                applied.reached = Some(d.seq);
+            }
+            other => {
+                return Err(StoreError::Unexpected(format!(
+                    "{} from a server",
+                    other.message_type()
+                )));
+            }
+        }
+        if applied.resumed.is_some()
+            && let Some(eff) = self.effective_status()
+        {
+            self.report(eff, cb);
+        }
+        Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,325 @@
+use protocol::digest::{BucketSet, KeyHash};
+use protocol::handshake::Side;
+use protocol::message::{
+    Deltas, Epoch, Features, ProtocolVersion, SnapshotBegin, SnapshotChunk, SnapshotEnd, SyncerType,
+};
+use protocol::model::Value;
+
+use super::*;
+
+#[derive(Default)]
+struct Rec {
+    statuses: Vec<SyncStatus>,
+    updates: Vec<Update>,
+}
+
+impl SyncerCallbacks for Rec {
+    fn on_status_updated(&mut self, s: SyncStatus) {
+        self.statuses.push(s);
+    }
+    fn on_updates(&mut self, u: Vec<Update>) {
+        self.updates.extend(u);
+    }
+}
+
+fn session(epoch: u64) -> Session {
+    Session {
+        version: ProtocolVersion::V1,
+        syncer_type: SyncerType::Felix,
+        epoch: Epoch(epoch),
+        features: Features::ALL,
+        peer_decodes_zstd: true,
+        side: Side::Client,
+    }
+}
+
+fn key(i: u32) -> KeyPath {
+    KeyPath::new(&format!("/calico/v1/config/K{i}")).unwrap()
+}
+
+fn val(s: &str) -> EncodedValue {
+    EncodedValue::encode(&Value::Config(s.into()))
+}
+
+fn put(i: u32, v: &str) -> Update {
+    Update::put(key(i), val(v), Revision(u64::from(i)), UpdateKind::New)
+}
+
+/// The server side's digest of `kvs`.
+fn digest(kvs: &[(u32, &str)]) -> u64 {
+    let mut d = StateDigest::new();
+    for (i, v) in kvs {
+        d.insert(key(*i).as_str(), val(v).as_bytes());
+    }
+    d.combined()
+}
+
+fn snapshot(store: &mut Store, rec: &mut Rec, seq: u64, kvs: &[(u32, &str)]) -> Applied {
+    store
+        .apply(
+            Message::SnapshotBegin(SnapshotBegin {
+                seq: Seq(seq),
+                scope: SnapshotScope::Full,
+                kvs: kvs.len() as u64,
+            }),
+            rec,
+        )
+        .unwrap();
+    store
+        .apply(
+            Message::SnapshotChunk(SnapshotChunk {
+                updates: kvs.iter().map(|(i, v)| put(*i, v)).collect(),
+            }),
+            rec,
+        )
+        .unwrap();
+    store
+        .apply(
+            Message::SnapshotEnd(SnapshotEnd {
+                seq: Seq(seq),
+                digest: digest(kvs),
+            }),
+            rec,
+        )
+        .unwrap()
+}
+
+#[test]
+fn first_sync_reports_resync_then_in_sync() {
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    s.start(&mut rec);
+    s.connected(&session(1), &mut rec);
+    let a = snapshot(&mut s, &mut rec, 5, &[(1, "a"), (2, "b")]);
+    assert_eq!(
+        a,
+        Applied {
+            resumed: Some(ResumeKind::Snapshot),
+            reached: Some(Seq(5))
+        }
+    );
+    s.apply(Message::SyncStatus(SyncStatus::InSync), &mut rec)
+        .unwrap();
+    assert_eq!(
+        rec.statuses,
+        [
+            SyncStatus::WaitForDatastore,
+            SyncStatus::ResyncInProgress,
+            SyncStatus::InSync
+        ]
+    );
+    assert_eq!(rec.updates.len(), 2);
+    assert!(rec.updates.iter().all(|u| u.kind == UpdateKind::New));
+    assert_eq!(
+        s.cursor(),
+        Some(Cursor {
+            epoch: Epoch(1),
+            seq: Seq(5)
+        })
+    );
+}
+
+#[test]
+fn kinds_are_recomputed_and_no_op_updates_dropped() {
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    s.connected(&session(1), &mut rec);
+    snapshot(&mut s, &mut rec, 5, &[(1, "a")]);
+    rec.updates.clear();
+    let d = Deltas {
+        from_seq: Seq(5),
+        seq: Seq(6),
+        digest: digest(&[(1, "b"), (2, "c")]),
+        // The wire says New for key 1, but the consumer has it: Updated. A repeat of key 2's
+        // value is not delivered twice. Deleting an absent key is not delivered.
+        updates: vec![
+            put(1, "b"),
+            put(2, "c"),
+            put(2, "c"),
+            Update::delete(key(9), Revision(9)),
+        ],
+    };
+    s.apply(Message::Deltas(d), &mut rec).unwrap();
+    let kinds: Vec<_> = rec
+        .updates
+        .iter()
+        .map(|u| (u.key.clone(), u.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(key(1), UpdateKind::Updated), (key(2), UpdateKind::New)]
+    );
+}
+
+#[test]
+fn a_snapshot_after_reconnect_deletes_what_the_server_no_longer_has() {
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    s.connected(&session(1), &mut rec);
+    snapshot(&mut s, &mut rec, 5, &[(1, "a"), (2, "b"), (3, "c")]);
+    s.apply(Message::SyncStatus(SyncStatus::InSync), &mut rec)
+        .unwrap();
+    s.disconnected(&mut rec);
+    assert_eq!(rec.statuses.last(), Some(&SyncStatus::ResyncInProgress));
+    assert_eq!(s.len(), 3, "state kept while disconnected");
+    rec.updates.clear();
+    s.connected(&session(2), &mut rec);
+    snapshot(&mut s, &mut rec, 1, &[(1, "a"), (3, "z")]);
+    let got: Vec<_> = rec
+        .updates
+        .iter()
+        .map(|u| (u.key.clone(), u.kind))
+        .collect();
+    assert_eq!(
+        got,
+        [(key(3), UpdateKind::Updated), (key(2), UpdateKind::Deleted)]
+    );
+    assert_eq!(s.len(), 2);
+}
+
+#[test]
+fn a_bucket_resync_sweeps_only_its_buckets() {
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    s.connected(&session(1), &mut rec);
+    let kvs: Vec<(u32, &str)> = (0..50).map(|i| (i, "v")).collect();
+    snapshot(&mut s, &mut rec, 1, &kvs);
+    // The server dropped key 7 and changed key 8; it resends their buckets.
+    let b7 = KeyHash::of(key(7).as_str()).bucket();
+    let b8 = KeyHash::of(key(8).as_str()).bucket();
+    let set = BucketSet::new(vec![b7, b8]).unwrap();
+    let in_set: Vec<(u32, &str)> = kvs
+        .iter()
+        .copied()
+        .filter(|(i, _)| *i != 7 && set.contains(KeyHash::of(key(*i).as_str()).bucket()))
+        .map(|(i, v)| if i == 8 { (i, "w") } else { (i, v) })
+        .collect();
+    let after: Vec<(u32, &str)> = kvs
+        .iter()
+        .copied()
+        .filter(|(i, _)| *i != 7)
+        .map(|(i, v)| if i == 8 { (i, "w") } else { (i, v) })
+        .collect();
+    s.disconnected(&mut rec);
+    s.connected(&session(2), &mut rec);
+    rec.updates.clear();
+    s.apply(
+        Message::SnapshotBegin(SnapshotBegin {
+            seq: Seq(9),
+            scope: SnapshotScope::Buckets(set),
+            kvs: in_set.len() as u64,
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    s.apply(
+        Message::SnapshotChunk(SnapshotChunk {
+            updates: in_set.iter().map(|(i, v)| put(*i, v)).collect(),
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    let a = s
+        .apply(
+            Message::SnapshotEnd(SnapshotEnd {
+                seq: Seq(9),
+                digest: digest(&after),
+            }),
+            &mut rec,
+        )
+        .unwrap();
+    assert_eq!(a.resumed, Some(ResumeKind::Digest));
+    let got: Vec<_> = rec
+        .updates
+        .iter()
+        .map(|u| (u.key.clone(), u.kind))
+        .collect();
+    assert_eq!(
+        got,
+        [(key(8), UpdateKind::Updated), (key(7), UpdateKind::Deleted)]
+    );
+    assert_eq!(s.len(), 49);
+}
+
+#[test]
+fn gaps_and_digest_mismatches_are_errors() {
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    s.connected(&session(1), &mut rec);
+    snapshot(&mut s, &mut rec, 5, &[(1, "a")]);
+    let gap = Deltas {
+        from_seq: Seq(6),
+        seq: Seq(7),
+        digest: 0,
+        updates: vec![],
+    };
+    assert_eq!(
+        s.apply(Message::Deltas(gap), &mut rec),
+        Err(StoreError::Gap {
+            at: Seq(5),
+            from: Seq(6)
+        })
+    );
+    let wrong = Deltas {
+        from_seq: Seq(5),
+        seq: Seq(6),
+        digest: 12345,
+        updates: vec![put(2, "b")],
+    };
+    assert!(matches!(
+        s.apply(Message::Deltas(wrong), &mut rec),
+        Err(StoreError::DigestMismatch { .. })
+    ));
+    let bad_count = SnapshotBegin {
+        seq: Seq(9),
+        scope: SnapshotScope::Full,
+        kvs: 3,
+    };
+    s.apply(Message::SnapshotBegin(bad_count), &mut rec)
+        .unwrap();
+    assert!(matches!(
+        s.apply(
+            Message::SnapshotEnd(SnapshotEnd {
+                seq: Seq(9),
+                digest: 0
+            }),
+            &mut rec
+        ),
+        Err(StoreError::SnapshotCount { .. })
+    ));
+}
+
+#[test]
+fn resume_by_deltas_starts_at_the_cursor_and_an_interrupted_snapshot_drops_it() {
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    s.connected(&session(1), &mut rec);
+    snapshot(&mut s, &mut rec, 5, &[(1, "a")]);
+    s.disconnected(&mut rec);
+    s.connected(&session(1), &mut rec);
+    let confirm = Deltas {
+        from_seq: Seq(5),
+        seq: Seq(5),
+        digest: digest(&[(1, "a")]),
+        updates: vec![],
+    };
+    assert_eq!(
+        s.apply(Message::Deltas(confirm), &mut rec).unwrap().resumed,
+        Some(ResumeKind::Deltas)
+    );
+    // A snapshot cut in the middle: the cursor no longer describes the state.
+    s.apply(
+        Message::SnapshotBegin(SnapshotBegin {
+            seq: Seq(20),
+            scope: SnapshotScope::Full,
+            kvs: 2,
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    s.apply(
+        Message::SnapshotChunk(SnapshotChunk {
+            updates: vec![put(4, "x")],
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    s.disconnected(&mut rec);
+    let r = s.resume().unwrap();
+    assert_eq!(r.cursor, None);
+    assert_eq!(r.digest.unwrap().combined(), s.digest().combined());
+}

@@ -1,0 +1,175 @@
+//! Client-side mutual TLS: the client's certificate and key, the CA that signs servers, and the
+//! server identity check. As in Felix: when a server CN or URI SAN is configured, the server's
+//! certificate must carry that CN or URI SAN (the chain is verified either way); otherwise the
+//! usual host name check applies.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+
+/// TLS settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    /// CA that signs server certificates (FELIX_TYPHACAFILE).
+    pub ca_file: PathBuf,
+    /// This client's certificate (FELIX_TYPHACERTFILE).
+    pub cert_file: PathBuf,
+    /// This client's key (FELIX_TYPHAKEYFILE).
+    pub key_file: PathBuf,
+    /// Required server certificate CN (FELIX_TYPHACN).
+    pub server_cn: Option<String>,
+    /// Required server URI SAN (FELIX_TYPHAURISAN).
+    pub server_uri_san: Option<String>,
+}
+
+/// TLS material that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{setting}: {path}: {reason}")]
+pub struct TlsError {
+    /// The setting that names the file.
+    pub setting: &'static str,
+    /// The file.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Builds the rustls client configuration.
+pub fn client_config(t: &ClientTls) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let err = |setting: &'static str, path: &PathBuf, reason: String| TlsError {
+        setting,
+        path: path.display().to_string(),
+        reason,
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    let cas = CertificateDer::pem_file_iter(&t.ca_file)
+        .map_err(|e| err("FELIX_TYPHACAFILE", &t.ca_file, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err("FELIX_TYPHACAFILE", &t.ca_file, e.to_string()))?;
+    if cas.is_empty() {
+        return Err(err(
+            "FELIX_TYPHACAFILE",
+            &t.ca_file,
+            "no certificate in the file".into(),
+        ));
+    }
+    for ca in cas {
+        roots
+            .add(ca)
+            .map_err(|e| err("FELIX_TYPHACAFILE", &t.ca_file, e.to_string()))?;
+    }
+    let certs = CertificateDer::pem_file_iter(&t.cert_file)
+        .map_err(|e| err("FELIX_TYPHACERTFILE", &t.cert_file, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err("FELIX_TYPHACERTFILE", &t.cert_file, e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_file(&t.key_file)
+        .map_err(|e| err("FELIX_TYPHAKEYFILE", &t.key_file, e.to_string()))?;
+    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| err("FELIX_TYPHACAFILE", &t.ca_file, e.to_string()))?;
+    let verifier = Arc::new(IdentityVerifier {
+        inner: webpki,
+        cn: t.server_cn.clone(),
+        uri_san: t.server_uri_san.clone(),
+    });
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| err("FELIX_TYPHACERTFILE", &t.cert_file, e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| err("FELIX_TYPHAKEYFILE", &t.key_file, e.to_string()))?;
+    Ok(Arc::new(cfg))
+}
+
+#[derive(Debug)]
+struct IdentityVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    cn: Option<String>,
+    uri_san: Option<String>,
+}
+
+impl IdentityVerifier {
+    fn check_identity(&self, cert: &CertificateDer<'_>) -> Result<(), Error> {
+        use x509_parser::prelude::*;
+        let (_, x) = X509Certificate::from_der(cert.as_ref())
+            .map_err(|_| Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        let cn_ok = self.cn.as_ref().is_some_and(|want| {
+            x.subject()
+                .iter_common_name()
+                .any(|cn| cn.as_str().ok() == Some(want.as_str()))
+        });
+        let san_ok = self.uri_san.as_ref().is_some_and(|want| {
+            matches!(x.subject_alternative_name(), Ok(Some(san)) if san.value.general_names.iter().any(|n| matches!(n, GeneralName::URI(u) if *u == want.as_str())))
+        });
+        if cn_ok || san_ok {
+            Ok(())
+        } else {
+            Err(Error::General(format!(
+                "server certificate has neither the required CN {:?} nor the URI SAN {:?} (FELIX_TYPHACN / FELIX_TYPHAURISAN)",
+                self.cn.as_deref().unwrap_or(""),
+                self.uri_san.as_deref().unwrap_or("")
+            )))
+        }
+    }
+}
+
+impl ServerCertVerifier for IdentityVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        let by_name = self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        );
+        if self.cn.is_none() && self.uri_san.is_none() {
+            return by_name;
+        }
+        match by_name {
+            // The chain is valid (webpki checks it before the name); identity decides.
+            Ok(_)
+            | Err(Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => self
+                .check_identity(end_entity)
+                .map(|()| ServerCertVerified::assertion()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
