@@ -1,1 +1,251 @@
-fn main() {}
+//! `typha-tail`: connect to a typha server the way an agent does and print the stream.
+//!
+//! Lines: `status <status>`, then `+ key` (new), `~ key` (updated), `- key` (deleted), with the
+//! revision; `--json` prints one JSON object per line instead, with decoded values.
+//! `--summary` prints counts per key type, the status and the digest once in sync, then exits.
+//! Failures (server unreachable, TLS refused, version mismatch) are one line on stderr and a
+//! non-zero exit when no server could be used at all.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use protocol::model::{KeyType, SyncStatus, Update, UpdateKind};
+use tokio::sync::Notify;
+use typha_client::conn::session;
+use typha_client::metrics::ClientMetrics;
+use typha_client::tls::ClientTls;
+use typha_client::{ClientConfig, Discovery, Store, SyncerCallbacks};
+
+/// Print what a typha server streams, as an agent would receive it.
+#[derive(Debug, Parser)]
+#[command(name = "typha-tail", version, about)]
+struct Cli {
+    /// Server addresses, `host:port`, comma-separated (names resolve to all their addresses).
+    #[arg(long, env = "FELIX_TYPHAADDR", value_delimiter = ',')]
+    addr: Vec<String>,
+    /// Kubernetes Service to discover servers from (instead of --addr).
+    #[arg(long, env = "FELIX_TYPHAK8SSERVICENAME")]
+    k8s_service_name: Option<String>,
+    /// Namespace of that Service.
+    #[arg(long, env = "FELIX_TYPHAK8SNAMESPACE", default_value = "kube-system")]
+    k8s_namespace: String,
+    /// CA that signs the server's certificate.
+    #[arg(long, env = "FELIX_TYPHACAFILE")]
+    ca_file: Option<PathBuf>,
+    /// Client certificate.
+    #[arg(long, env = "FELIX_TYPHACERTFILE")]
+    cert_file: Option<PathBuf>,
+    /// Client key.
+    #[arg(long, env = "FELIX_TYPHAKEYFILE")]
+    key_file: Option<PathBuf>,
+    /// Required server certificate CN.
+    #[arg(long, env = "FELIX_TYPHACN")]
+    server_cn: Option<String>,
+    /// Required server certificate URI SAN.
+    #[arg(long, env = "FELIX_TYPHAURISAN")]
+    server_uri_san: Option<String>,
+    /// Seconds without a message before the server is considered gone.
+    #[arg(long, env = "FELIX_TYPHAREADTIMEOUT", default_value_t = 30.0)]
+    read_timeout: f64,
+    /// Node name to present.
+    #[arg(long, default_value = "typha-tail")]
+    hostname: String,
+    /// One JSON object per line, with decoded values.
+    #[arg(long)]
+    json: bool,
+    /// Print counts per key type, the status and the digest once in sync, then exit.
+    #[arg(long)]
+    summary: bool,
+}
+
+struct Printer {
+    json: bool,
+    summary: bool,
+    counts: BTreeMap<KeyType, i64>,
+    in_sync: Arc<Notify>,
+    synced: Arc<AtomicBool>,
+    out: std::io::BufWriter<std::io::Stdout>,
+}
+
+impl SyncerCallbacks for Printer {
+    fn on_status_updated(&mut self, status: SyncStatus) {
+        if status == SyncStatus::InSync {
+            self.synced.store(true, Ordering::Release);
+            self.in_sync.notify_one();
+        }
+        if self.summary {
+            return;
+        }
+        let _ = if self.json {
+            writeln!(self.out, "{}", serde_json::json!({"type": "status", "status": status.to_string()}))
+        } else {
+            writeln!(self.out, "status {status}")
+        };
+        let _ = self.out.flush();
+    }
+
+    fn on_updates(&mut self, updates: Vec<Update>) {
+        for u in updates {
+            let ty = u.key.key_type();
+            *self.counts.entry(ty).or_default() += match u.kind {
+                UpdateKind::New => 1,
+                UpdateKind::Deleted => -1,
+                UpdateKind::Updated => 0,
+            };
+            if self.summary {
+                continue;
+            }
+            let _ = if self.json {
+                let value = match u.decode_value() {
+                    Ok(Some(v)) => serde_json::to_value(&v).unwrap_or_default(),
+                    Ok(None) => serde_json::Value::Null,
+                    Err(e) => serde_json::json!({"undecodable": e.to_string()}),
+                };
+                let kind = match u.kind {
+                    UpdateKind::New => "new",
+                    UpdateKind::Updated => "updated",
+                    UpdateKind::Deleted => "deleted",
+                };
+                writeln!(
+                    self.out,
+                    "{}",
+                    serde_json::json!({"type": "update", "kind": kind, "key": u.key.as_str(), "key_type": ty.as_str(), "revision": u.revision.0, "value": value})
+                )
+            } else {
+                let mark = match u.kind {
+                    UpdateKind::New => '+',
+                    UpdateKind::Updated => '~',
+                    UpdateKind::Deleted => '-',
+                };
+                writeln!(self.out, "{mark} {} rev={}", u.key, u.revision)
+            };
+        }
+        let _ = self.out.flush();
+    }
+}
+
+fn config(cli: &Cli) -> Result<ClientConfig, String> {
+    let discovery = if !cli.addr.is_empty() {
+        Discovery::addresses(cli.addr.clone())
+    } else if let Some(service) = &cli.k8s_service_name {
+        Discovery::Kubernetes { service: service.clone(), namespace: cli.k8s_namespace.clone(), port_name: "calico-typha".into() }
+    } else {
+        return Err("FELIX_TYPHAADDR: set --addr (or FELIX_TYPHAADDR) to the server's host:port".into());
+    };
+    let mut cfg = ClientConfig::new(cli.hostname.clone(), discovery);
+    cfg.info = format!("typha-tail/{}", env!("CARGO_PKG_VERSION"));
+    cfg.read_timeout = Duration::try_from_secs_f64(cli.read_timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or("FELIX_TYPHAREADTIMEOUT: not a positive number of seconds")?;
+    let any_tls = cli.ca_file.is_some() || cli.cert_file.is_some() || cli.key_file.is_some();
+    if any_tls {
+        let need = |v: &Option<PathBuf>, name: &str| v.clone().ok_or(format!("{name}: required with the other TLS settings"));
+        cfg.tls = Some(ClientTls {
+            ca_file: need(&cli.ca_file, "FELIX_TYPHACAFILE")?,
+            cert_file: need(&cli.cert_file, "FELIX_TYPHACERTFILE")?,
+            key_file: need(&cli.key_file, "FELIX_TYPHAKEYFILE")?,
+            server_cn: cli.server_cn.clone(),
+            server_uri_san: cli.server_uri_san.clone(),
+        });
+    }
+    Ok(cfg)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cfg = match config(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("typha-tail: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("typha-tail: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(tail(cli, cfg))
+}
+
+async fn tail(cli: Cli, cfg: ClientConfig) -> ExitCode {
+    let tls = match cfg.tls.as_ref().map(typha_client::tls::client_config).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("typha-tail: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    let in_sync = Arc::new(Notify::new());
+    let synced = Arc::new(AtomicBool::new(false));
+    let mut printer = Printer {
+        json: cli.json,
+        summary: cli.summary,
+        counts: BTreeMap::new(),
+        in_sync: in_sync.clone(),
+        synced: synced.clone(),
+        out: std::io::BufWriter::new(std::io::stdout()),
+    };
+    let metrics = ClientMetrics::unregistered();
+    let mut store = Store::new();
+    store.start(&mut printer);
+    let mut ever_connected = false;
+    loop {
+        let targets = match cfg.discovery.discover().await {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("typha-tail: {e}");
+                return ExitCode::from(69);
+            }
+        };
+        let mut last_error = None;
+        for t in &targets {
+            let end = {
+                let s = session(t, &cfg, tls.as_ref(), &mut store, &mut printer, &metrics);
+                tokio::select! {
+                    end = s => Some(end),
+                    () = in_sync.notified(), if cli.summary => None,
+                }
+            };
+            let Some(end) = end else {
+                let digest = store.digest();
+                let non_empty = digest.buckets().iter().filter(|b| **b != 0).count();
+                println!("server {} status {}", t.addr, store.status().map(|s| s.to_string()).unwrap_or_default());
+                for (ty, n) in &printer.counts {
+                    println!("{:<20} {n}", ty.as_str());
+                }
+                println!("{:<20} {}", "total", store.len());
+                println!("digest {:016x} ({non_empty}/1024 buckets non-empty)", digest.combined());
+                return ExitCode::SUCCESS;
+            };
+            if end.synced || synced.load(Ordering::Acquire) {
+                ever_connected = true;
+            }
+            store.disconnected(&mut printer);
+            if ever_connected && !cli.summary {
+                eprintln!("typha-tail: {}; reconnecting", end.error);
+            }
+            last_error = Some(end.error);
+            if ever_connected {
+                break;
+            }
+        }
+        if !ever_connected {
+            match last_error {
+                Some(e) => eprintln!("typha-tail: {e}"),
+                None => eprintln!("typha-tail: no server to try"),
+            }
+            return ExitCode::from(69);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
