@@ -54,7 +54,7 @@ impl SyncClient {
         let mut refresh = tokio::time::interval(Duration::from_secs(1));
         loop {
             let targets = if redirect.is_empty() {
-                match self.cfg.discovery.discover().await {
+                match self.cfg.discovery.discover(&self.cfg.hostname).await {
                     Ok(t) => t,
                     Err(e) => {
                         let msg = e.to_string();

@@ -97,11 +97,10 @@ pub fn from_felix_env(
                 .collect(),
         )
     } else if let Some(service) = get("FELIX_TYPHAK8SSERVICENAME") {
-        Discovery::Kubernetes {
+        Discovery::kubernetes(
             service,
-            namespace: get("FELIX_TYPHAK8SNAMESPACE").unwrap_or_else(|| "kube-system".into()),
-            port_name: "calico-typha".into(),
-        }
+            get("FELIX_TYPHAK8SNAMESPACE").unwrap_or_else(|| "kube-system".into()),
+        )
     } else {
         return Ok(None);
     };

@@ -22,6 +22,8 @@ pub enum Discovery {
         namespace: String,
         /// Port name (`calico-typha`).
         port_name: String,
+        /// API server URL; `None`: in-cluster configuration or the kubeconfig.
+        api_server: Option<String>,
     },
 }
 
@@ -41,9 +43,22 @@ pub enum DiscoveryError {
     /// No entry resolved to an address.
     #[error("no server address could be resolved from {0:?}")]
     NothingResolved(Vec<String>),
-    /// This discovery method is not available in this build.
-    #[error("{0}")]
-    Unsupported(String),
+    /// The Kubernetes API could not be asked, or answered with an error.
+    #[error("Kubernetes discovery of {service}: {reason}")]
+    Kubernetes {
+        /// `namespace/service`.
+        service: String,
+        /// Why.
+        reason: String,
+    },
+    /// The Service has no ready endpoint with the port.
+    #[error("Kubernetes Service {service} has no ready endpoint with a port named {port_name:?}")]
+    NoEndpoints {
+        /// `namespace/service`.
+        service: String,
+        /// The port name looked for.
+        port_name: String,
+    },
 }
 
 impl Discovery {
@@ -52,21 +67,117 @@ impl Discovery {
         Discovery::Addresses(entries)
     }
 
-    /// Resolves the servers to try this round, shuffled.
-    pub async fn discover(&self) -> Result<Vec<Target>, DiscoveryError> {
-        let mut out = match self {
-            Discovery::Addresses(entries) => resolve(entries).await?,
-            Discovery::Kubernetes {
-                service, namespace, ..
-            } => {
-                return Err(DiscoveryError::Unsupported(format!(
-                    "Kubernetes discovery (service {namespace}/{service}) is not implemented yet; set FELIX_TYPHAADDR to the Service's DNS name instead"
-                )));
-            }
-        };
-        out.shuffle(&mut rand::rng());
-        Ok(out)
+    /// A Kubernetes Service, found through the in-cluster configuration or the kubeconfig.
+    pub fn kubernetes(service: impl Into<String>, namespace: impl Into<String>) -> Self {
+        Discovery::Kubernetes {
+            service: service.into(),
+            namespace: namespace.into(),
+            port_name: "calico-typha".into(),
+            api_server: None,
+        }
     }
+
+    /// Resolves the servers to try this round, shuffled; with Kubernetes discovery, endpoints
+    /// on `local_node` come first (each group shuffled), as Felix does.
+    pub async fn discover(&self, local_node: &str) -> Result<Vec<Target>, DiscoveryError> {
+        match self {
+            Discovery::Addresses(entries) => {
+                let mut out = resolve(entries).await?;
+                out.shuffle(&mut rand::rng());
+                Ok(out)
+            }
+            Discovery::Kubernetes {
+                service,
+                namespace,
+                port_name,
+                api_server,
+            } => {
+                endpoint_slices(
+                    service,
+                    namespace,
+                    port_name,
+                    api_server.as_deref(),
+                    local_node,
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// Ready endpoints of a Service's EndpointSlices, with the port named `port_name`.
+async fn endpoint_slices(
+    service: &str,
+    namespace: &str,
+    port_name: &str,
+    api_server: Option<&str>,
+    local_node: &str,
+) -> Result<Vec<Target>, DiscoveryError> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Api, ListParams};
+    let name = format!("{namespace}/{service}");
+    let err = |reason: String| DiscoveryError::Kubernetes {
+        service: name.clone(),
+        reason,
+    };
+    let client = match api_server {
+        Some(url) => {
+            let uri = url
+                .parse()
+                .map_err(|e| err(format!("bad API server URL {url:?}: {e}")))?;
+            kube::Client::try_from(kube::Config::new(uri)).map_err(|e| err(e.to_string()))?
+        }
+        None => kube::Client::try_default()
+            .await
+            .map_err(|e| err(e.to_string()))?,
+    };
+    let slices: Api<EndpointSlice> = Api::namespaced(client, namespace);
+    let list = slices
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let server_name = format!("{service}.{namespace}.svc");
+    let (mut local, mut remote) = (Vec::new(), Vec::new());
+    for slice in list.items {
+        let Some(port) = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(port_name))
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for ep in slice.endpoints {
+            // Ready unknown counts as ready, as Kubernetes defines it.
+            if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                continue;
+            }
+            let here = ep.node_name.as_deref() == Some(local_node);
+            for a in &ep.addresses {
+                let Ok(ip) = a.parse::<std::net::IpAddr>() else {
+                    continue;
+                };
+                let t = Target {
+                    addr: SocketAddr::new(ip, port),
+                    server_name: server_name.clone(),
+                };
+                if here { local.push(t) } else { remote.push(t) }
+            }
+        }
+    }
+    let mut rng = rand::rng();
+    local.shuffle(&mut rng);
+    remote.shuffle(&mut rng);
+    local.extend(remote);
+    if local.is_empty() {
+        return Err(DiscoveryError::NoEndpoints {
+            service: name,
+            port_name: port_name.to_owned(),
+        });
+    }
+    Ok(local)
 }
 
 /// Resolves `host:port` entries to every address they name (deduplicated).
@@ -108,7 +219,7 @@ mod tests {
             "localhost:5473".into(),
             "[::1]:5473".into(),
         ]);
-        let t = d.discover().await.unwrap();
+        let t = d.discover("node").await.unwrap();
         assert!(
             t.iter()
                 .any(|t| t.addr == "127.0.0.1:5473".parse().unwrap())
@@ -119,7 +230,7 @@ mod tests {
         assert_eq!(unique.len(), t.len());
         assert!(matches!(
             Discovery::addresses(vec!["no-such-host.invalid:5473".into()])
-                .discover()
+                .discover("node")
                 .await,
             Err(DiscoveryError::NothingResolved(_))
         ));

@@ -14,27 +14,46 @@ use typha_server::server::start;
 
 const BIN: &str = env!("CARGO_BIN_EXE_typha-tail");
 
-async fn server(tls: Option<typha_server::tls::TlsConfig>) -> (typha_server::server::RunningServer, Embedded) {
+async fn server(
+    tls: Option<typha_server::tls::TlsConfig>,
+) -> (typha_server::server::RunningServer, Embedded) {
     let store = Embedded::new();
-    store.bulk_load(typha_server::sample::Spec { nodes: 3, pods_per_node: 4, ..Default::default() }.resources());
+    store.bulk_load(
+        typha_server::sample::Spec {
+            nodes: 3,
+            pods_per_node: 4,
+            ..Default::default()
+        }
+        .resources(),
+    );
     let mut cfg = Config::for_tests();
     cfg.tls = tls;
     (start(cfg, Arc::new(store.clone())).await.unwrap(), store)
 }
 
 fn run(args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).env_remove("FELIX_TYPHAADDR").output().unwrap()
+    Command::new(BIN)
+        .args(args)
+        .env_remove("FELIX_TYPHAADDR")
+        .output()
+        .unwrap()
 }
 
 #[tokio::test]
 async fn summary_counts_key_types_and_prints_the_digest() {
     let (srv, _store) = server(None).await;
     let addr = srv.addr.to_string();
-    let out = tokio::task::spawn_blocking(move || run(&["--addr", &addr, "--summary"])).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || run(&["--addr", &addr, "--summary"]))
+        .await
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("status in-sync"), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("workload-endpoint") && l.trim_end().ends_with(" 12")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("workload-endpoint") && l.trim_end().ends_with(" 12")),
+        "{text}"
+    );
     let digest = format!("{:016x}", srv.cache.latest().digest);
     assert!(text.contains(&format!("digest {digest}")), "{text}");
     srv.shutdown().await;
@@ -50,20 +69,32 @@ async fn json_lines_carry_decoded_values() {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let lines = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout).lines().take(20).map(|l| l.unwrap()).collect::<Vec<_>>()
+        BufReader::new(stdout)
+            .lines()
+            .take(20)
+            .map(|l| l.unwrap())
+            .collect::<Vec<_>>()
     })
     .await
     .unwrap();
     child.kill().unwrap();
     let _ = child.wait();
-    let parsed: Vec<serde_json::Value> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let parsed: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(parsed[0]["type"], "status");
     let wep = parsed
         .iter()
         .find(|v| v["key_type"] == "workload-endpoint")
         .expect("a workload endpoint in the first lines");
     assert_eq!(wep["kind"], "new");
-    assert!(wep["value"]["WorkloadEndpoint"]["name"].as_str().unwrap().starts_with("cali"));
+    assert!(
+        wep["value"]["WorkloadEndpoint"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("cali")
+    );
     srv.shutdown().await;
 }
 
@@ -76,7 +107,11 @@ fn one_line_error(out: &std::process::Output) -> String {
 
 #[test]
 fn unreachable_server_is_one_line() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let err = one_line_error(&run(&["--addr", &format!("127.0.0.1:{port}"), "--summary"]));
     assert!(err.contains("cannot connect"), "{err}");
     let err = one_line_error(&run(&["--addr", "no-such-host.invalid:5473"]));
@@ -116,7 +151,9 @@ async fn refused_tls_is_one_line() {
         "--server-cn".into(),
         "typha-server".into(),
     ];
-    let out = tokio::task::spawn_blocking(move || Command::new(BIN).args(&args).output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || Command::new(BIN).args(&args).output().unwrap())
+        .await
+        .unwrap();
     let err = one_line_error(&out);
     assert!(err.contains("TLS"), "{err}");
     srv.shutdown().await;
@@ -146,11 +183,15 @@ async fn version_mismatch_is_one_line() {
             let rej = protocol::handshake::ServerHandshake::new(offer, std::time::Instant::now())
                 .handle_message(hello, std::time::Instant::now())
                 .unwrap_err();
-            let bye = protocol::FrameEncoder::uncompressed().encode(&protocol::Message::Goodbye(rej.goodbye.unwrap())).unwrap();
+            let bye = protocol::FrameEncoder::uncompressed()
+                .encode(&protocol::Message::Goodbye(rej.goodbye.unwrap()))
+                .unwrap();
             let _ = s.write_all(&bye).await;
         }
     });
-    let out = tokio::task::spawn_blocking(move || run(&["--addr", &addr.to_string(), "--summary"])).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || run(&["--addr", &addr.to_string(), "--summary"]))
+        .await
+        .unwrap();
     let err = one_line_error(&out);
     assert!(err.contains("no protocol version in common"), "{err}");
 }

@@ -83,7 +83,11 @@ impl SyncerCallbacks for Printer {
             return;
         }
         let _ = if self.json {
-            writeln!(self.out, "{}", serde_json::json!({"type": "status", "status": status.to_string()}))
+            writeln!(
+                self.out,
+                "{}",
+                serde_json::json!({"type": "status", "status": status.to_string()})
+            )
         } else {
             writeln!(self.out, "status {status}")
         };
@@ -134,9 +138,11 @@ fn config(cli: &Cli) -> Result<ClientConfig, String> {
     let discovery = if !cli.addr.is_empty() {
         Discovery::addresses(cli.addr.clone())
     } else if let Some(service) = &cli.k8s_service_name {
-        Discovery::Kubernetes { service: service.clone(), namespace: cli.k8s_namespace.clone(), port_name: "calico-typha".into() }
+        Discovery::kubernetes(service.clone(), cli.k8s_namespace.clone())
     } else {
-        return Err("FELIX_TYPHAADDR: set --addr (or FELIX_TYPHAADDR) to the server's host:port".into());
+        return Err(
+            "FELIX_TYPHAADDR: set --addr (or FELIX_TYPHAADDR) to the server's host:port".into(),
+        );
     };
     let mut cfg = ClientConfig::new(cli.hostname.clone(), discovery);
     cfg.info = format!("typha-tail/{}", env!("CARGO_PKG_VERSION"));
@@ -146,7 +152,10 @@ fn config(cli: &Cli) -> Result<ClientConfig, String> {
         .ok_or("FELIX_TYPHAREADTIMEOUT: not a positive number of seconds")?;
     let any_tls = cli.ca_file.is_some() || cli.cert_file.is_some() || cli.key_file.is_some();
     if any_tls {
-        let need = |v: &Option<PathBuf>, name: &str| v.clone().ok_or(format!("{name}: required with the other TLS settings"));
+        let need = |v: &Option<PathBuf>, name: &str| {
+            v.clone()
+                .ok_or(format!("{name}: required with the other TLS settings"))
+        };
         cfg.tls = Some(ClientTls {
             ca_file: need(&cli.ca_file, "FELIX_TYPHACAFILE")?,
             cert_file: need(&cli.cert_file, "FELIX_TYPHACERTFILE")?,
@@ -167,7 +176,10 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("typha-tail: {e}");
@@ -178,7 +190,12 @@ fn main() -> ExitCode {
 }
 
 async fn tail(cli: Cli, cfg: ClientConfig) -> ExitCode {
-    let tls = match cfg.tls.as_ref().map(typha_client::tls::client_config).transpose() {
+    let tls = match cfg
+        .tls
+        .as_ref()
+        .map(typha_client::tls::client_config)
+        .transpose()
+    {
         Ok(t) => t,
         Err(e) => {
             eprintln!("typha-tail: {e}");
@@ -200,7 +217,7 @@ async fn tail(cli: Cli, cfg: ClientConfig) -> ExitCode {
     store.start(&mut printer);
     let mut ever_connected = false;
     loop {
-        let targets = match cfg.discovery.discover().await {
+        let targets = match cfg.discovery.discover(&cfg.hostname).await {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("typha-tail: {e}");
@@ -219,12 +236,19 @@ async fn tail(cli: Cli, cfg: ClientConfig) -> ExitCode {
             let Some(end) = end else {
                 let digest = store.digest();
                 let non_empty = digest.buckets().iter().filter(|b| **b != 0).count();
-                println!("server {} status {}", t.addr, store.status().map(|s| s.to_string()).unwrap_or_default());
+                println!(
+                    "server {} status {}",
+                    t.addr,
+                    store.status().map(|s| s.to_string()).unwrap_or_default()
+                );
                 for (ty, n) in &printer.counts {
                     println!("{:<20} {n}", ty.as_str());
                 }
                 println!("{:<20} {}", "total", store.len());
-                println!("digest {:016x} ({non_empty}/1024 buckets non-empty)", digest.combined());
+                println!(
+                    "digest {:016x} ({non_empty}/1024 buckets non-empty)",
+                    digest.combined()
+                );
                 return ExitCode::SUCCESS;
             };
             if end.synced || synced.load(Ordering::Acquire) {
