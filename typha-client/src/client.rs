@@ -46,7 +46,11 @@ impl SyncClient {
         shutdown: impl Future<Output = ()>,
     ) -> (C, Store) {
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut store = Store::new();
+        let mut store = if self.cfg.light_store {
+            Store::light()
+        } else {
+            Store::new()
+        };
         store.start(&mut cb);
         let mut backoff = self.cfg.backoff_min;
         let mut redirect: Vec<String> = Vec::new();

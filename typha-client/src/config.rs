@@ -34,6 +34,8 @@ pub struct ClientConfig {
     pub backoff_max: Duration,
     /// How often to acknowledge the applied position (at most).
     pub ack_interval: Duration,
+    /// Keep no values ([`crate::Store::light`]): only for simulating many nodes in one process.
+    pub light_store: bool,
 }
 
 impl ClientConfig {
@@ -51,6 +53,7 @@ impl ClientConfig {
             backoff_min: Duration::from_millis(200),
             backoff_max: Duration::from_secs(10),
             ack_interval: Duration::from_secs(1),
+            light_store: false,
         }
     }
 }

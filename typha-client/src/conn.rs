@@ -172,17 +172,23 @@ async fn run(
             let conn = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, tcp);
             match tokio::time::timeout_at(deadline, conn).await {
                 Ok(Ok(s)) => Box::new(s),
-                Ok(Err(e)) => {
+                // A certificate or protocol problem (rustls says so) needs an operator; an EOF or
+                // a reset (an overloaded server, a restart) is worth retrying.
+                Ok(Err(e)) if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) => {
                     return Err(SessionError::Tls {
                         addr,
                         reason: e.to_string(),
                     });
                 }
+                Ok(Err(e)) => {
+                    return Err(SessionError::Io(format!(
+                        "TLS handshake with {addr} interrupted: {e}"
+                    )));
+                }
                 Err(_) => {
-                    return Err(SessionError::Tls {
-                        addr,
-                        reason: "TLS handshake timed out".into(),
-                    });
+                    return Err(SessionError::Io(format!(
+                        "TLS handshake with {addr} timed out"
+                    )));
                 }
             }
         }

@@ -118,6 +118,11 @@ pub struct Store {
     /// The server's status on this connection (unknown until it says).
     server_status: Option<SyncStatus>,
     reported: Option<SyncStatus>,
+    /// Light mode: no values kept (see [`Store::light`]).
+    light: bool,
+    /// Light mode: snapshot KVs counted, and the server's digest at the cursor.
+    light_seen: u64,
+    announced: u64,
 }
 
 impl Default for Store {
@@ -138,6 +143,31 @@ impl Store {
             caught_up: false,
             server_status: None,
             reported: None,
+            light: false,
+            light_seen: 0,
+            announced: 0,
+        }
+    }
+
+    /// A store that keeps no values: for simulating thousands of nodes in one process. It
+    /// checks the sequence chain (every Deltas frame starts where the last ended) and remembers
+    /// the digest the server announced at its position, but cannot recompute digests, dedupe,
+    /// recompute kinds (wire kinds are passed on) or sweep; it resumes by deltas or snapshot,
+    /// never by digest. Real agents use [`Store::new`].
+    pub fn light() -> Self {
+        Self {
+            light: true,
+            ..Self::new()
+        }
+    }
+
+    /// The combined digest of the state: computed (full store) or as the server announced it
+    /// at the cursor (light store).
+    pub fn combined_digest(&self) -> u64 {
+        if self.light {
+            self.announced
+        } else {
+            self.digest.combined()
         }
     }
 
@@ -178,6 +208,12 @@ impl Store {
 
     /// What to offer the next server so it can send less than a snapshot.
     pub fn resume(&self) -> Option<Resume> {
+        if self.light {
+            return self.cursor.map(|c| Resume {
+                cursor: Some(c),
+                digest: None,
+            });
+        }
         if self.cursor.is_none() && self.kvs.is_empty() {
             return None;
         }
@@ -207,6 +243,7 @@ impl Store {
 
     /// The connection was lost: the state stays; the consumer hears ResyncInProgress.
     pub fn disconnected(&mut self, cb: &mut dyn SyncerCallbacks) {
+        self.light_seen = 0;
         if self.marks.take().is_some() {
             // Part of a snapshot was applied: the state is ahead of the cursor in places, so
             // the cursor no longer describes it. The digest still does; resume by digest.
@@ -275,7 +312,11 @@ impl Store {
         }
     }
 
-    fn check_digest(&self, seq: Seq, theirs: u64) -> Result<(), StoreError> {
+    fn check_digest(&mut self, seq: Seq, theirs: u64) -> Result<(), StoreError> {
+        if self.light {
+            self.announced = theirs;
+            return Ok(());
+        }
         let ours = self.digest.combined();
         if ours == theirs {
             Ok(())
@@ -324,6 +365,11 @@ impl Store {
                         "a snapshot chunk outside a snapshot".into(),
                     ));
                 }
+                if self.light {
+                    self.light_seen += c.updates.len() as u64;
+                    cb.on_updates(c.updates);
+                    return Ok(applied);
+                }
                 let mut out = Vec::with_capacity(c.updates.len());
                 for u in c.updates {
                     let Some(v) = u.value else {
@@ -347,10 +393,15 @@ impl Store {
                         "a snapshot end outside a snapshot".into(),
                     ));
                 };
-                if m.seen.len() as u64 != m.announced {
+                let carried = if self.light {
+                    std::mem::take(&mut self.light_seen)
+                } else {
+                    m.seen.len() as u64
+                };
+                if carried != m.announced {
                     return Err(StoreError::SnapshotCount {
                         announced: m.announced,
-                        carried: m.seen.len() as u64,
+                        carried,
                     });
                 }
                 let in_scope = |k: &KeyPath| match &m.scope {
@@ -402,11 +453,14 @@ impl Store {
                         from: d.from_seq,
                     });
                 }
-                let out: Vec<Update> = d
-                    .updates
-                    .into_iter()
-                    .filter_map(|u| self.set(u.key, u.value, u.revision))
-                    .collect();
+                let out: Vec<Update> = if self.light {
+                    d.updates
+                } else {
+                    d.updates
+                        .into_iter()
+                        .filter_map(|u| self.set(u.key, u.value, u.revision))
+                        .collect()
+                };
                 if !out.is_empty() {
                     cb.on_updates(out);
                 }

@@ -323,3 +323,33 @@ fn resume_by_deltas_starts_at_the_cursor_and_an_interrupted_snapshot_drops_it() 
     assert_eq!(r.cursor, None);
     assert_eq!(r.digest.unwrap().combined(), s.digest().combined());
 }
+
+#[test]
+fn a_light_store_checks_the_chain_and_remembers_the_announced_digest() {
+    let (mut s, mut rec) = (Store::light(), Rec::default());
+    s.connected(&session(1), &mut rec);
+    snapshot(&mut s, &mut rec, 5, &[(1, "a"), (2, "b")]);
+    assert_eq!(s.len(), 0, "keeps no values");
+    assert_eq!(s.combined_digest(), digest(&[(1, "a"), (2, "b")]));
+    let d = Deltas {
+        from_seq: Seq(5),
+        seq: Seq(6),
+        digest: 99,
+        updates: vec![put(3, "c")],
+    };
+    s.apply(Message::Deltas(d), &mut rec).unwrap();
+    assert_eq!(s.combined_digest(), 99);
+    assert_eq!(rec.updates.len(), 3);
+    let gap = Deltas {
+        from_seq: Seq(7),
+        seq: Seq(8),
+        digest: 0,
+        updates: vec![],
+    };
+    assert!(matches!(
+        s.apply(Message::Deltas(gap), &mut rec),
+        Err(StoreError::Gap { .. })
+    ));
+    let r = s.resume().unwrap();
+    assert_eq!((r.cursor.unwrap().seq, r.digest), (Seq(6), None));
+}
