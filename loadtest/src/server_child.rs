@@ -91,9 +91,7 @@ pub(crate) async fn run(a: ServerArgs) -> anyhow::Result<()> {
     while srv.cache.latest().status != protocol::model::SyncStatus::InSync {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    say(
-        json!({"event": "ready", "addr": srv.addr.to_string(), "kvs": srv.cache.latest().map.len()}),
-    );
+    say(json!({"event": "ready", "addr": srv.addr.to_string(), "kvs": srv.cache.latest().kvs}));
     let spec = Spec {
         nodes: a.nodes.max(1),
         pods_per_node: a.pods.max(1),
@@ -126,7 +124,7 @@ pub(crate) async fn run(a: ServerArgs) -> anyhow::Result<()> {
                     "event": "state",
                     "seq": c.seq.0,
                     "digest": format!("{:016x}", c.digest),
-                    "kvs": c.map.len(),
+                    "kvs": c.kvs,
                     "connections": srv.connections(),
                     "delta_frames": m.encoded_count(FrameKind::delta),
                     "span_frames": m.encoded_count(FrameKind::span),

@@ -112,7 +112,8 @@ fn bar(len: u64, what: &str) -> ProgressBar {
     b
 }
 
-/// Writes the generated cluster as one manifest (a `List`).
+/// Writes the generated cluster as manifests of 250 resources each (`List`s): small files keep
+/// the server's transient parsing memory small.
 pub(crate) fn write_cluster(dir: &Path, nodes: usize, pods: usize) -> anyhow::Result<()> {
     let spec = typha_server::sample::Spec {
         nodes,
@@ -122,10 +123,15 @@ pub(crate) fn write_cluster(dir: &Path, nodes: usize, pods: usize) -> anyhow::Re
         policies: 200,
         seed: 1,
     };
-    let items: Vec<serde_json::Value> = spec.resources().iter().map(|r| r.to_json()).collect();
     std::fs::create_dir_all(dir)?;
-    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-    std::fs::write(dir.join("cluster.json"), serde_json::to_vec(&list)?)?;
+    for (i, chunk) in spec.resources().chunks(250).enumerate() {
+        let items: Vec<serde_json::Value> = chunk.iter().map(|r| r.to_json()).collect();
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+        std::fs::write(
+            dir.join(format!("cluster-{i:05}.json")),
+            serde_json::to_vec(&list)?,
+        )?;
+    }
     Ok(())
 }
 

@@ -183,7 +183,7 @@ async fn a_client_finds_and_syncs_with_a_server_through_the_service() {
         assert!(tokio::time::Instant::now() < deadline, "never in sync");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(state.lock().unwrap().0, srv.cache.latest().map.len());
+    assert_eq!(state.lock().unwrap().0, srv.cache.latest().kvs);
     let _ = tx.send(());
     let _ = task.await;
     srv.shutdown().await;

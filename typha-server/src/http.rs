@@ -106,8 +106,7 @@ async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
         StatusCode::OK,
         format!(
             "ready: in sync at breadcrumb {}, {} KVs\n",
-            latest.seq,
-            latest.map.len()
+            latest.seq, latest.kvs
         ),
     )
 }

@@ -42,6 +42,11 @@ pub struct Kv {
 /// One version of the whole state.
 pub type KvMap = OrdMap<KeyPath, Kv>;
 
+/// How many of the newest breadcrumbs keep their map version. Snapshots are always built from
+/// the latest; keeping every version in the history would retain every node a later batch
+/// replaced (about 10 KB per update: hundreds of MB after a large initial load).
+pub const MAP_VERSIONS_KEPT: usize = 16;
+
 /// Cache settings.
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
@@ -77,8 +82,11 @@ pub struct Breadcrumb {
     pub revision: Revision,
     /// When it was made.
     pub created: Instant,
-    /// The whole state at this point.
-    pub map: KvMap,
+    /// The whole state at this point, while this breadcrumb is one of the most recent
+    /// [`MAP_VERSIONS_KEPT`]; older breadcrumbs drop it (see [`Breadcrumb::map`]).
+    map: arc_swap::ArcSwapOption<KvMap>,
+    /// Number of KVs in the state at this point.
+    pub kvs: usize,
     /// The changes from the previous breadcrumb.
     pub deltas: Arc<[Update]>,
     /// Sync status at this point.
@@ -87,6 +95,13 @@ pub struct Breadcrumb {
     pub digest: u64,
     /// Encoded frames, built once on first use and shared by every connection.
     pub(crate) frames: fanout::CrumbFrames,
+}
+
+impl Breadcrumb {
+    /// The state at this breadcrumb, if it is still kept (always, for the latest).
+    pub fn map(&self) -> Option<Arc<KvMap>> {
+        self.map.load_full()
+    }
 }
 
 /// The read side of the cache, shared by every connection.
@@ -197,7 +212,8 @@ impl CacheWriter {
             seq: Seq(0),
             revision: Revision(0),
             created: Instant::now(),
-            map: KvMap::new(),
+            map: arc_swap::ArcSwapOption::from_pointee(KvMap::new()),
+            kvs: 0,
             deltas: Arc::from(Vec::new()),
             status: SyncStatus::WaitForDatastore,
             digest: 0,
@@ -344,7 +360,8 @@ impl CacheWriter {
             seq: Seq(self.seq),
             revision: self.revision,
             created: Instant::now(),
-            map: self.map.clone(),
+            map: arc_swap::ArcSwapOption::from_pointee(self.map.clone()),
+            kvs: self.map.len(),
             deltas: Arc::from(deltas),
             status,
             digest: self.digest.combined(),
@@ -355,6 +372,13 @@ impl CacheWriter {
         {
             let mut crumbs = self.cache.crumbs.write().unwrap_or_else(|p| p.into_inner());
             crumbs.push_back(crumb.clone());
+            if let Some(old) = crumbs
+                .len()
+                .checked_sub(MAP_VERSIONS_KEPT + 1)
+                .and_then(|i| crumbs.get(i))
+            {
+                old.map.store(None);
+            }
             let now = crumb.created;
             while crumbs.len() > self.cfg.history_max.max(1)
                 || crumbs.front().is_some_and(|c| {

@@ -184,12 +184,27 @@ fn as_update((k, kv): (&protocol::model::KeyPath, &super::Kv)) -> Update {
     }
 }
 
+/// The breadcrumb to build from and its map: `crumb` if it still has its map, else the latest.
+fn with_map(cache: &Cache, crumb: Arc<Breadcrumb>) -> (Arc<Breadcrumb>, Arc<super::KvMap>) {
+    if let Some(m) = crumb.map() {
+        return (crumb, m);
+    }
+    loop {
+        let latest = cache.latest();
+        // The latest breadcrumb always keeps its map.
+        if let Some(m) = latest.map() {
+            return (latest, m);
+        }
+    }
+}
+
 fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> SnapshotFrames {
+    let (crumb, map) = with_map(cache, crumb);
     let mut raw = 0;
     let begin = Message::SnapshotBegin(SnapshotBegin {
         seq: crumb.seq,
         scope: SnapshotScope::Full,
-        kvs: crumb.map.len() as u64,
+        kvs: map.len() as u64,
     });
     let mut frames = vec![counted(
         &cache.metrics,
@@ -198,7 +213,7 @@ fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Snapshot
     )];
     frames.extend(chunks(
         cache,
-        crumb.map.iter().map(as_update),
+        map.iter().map(as_update),
         compress,
         FrameKind::snapshot,
         &mut raw,
@@ -218,7 +233,7 @@ fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Snapshot
         .set(i64::try_from(raw).unwrap_or(i64::MAX));
     SnapshotFrames {
         seq: crumb.seq,
-        kvs: crumb.map.len() as u64,
+        kvs: map.len() as u64,
         wire_bytes: frames.iter().map(|f| f.len() as u64).sum(),
         crumb,
         frames,
@@ -227,9 +242,10 @@ fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Snapshot
 }
 
 fn build_buckets(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> BucketFrames {
+    let (crumb, map) = with_map(cache, crumb);
     let mut per_bucket: Vec<Vec<Update>> = vec![Vec::new(); BUCKETS];
     let mut digest = StateDigest::new();
-    for (k, kv) in crumb.map.iter() {
+    for (k, kv) in map.iter() {
         let h = KeyHash::of(k.as_str());
         digest.toggle(h, kv.value.as_bytes());
         if let Some(b) = per_bucket.get_mut(usize::from(h.bucket().0)) {

@@ -118,7 +118,7 @@ fn resync_after_too_old_deletes_what_is_gone() {
     }));
     w.flush();
     let latest = cache.latest();
-    assert_eq!(latest.map.len(), 1);
+    assert_eq!(latest.kvs, 1);
     assert_eq!(latest.deltas.len(), 1);
     assert_eq!(latest.deltas[0].kind, UpdateKind::Deleted);
     assert!(latest.deltas[0].key.as_str().ends_with("/netset/a"));
@@ -176,9 +176,13 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
         (Seq(16), Seq(32), end.digest)
     );
     assert_eq!(d.updates.len(), 5, "4 keys + the deletion of `gone`");
-    let mut state = map_of(&cache.get(Seq(16)).unwrap().map);
+    // The state at 16, folded from the deltas (old breadcrumbs no longer keep their maps).
+    let mut state = BTreeMap::new();
+    for c in cache.range(Seq(0), Seq(16)).unwrap() {
+        fold(&mut state, &c.deltas);
+    }
     fold(&mut state, &d.updates);
-    assert_eq!(state, map_of(&end.map));
+    assert_eq!(state, map_of(&end.map().unwrap()));
     // Built once, shared.
     let again = crate::fanout::span_frame(&cache, &end, 16, false).unwrap();
     assert_eq!(again.as_ptr(), frame.as_ptr());
@@ -215,10 +219,17 @@ proptest! {
         }
         w.flush();
         let mut state = BTreeMap::new();
-        for c in cache.after(Seq(0), usize::MAX).unwrap() {
+        let crumbs = cache.after(Seq(0), usize::MAX).unwrap();
+        let total = crumbs.len();
+        for (i, c) in crumbs.into_iter().enumerate() {
+            // Only the newest breadcrumbs keep their map version.
+            prop_assert_eq!(c.map().is_some(), i + MAP_VERSIONS_KEPT >= total);
             prop_assert!(c.deltas.len() <= batch);
             fold(&mut state, &c.deltas);
-            prop_assert_eq!(&state, &map_of(&c.map));
+            if let Some(map) = c.map() {
+                prop_assert_eq!(&state, &map_of(&map));
+            }
+            prop_assert_eq!(c.kvs, state.len());
             prop_assert_eq!(c.digest, digest_of(&state));
             for u in c.deltas.iter() {
                 if let Some(v) = &u.value {

@@ -21,7 +21,7 @@ use super::v3::{ObjectMeta, Resource, ResourceId, yaml_documents};
 use super::{Datastore, DatastoreError, Item, Listing, WatchEvent, WatchStream};
 
 /// Changes kept for watchers by default.
-pub const DEFAULT_HISTORY: usize = 100_000;
+pub const DEFAULT_HISTORY: usize = 10_000;
 
 #[derive(Debug)]
 struct Store {
