@@ -87,6 +87,9 @@ pub(crate) struct Cli {
     /// Most updates per breadcrumb.
     #[arg(long, env = "TYPHA_SNAPSHOTCACHEMAXBATCHSIZE", default_value_t = 100)]
     pub snapshot_cache_max_batch_size: usize,
+    /// Least milliseconds between breadcrumbs under load (updates within it share one).
+    #[arg(long, env = "TYPHA_BATCHWINDOWMS", default_value_t = 20)]
+    pub batch_window_ms: u64,
     /// Breadcrumbs kept for catch-up and resume.
     #[arg(long, env = "TYPHA_HISTORYMAXBREADCRUMBS", default_value_t = 1024)]
     pub history_max_breadcrumbs: usize,
@@ -223,6 +226,7 @@ impl Cli {
                 max_batch: self.snapshot_cache_max_batch_size,
                 history_max: self.history_max_breadcrumbs.max(1),
                 history_max_age: secs("TYPHA_HISTORYMAXAGESECS", self.history_max_age_secs)?,
+                min_interval: Duration::from_millis(self.batch_window_ms),
                 ..CacheConfig::default()
             },
             max_connections: self.max_connections_upper_limit,

@@ -78,6 +78,11 @@ impl Config {
             health: None,
             metrics: None,
             shutdown_timeout: Duration::from_secs(1),
+            // Tests count breadcrumbs per write; no rate limit unless a test asks.
+            cache: CacheConfig {
+                min_interval: Duration::ZERO,
+                ..CacheConfig::default()
+            },
             ..Self::default()
         }
     }

@@ -58,6 +58,10 @@ pub struct CacheConfig {
     pub history_max: usize,
     /// Oldest breadcrumb kept for catch-up and resume.
     pub history_max_age: Duration,
+    /// Least time between breadcrumbs, unless a batch fills up. Under load, updates that
+    /// arrive within it share a breadcrumb: one frame, one write and one read per client
+    /// instead of one per update. An isolated update is not delayed.
+    pub min_interval: Duration,
 }
 
 impl Default for CacheConfig {
@@ -67,6 +71,7 @@ impl Default for CacheConfig {
             max_batch_bytes: 1 << 20,
             history_max: 1024,
             history_max_age: Duration::from_secs(120),
+            min_interval: Duration::from_millis(20),
         }
     }
 }
@@ -201,6 +206,7 @@ pub struct CacheWriter {
     pending: Vec<KvChange>,
     pending_status: SyncStatus,
     pipeline: Pipeline,
+    last_publish: Option<Instant>,
 }
 
 impl CacheWriter {
@@ -238,6 +244,7 @@ impl CacheWriter {
             pending: Vec::new(),
             pending_status: SyncStatus::WaitForDatastore,
             pipeline: Pipeline::default(),
+            last_publish: None,
         };
         (writer, cache)
     }
@@ -352,6 +359,7 @@ impl CacheWriter {
 
     fn publish(&mut self, deltas: Vec<Update>, status: SyncStatus) {
         self.seq += 1;
+        self.last_publish = Some(Instant::now());
         self.status = status;
         let m = &self.cache.metrics;
         m.breadcrumb_size.observe(deltas.len() as f64);
@@ -401,17 +409,38 @@ impl CacheWriter {
         self.cache.latest.send_replace(crumb);
     }
 
-    /// Runs until the syncer's channel closes, batching what arrives together.
+    /// Runs until the syncer's channel closes, batching what arrives together: everything
+    /// already queued, and, when the previous breadcrumb is younger than `min_interval`,
+    /// whatever arrives until it is that old (or the batch is full).
     pub async fn run(mut self, mut rx: mpsc::Receiver<SyncerEvent>) {
         while let Some(ev) = rx.recv().await {
             self.handle(ev);
-            while self.pending.len() < self.cfg.max_batch {
-                match rx.try_recv() {
-                    Ok(ev) => self.handle(ev),
-                    Err(_) => break,
+            self.drain(&mut rx);
+            let hold = self
+                .last_publish
+                .map(|t| t + self.cfg.min_interval)
+                .filter(|t| *t > Instant::now());
+            if let Some(until) = hold {
+                while self.pending.len() < self.cfg.max_batch {
+                    match tokio::time::timeout_at(until, rx.recv()).await {
+                        Ok(Some(ev)) => {
+                            self.handle(ev);
+                            self.drain(&mut rx);
+                        }
+                        Ok(None) | Err(_) => break,
+                    }
                 }
             }
             self.flush();
+        }
+    }
+
+    fn drain(&mut self, rx: &mut mpsc::Receiver<SyncerEvent>) {
+        while self.pending.len() < self.cfg.max_batch {
+            match rx.try_recv() {
+                Ok(ev) => self.handle(ev),
+                Err(_) => break,
+            }
         }
     }
 }
