@@ -57,14 +57,9 @@ const APPS: &[&str] = &[
     "postgres",
 ];
 
-/// Node `i`'s name.
+/// Node `i`'s name (EC2 style, the same names as the protocol crate's sample data).
 pub fn node_name(i: usize) -> String {
-    format!(
-        "ip-10-{}-{}-{}.ec2.internal",
-        20 + i / 65536,
-        (i / 256) % 256,
-        i % 256
-    )
+    protocol::sample::Cluster::node_name(i)
 }
 
 /// Namespace `i`'s name.
