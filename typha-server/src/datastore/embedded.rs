@@ -176,9 +176,11 @@ impl Embedded {
                 oldest: Revision(s.compacted + 1),
             });
         }
+        // The log is ordered by revision: find the start by binary search, not by a scan of
+        // the whole log on every wake-up (that was most of the per-update cost).
+        let start = s.log.partition_point(|(rev, _)| *rev <= after);
         Ok(s.log
-            .iter()
-            .skip_while(|(rev, _)| *rev <= after)
+            .range(start..)
             .map(|(rev, c)| match c {
                 Change::Put(r) => WatchEvent::Put {
                     revision: Revision(*rev),
