@@ -28,7 +28,7 @@ pub(crate) struct SteadyArgs {
     #[arg(long, default_value_t = 100.0)]
     pub(crate) rate: f64,
     /// Churn duration, seconds.
-    #[arg(long, default_value_t = 45.0)]
+    #[arg(long, default_value_t = 30.0)]
     pub(crate) secs: f64,
     /// Most nodes per swarm process (each node is one connection; 20,000 files per process).
     #[arg(long, default_value_t = 5000)]
