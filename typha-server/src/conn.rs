@@ -317,6 +317,18 @@ where
     let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
     let mut last_pong = Instant::now();
     let mut ping_sent: Option<(u64, Instant)> = None;
+    // Breadcrumbs published while the initial sync was being sent came before the
+    // subscription: send them now rather than at the next wake-up.
+    catch_up(
+        &ctx,
+        &mut cursor,
+        &mut sent_status,
+        compress,
+        grace_until,
+        &mut out,
+    )
+    .await?;
+    out.flush().await?;
 
     loop {
         tokio::select! {
