@@ -96,7 +96,8 @@ impl Default for ClusterSpec {
     }
 }
 
-const APPS: &[&str] = &[
+/// Application names the sample clusters use (also typha-server's v3 sample).
+pub const APPS: &[&str] = &[
     "frontend",
     "checkout",
     "payments",

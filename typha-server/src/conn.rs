@@ -317,20 +317,20 @@ where
     let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
     let mut last_pong = Instant::now();
     let mut ping_sent: Option<(u64, Instant)> = None;
-    // Breadcrumbs published while the initial sync was being sent came before the
-    // subscription: send them now rather than at the next wake-up.
-    catch_up(
-        &ctx,
-        &mut cursor,
-        &mut sent_status,
-        compress,
-        grace_until,
-        &mut out,
-    )
-    .await?;
-    out.flush().await?;
 
     loop {
+        // First time round this also sends breadcrumbs published while the initial sync was
+        // being written (they came before the subscription and would not wake us).
+        catch_up(
+            &ctx,
+            &mut cursor,
+            &mut sent_status,
+            compress,
+            grace_until,
+            &mut out,
+        )
+        .await?;
+        out.flush().await?;
         tokio::select! {
             reason = &mut close => {
                 let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
@@ -401,16 +401,6 @@ where
                 next_ping = now + jitter(ctx.cfg.ping_interval);
             }
         }
-        catch_up(
-            &ctx,
-            &mut cursor,
-            &mut sent_status,
-            compress,
-            grace_until,
-            &mut out,
-        )
-        .await?;
-        out.flush().await?;
     }
 }
 

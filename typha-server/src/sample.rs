@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use crate::datastore::v3::Resource;
-use protocol::sample::Rng;
+use protocol::sample::{APPS, Rng};
 
 /// The shape of a generated cluster.
 #[derive(Debug, Clone)]
@@ -36,26 +36,6 @@ impl Default for Spec {
         }
     }
 }
-
-const APPS: &[&str] = &[
-    "frontend",
-    "checkout",
-    "payments",
-    "catalog",
-    "search",
-    "cart",
-    "shipping",
-    "email",
-    "currency",
-    "auth",
-    "gateway",
-    "inventory",
-    "orders",
-    "users",
-    "notifications",
-    "redis",
-    "postgres",
-];
 
 /// Node `i`'s name (EC2 style, the same names as the protocol crate's sample data).
 pub fn node_name(i: usize) -> String {

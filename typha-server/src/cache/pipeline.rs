@@ -138,25 +138,28 @@ impl Pipeline {
         // Keys this resource produced before and no longer does.
         if let Some(old) = self.produced.insert(id.clone(), keys) {
             let now: BTreeSet<KeyPath> = out.iter().map(|c| c.key.clone()).collect();
-            for key in old.into_iter().filter(|k| !now.contains(k)) {
-                if self.owner.get(&key) == Some(&id) {
-                    self.owner.remove(&key);
-                    out.push(KvChange {
-                        key,
-                        value: None,
-                        revision,
-                    });
-                }
-            }
+            let gone = old.into_iter().filter(|k| !now.contains(k));
+            self.release(&id, gone, revision, &mut out);
         }
         out
     }
 
     fn remove(&mut self, id: &ResourceId, revision: Revision) -> Vec<KvChange> {
-        let Some(keys) = self.produced.remove(id) else {
-            return Vec::new();
-        };
-        let mut out = Vec::with_capacity(keys.len());
+        let mut out = Vec::new();
+        if let Some(keys) = self.produced.remove(id) {
+            self.release(id, keys.into_iter(), revision, &mut out);
+        }
+        out
+    }
+
+    /// Deletes those of `keys` that `id` still owns.
+    fn release(
+        &mut self,
+        id: &ResourceId,
+        keys: impl Iterator<Item = KeyPath>,
+        revision: Revision,
+        out: &mut Vec<KvChange>,
+    ) {
         for key in keys {
             if self.owner.get(&key) == Some(id) {
                 self.owner.remove(&key);
@@ -167,7 +170,6 @@ impl Pipeline {
                 });
             }
         }
-        out
     }
 }
 
