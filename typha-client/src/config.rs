@@ -34,7 +34,8 @@ pub struct ClientConfig {
     pub backoff_max: Duration,
     /// How often to acknowledge the applied position (at most).
     pub ack_interval: Duration,
-    /// Keep no values ([`crate::Store::light`]): only for simulating many nodes in one process.
+    /// Keep no values ([`crate::Store::light`]) and skip decoding snapshot chunks: only for
+    /// simulating many nodes in one process.
     pub light_store: bool,
 }
 

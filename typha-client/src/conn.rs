@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use protocol::frame::{FrameDecoder, FrameEncoder, Limits};
 use protocol::handshake::{ClientHandshake, ClientOffer, RejectReason, Session};
-use protocol::message::{Ack, Features, Goodbye, Message, Pong};
+use protocol::message::{Ack, Features, Goodbye, Message, MessageType, Pong};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
@@ -262,11 +262,21 @@ async fn run(
     let mut last_ack = Instant::now();
     let mut unacked = None;
 
+    let light = store.is_light();
     loop {
-        while let Some(msg) = dec
-            .decode(&mut buf)
+        while let Some(frame) = dec
+            .decode_frame(&mut buf)
             .map_err(|e| SessionError::Protocol(e.to_string()))?
         {
+            if light && frame.message_type == MessageType::SnapshotChunk {
+                // A light store keeps nothing from snapshots: skip the decompression and
+                // decoding that would dominate a simulated node's cost.
+                store.skip_chunk()?;
+                continue;
+            }
+            let msg = dec
+                .decode_message(&frame)
+                .map_err(|e| SessionError::Protocol(e.to_string()))?;
             if !session.may_receive(msg.message_type()) {
                 return Err(SessionError::Protocol(format!(
                     "unexpected {} from the server",

@@ -122,6 +122,8 @@ pub struct Store {
     light: bool,
     /// Light mode: snapshot KVs counted, and the server's digest at the cursor.
     light_seen: u64,
+    /// Light mode: a chunk of this snapshot went by undecoded, so its KVs cannot be counted.
+    light_skipped: bool,
     announced: u64,
 }
 
@@ -145,6 +147,7 @@ impl Store {
             reported: None,
             light: false,
             light_seen: 0,
+            light_skipped: false,
             announced: 0,
         }
     }
@@ -153,12 +156,37 @@ impl Store {
     /// checks the sequence chain (every Deltas frame starts where the last ended) and remembers
     /// the digest the server announced at its position, but cannot recompute digests, dedupe,
     /// recompute kinds (wire kinds are passed on) or sweep; it resumes by deltas or snapshot,
-    /// never by digest. Real agents use [`Store::new`].
+    /// never by digest. A client with a light store does not even decode snapshot chunks
+    /// ([`Store::skip_chunk`]); their KV count is then not checked. Real agents use
+    /// [`Store::new`].
     pub fn light() -> Self {
         Self {
             light: true,
             ..Self::new()
         }
+    }
+
+    /// Whether this is a light store.
+    pub fn is_light(&self) -> bool {
+        self.light
+    }
+
+    /// Light store: a snapshot chunk went by without being decoded (a simulated node does not
+    /// need its contents). The chunk must come inside a snapshot; the snapshot's KV count is
+    /// then not checked.
+    pub fn skip_chunk(&mut self) -> Result<(), StoreError> {
+        if !self.light {
+            return Err(StoreError::Unexpected(
+                "an undecoded snapshot chunk in a full store".into(),
+            ));
+        }
+        if self.marks.is_none() {
+            return Err(StoreError::Unexpected(
+                "a snapshot chunk outside a snapshot".into(),
+            ));
+        }
+        self.light_skipped = true;
+        Ok(())
     }
 
     /// The combined digest of the state: computed (full store) or as the server announced it
@@ -244,6 +272,7 @@ impl Store {
     /// The connection was lost: the state stays; the consumer hears ResyncInProgress.
     pub fn disconnected(&mut self, cb: &mut dyn SyncerCallbacks) {
         self.light_seen = 0;
+        self.light_skipped = false;
         if self.marks.take().is_some() {
             // Part of a snapshot was applied: the state is ahead of the cursor in places, so
             // the cursor no longer describes it. The digest still does; resume by digest.
@@ -393,12 +422,13 @@ impl Store {
                         "a snapshot end outside a snapshot".into(),
                     ));
                 };
+                let skipped = std::mem::take(&mut self.light_skipped);
                 let carried = if self.light {
                     std::mem::take(&mut self.light_seen)
                 } else {
                     m.seen.len() as u64
                 };
-                if carried != m.announced {
+                if carried != m.announced && !skipped {
                     return Err(StoreError::SnapshotCount {
                         announced: m.announced,
                         carried,

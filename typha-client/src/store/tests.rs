@@ -353,3 +353,33 @@ fn a_light_store_checks_the_chain_and_remembers_the_announced_digest() {
     let r = s.resume().unwrap();
     assert_eq!((r.cursor.unwrap().seq, r.digest), (Seq(6), None));
 }
+
+#[test]
+fn a_light_store_may_skip_snapshot_chunks_but_only_inside_a_snapshot() {
+    let (mut s, mut rec) = (Store::light(), Rec::default());
+    s.connected(&session(1), &mut rec);
+    assert!(s.skip_chunk().is_err(), "outside a snapshot");
+    s.apply(
+        Message::SnapshotBegin(SnapshotBegin {
+            seq: Seq(3),
+            scope: SnapshotScope::Full,
+            kvs: 2,
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    s.skip_chunk().unwrap();
+    s.apply(
+        Message::SnapshotEnd(SnapshotEnd {
+            seq: Seq(3),
+            digest: 42,
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    assert_eq!(s.combined_digest(), 42);
+    assert_eq!(s.cursor().unwrap().seq, Seq(3));
+    let mut full = Store::new();
+    full.connected(&session(1), &mut rec);
+    assert!(full.skip_chunk().is_err(), "a full store must decode");
+}
