@@ -65,6 +65,14 @@ impl Child {
         self.proc.id().unwrap_or(0)
     }
 
+    /// Kills the child at once (SIGKILL) and reaps it.
+    pub(crate) async fn kill(&mut self) -> anyhow::Result<()> {
+        self.proc
+            .kill()
+            .await
+            .with_context(|| format!("killing {}", self.name))
+    }
+
     /// Sends one command line.
     pub(crate) async fn send(&mut self, line: &str) -> anyhow::Result<()> {
         self.stdin

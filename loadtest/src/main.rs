@@ -6,16 +6,22 @@
 //! `typha-client` with TLS. The coordinator starts them, drives the scenario, reads CPU and
 //! memory from /proc, and checks that every node ends with the server's exact state.
 //!
-//! Scenarios: `steady` (the default). Planned: storm, failover, slow, ceiling (see issue 5).
+//! Scenarios: `steady` (the default), `storm`, `failover`, `slow`, `ceiling`; see
+//! docs/loadtest.md.
 
 // Indexing here is into serde_json::Value, which yields Null for a missing field instead of
 // panicking; the lint cannot tell those apart from slice indexing.
 #![allow(clippy::indexing_slicing)]
 
+mod broadcast;
 mod child;
+mod harness;
 mod procstat;
+mod raw;
+mod report;
 mod server_child;
 mod steady;
+mod storm;
 mod swarm;
 
 use std::process::ExitCode;
@@ -34,6 +40,11 @@ struct Cli {
 enum Cmd {
     /// N nodes connect, then the datastore churns at R updates/s for T seconds (default).
     Steady(steady::SteadyArgs),
+    /// All N nodes connect at once to a large state: time until all are in sync.
+    Storm(storm::StormArgs),
+    /// Internal: the ceiling scenario's bare broadcaster.
+    #[command(name = "__broadcast", hide = true)]
+    Broadcast(broadcast::BroadcastArgs),
     /// Internal: the server process.
     #[command(name = "__server", hide = true)]
     Server(server_child::ServerArgs),
@@ -71,24 +82,21 @@ fn main() -> ExitCode {
         match cmd {
             Cmd::Server(a) => server_child::run(a).await.map(|()| true),
             Cmd::Swarm(a) => swarm::run(a).await.map(|()| true),
+            Cmd::Broadcast(a) => broadcast::run(a).await.map(|()| true),
             Cmd::Steady(a) => {
-                let json = a.json;
-                let r = steady::run(a).await?;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&r)?);
-                } else {
-                    println!("{}", steady::table(&r));
-                }
-                Ok(r.nodes_exact == r.nodes
-                    && r.full_nodes_exact == r.full_nodes
-                    && r.deliveries >= r.deliveries_expected)
+                let c = a.common.clone();
+                finish(steady::run(a).await?, &c)
+            }
+            Cmd::Storm(a) => {
+                let c = a.common.clone();
+                finish(storm::run(a).await?, &c)
             }
         }
     });
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("loadtest: something was lost (see the table)");
+            eprintln!("loadtest: the run failed its checks (see the table)");
             ExitCode::FAILURE
         }
         Err(e) => {
@@ -96,4 +104,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints (and, if asked, writes the report of) a scenario's outcome; whether it passed.
+fn finish(o: harness::Outcome, c: &harness::Common) -> anyhow::Result<bool> {
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "scenario": o.name,
+                "passed": o.ok,
+                "result": o.json,
+            }))?
+        );
+    } else {
+        println!("{}", o.table);
+    }
+    if let Some(dir) = &c.report {
+        let path = report::write(dir, &o)?;
+        eprintln!("loadtest: report written to {}", path.display());
+    }
+    Ok(o.ok)
 }

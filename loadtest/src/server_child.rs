@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use typha_server::config::{Config, DatastoreConfig};
 use typha_server::datastore::embedded::{DirSource, Embedded};
-use typha_server::metrics::FrameKind;
+use typha_server::metrics::{FrameKind, ResumeKind};
 use typha_server::sample::Spec;
 use typha_server::tls::TlsConfig;
 
@@ -131,6 +131,9 @@ pub(crate) async fn run(a: ServerArgs) -> anyhow::Result<()> {
                     "bytes_sent": m.bytes_sent.get(),
                     "snapshots_generated": m.snapshots_generated.get(),
                     "snapshots_reused": m.snapshots_reused.get(),
+                    "resumes_deltas": m.resume_count(ResumeKind::deltas),
+                    "resumes_digest": m.resume_count(ResumeKind::digest),
+                    "resumes_snapshot": m.resume_count(ResumeKind::snapshot),
                 }));
             }
             ["quit"] => break,

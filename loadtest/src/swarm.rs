@@ -1,6 +1,8 @@
 //! `loadtest __swarm`: many simulated nodes in one process, each a real `typha-client`
-//! (TLS, handshake, the full store with its digest), with light callbacks that count updates
-//! and measure, for every churn update, the time from its datastore write to its receipt.
+//! (TLS, handshake, the full store with its digest, or a light store), with light callbacks
+//! that count updates and measure, for every churn update, the time from its datastore write to
+//! its receipt. Optionally some nodes are stalled (hello, then never read), or every node is a
+//! bare reader of the ceiling broadcaster (see `raw`).
 //!
 //! Prints a JSON progress line every half second; on `finish` (stdin) it stops every node and
 //! prints the latency histogram (HdrHistogram V2, hex) and how many nodes ended with each
@@ -20,16 +22,17 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use typha_client::metrics::ClientMetrics;
 use typha_client::tls::ClientTls;
-use typha_client::{ClientConfig, Discovery, SyncClient, SyncerCallbacks};
+use typha_client::{ClientConfig, Discovery, ResumeKind, SyncClient, SyncerCallbacks};
 
+use crate::raw::RawCounters;
 use crate::server_child::SENT_LABEL;
 
 /// Settings of a swarm.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SwarmArgs {
-    /// Server `host:port`.
-    #[arg(long)]
-    pub(crate) server: String,
+    /// Servers, `host:port[,host:port...]`; each node shuffles them, as the client does.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub(crate) server: Vec<String>,
     /// Nodes to simulate.
     #[arg(long)]
     pub(crate) nodes: usize,
@@ -45,6 +48,12 @@ pub(crate) struct SwarmArgs {
     /// in this machine's memory.
     #[arg(long, default_value_t = 1)]
     pub(crate) full_nodes: usize,
+    /// Of the nodes, this many (the last ones) say hello and then never read.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) stalled: usize,
+    /// Every node is a bare reader of the ceiling broadcaster, not a typha-client.
+    #[arg(long)]
+    pub(crate) raw: bool,
 }
 
 const SHARDS: usize = 16;
@@ -53,6 +62,7 @@ struct Shared {
     in_sync: AtomicUsize,
     updates: AtomicU64,
     churn_updates: AtomicU64,
+    churn_frames: AtomicU64,
     latency: Vec<Mutex<Histogram<u64>>>,
 }
 
@@ -109,6 +119,7 @@ impl SyncerCallbacks for Node {
         self.shared
             .churn_updates
             .fetch_add(lat.len() as u64, Ordering::Relaxed);
+        self.shared.churn_frames.fetch_add(1, Ordering::Relaxed);
         if let Some(h) = self.shared.latency.get(self.shard) {
             let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
             for us in lat {
@@ -127,6 +138,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         in_sync: AtomicUsize::new(0),
         updates: AtomicU64::new(0),
         churn_updates: AtomicU64::new(0),
+        churn_frames: AtomicU64::new(0),
         latency,
     });
     let metrics = ClientMetrics::unregistered();
@@ -138,12 +150,36 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         server_uri_san: None,
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let raw_tls = match &tls {
+        Some(t) if a.raw || a.stalled > 0 => {
+            Some(typha_client::tls::client_config(t).context("client TLS settings")?)
+        }
+        _ => None,
+    };
+    let raw = Arc::new(RawCounters::default());
     let mut tasks = Vec::with_capacity(a.nodes);
+    let mut raw_tasks = Vec::new();
+    let real = if a.raw {
+        0
+    } else {
+        a.nodes.saturating_sub(a.stalled)
+    };
     for i in 0..a.nodes {
-        let mut cfg = ClientConfig::new(
-            format!("sim-{}", a.first + i),
-            Discovery::addresses(vec![a.server.clone()]),
-        );
+        let name = format!("sim-{}", a.first + i);
+        if i >= real {
+            let addr = a.server.get(i % a.server.len()).cloned().unwrap_or_default();
+            let (t, c, s) = (raw_tls.clone(), raw.clone(), stop(stop_rx.clone()));
+            raw_tasks.push(if a.raw {
+                tokio::spawn(crate::raw::reader(addr, t, c, s))
+            } else {
+                tokio::spawn(crate::raw::stalled(addr, t, name, c, s))
+            });
+            continue;
+        }
+        let mut cfg = ClientConfig::new(name, Discovery::addresses(a.server.clone()));
         cfg.tls = tls.clone();
         cfg.info = "loadtest".into();
         cfg.light_store = i >= a.full_nodes;
@@ -153,14 +189,12 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             shard: i % SHARDS,
             in_sync: false,
         };
-        let mut stop = stop_rx.clone();
-        tasks.push(tokio::spawn(client.run(node, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })));
+        tasks.push(tokio::spawn(client.run(node, stop(stop_rx.clone()))));
     }
     let progress = {
         let shared = shared.clone();
         let metrics = metrics.clone();
+        let raw = raw.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
@@ -169,10 +203,18 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                     "{}",
                     json!({
                         "event": "progress",
+                        "connected": metrics.connected.get(),
                         "in_sync": shared.in_sync.load(Ordering::Relaxed),
                         "updates": shared.updates.load(Ordering::Relaxed),
                         "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
+                        "churn_frames": shared.churn_frames.load(Ordering::Relaxed),
                         "bytes_received": metrics.bytes_received.get(),
+                        "resumed_deltas": metrics.resume_count(ResumeKind::Deltas),
+                        "resumed_digest": metrics.resume_count(ResumeKind::Digest),
+                        "resumed_snapshot": metrics.resume_count(ResumeKind::Snapshot),
+                        "raw_connected": raw.connected.load(Ordering::Relaxed),
+                        "raw_frames": raw.frames.load(Ordering::Relaxed),
+                        "raw_bytes": raw.bytes.load(Ordering::Relaxed),
                     })
                 );
             }
@@ -180,11 +222,23 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        if line.trim() == "finish" {
-            break;
+        match line.trim() {
+            "finish" => break,
+            // The latency histogram so far, and start a new one (a phase boundary).
+            "histogram" => println!(
+                "{}",
+                json!({"event": "histogram", "histogram": take_histogram(&shared)?})
+            ),
+            _ => {}
         }
     }
     let _ = stop_tx.send(true);
+    let mut raw_errors = 0;
+    for t in raw_tasks {
+        if !matches!(t.await, Ok(Ok(()))) {
+            raw_errors += 1;
+        }
+    }
     let mut digests: BTreeMap<String, usize> = BTreeMap::new();
     let mut full_digests: BTreeMap<String, usize> = BTreeMap::new();
     for (i, t) in tasks.into_iter().enumerate() {
@@ -197,16 +251,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         }
     }
     progress.abort();
-    let mut merged = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).context("histogram")?;
-    for h in &shared.latency {
-        let h = h.lock().unwrap_or_else(|p| p.into_inner());
-        merged.add(&*h).context("merging histograms")?;
-    }
-    let mut buf = Vec::new();
-    V2Serializer::new()
-        .serialize(&merged, &mut buf)
-        .context("serializing the histogram")?;
-    let hex: String = buf.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = take_histogram(&shared)?;
     println!(
         "{}",
         json!({
@@ -217,7 +262,23 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             "updates": shared.updates.load(Ordering::Relaxed),
             "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
             "bytes_received": metrics.bytes_received.get(),
+            "raw_errors": raw_errors,
         })
     );
     Ok(())
+}
+
+/// The merged latency histogram of every shard (HdrHistogram V2, hex), and resets the shards.
+fn take_histogram(shared: &Shared) -> anyhow::Result<String> {
+    let mut merged = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).context("histogram")?;
+    for h in &shared.latency {
+        let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+        merged.add(&*h).context("merging histograms")?;
+        h.reset();
+    }
+    let mut buf = Vec::new();
+    V2Serializer::new()
+        .serialize(&merged, &mut buf)
+        .context("serializing the histogram")?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -94,8 +94,8 @@ impl SyncClient {
                         }
                     }
                 };
-                if self.metrics.connected.get() == 1 {
-                    self.metrics.connected.set(0);
+                if store.is_connected() {
+                    self.metrics.session_ended();
                     store.disconnected(&mut cb);
                 }
                 let Some(end) = end else {

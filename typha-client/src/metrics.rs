@@ -37,7 +37,8 @@ pub struct KindLabels {
 /// The client's metrics.
 #[derive(Debug)]
 pub struct ClientMetrics {
-    /// `typha_client_connected`: 1 while connected to a server.
+    /// `typha_client_connected`: 1 while connected to a server (clients sharing one set of
+    /// metrics add up).
     pub connected: Gauge,
     /// `typha_client_reconnects`: connections established after the first.
     pub reconnects: Counter,
@@ -103,10 +104,15 @@ impl ClientMetrics {
 
     /// Records an established session (every one after the first is a reconnect).
     pub fn session_started(&self) {
-        self.connected.set(1);
+        self.connected.inc();
         if self.sessions.fetch_add(1, Ordering::Relaxed) > 0 {
             self.reconnects.inc();
         }
+    }
+
+    /// Records the end of an established session.
+    pub fn session_ended(&self) {
+        self.connected.dec();
     }
 
     /// Records a message received now.

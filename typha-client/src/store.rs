@@ -115,6 +115,8 @@ pub struct Store {
     epoch: Option<protocol::message::Epoch>,
     /// Whether this connection's initial sync has completed.
     caught_up: bool,
+    /// Whether a session is established (between `connected` and `disconnected`).
+    session: bool,
     /// The server's status on this connection (unknown until it says).
     server_status: Option<SyncStatus>,
     reported: Option<SyncStatus>,
@@ -143,6 +145,7 @@ impl Store {
             marks: None,
             epoch: None,
             caught_up: false,
+            session: false,
             server_status: None,
             reported: None,
             light: false,
@@ -164,6 +167,12 @@ impl Store {
             light: true,
             ..Self::new()
         }
+    }
+
+    /// Whether a session is established: [`connected`](Self::connected) was called and
+    /// [`disconnected`](Self::disconnected) not since.
+    pub fn is_connected(&self) -> bool {
+        self.session
     }
 
     /// Whether this is a light store.
@@ -261,6 +270,7 @@ impl Store {
     /// A new connection was established with `session`.
     pub fn connected(&mut self, session: &Session, cb: &mut dyn SyncerCallbacks) {
         self.epoch = Some(session.epoch);
+        self.session = true;
         self.caught_up = false;
         self.server_status = None;
         self.marks = None;
@@ -271,6 +281,7 @@ impl Store {
 
     /// The connection was lost: the state stays; the consumer hears ResyncInProgress.
     pub fn disconnected(&mut self, cb: &mut dyn SyncerCallbacks) {
+        self.session = false;
         self.light_seen = 0;
         self.light_skipped = false;
         if self.marks.take().is_some() {

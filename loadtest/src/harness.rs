@@ -1,0 +1,489 @@
+//! What every scenario shares: the run's work directory (generated cluster manifests, TLS
+//! bundle), starting server and swarm processes, waiting on their progress, sampling a
+//! timeline, and collecting each swarm's final latency histogram and digests.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::Deserializer;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::child::Child;
+use crate::procstat::usage;
+
+/// Settings every scenario has.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Common {
+    /// Most nodes per swarm process (each node is one connection; 20,000 files per process).
+    #[arg(long, default_value_t = 5000)]
+    pub(crate) nodes_per_swarm: usize,
+    /// Nodes per swarm that keep the full store and recompute the digest themselves (the
+    /// others keep no values and skip decoding snapshots).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) full_nodes: usize,
+    /// Plaintext instead of mutual TLS.
+    #[arg(long)]
+    pub(crate) plain: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Also write a Markdown report with SVG plots into this directory.
+    #[arg(long)]
+    pub(crate) report: Option<PathBuf>,
+}
+
+/// A run's work directory; removed when dropped.
+pub(crate) struct Workdir {
+    path: PathBuf,
+    manifests: PathBuf,
+    tls: Option<PathBuf>,
+    cluster_nodes: usize,
+    pods: usize,
+}
+
+/// Writes the generated cluster as manifests of 250 resources each (`List`s): small files keep
+/// the server's transient parsing memory small.
+pub(crate) fn write_cluster(dir: &Path, nodes: usize, pods: usize) -> anyhow::Result<()> {
+    let spec = typha_server::sample::Spec {
+        nodes,
+        pods_per_node: pods,
+        namespaces: 20,
+        deployments_per_namespace: 8,
+        policies: 200,
+        seed: 1,
+    };
+    std::fs::create_dir_all(dir)?;
+    for (i, chunk) in spec.resources().chunks(250).enumerate() {
+        let items: Vec<serde_json::Value> = chunk.iter().map(|r| r.to_json()).collect();
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+        std::fs::write(
+            dir.join(format!("cluster-{i:05}.json")),
+            serde_json::to_vec(&list)?,
+        )?;
+    }
+    Ok(())
+}
+
+/// A free TCP port on the loopback.
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl Workdir {
+    /// Writes a cluster of `cluster_nodes` nodes with `pods` pods each, and (unless `plain`) a
+    /// CA with server and client certificates.
+    pub(crate) fn new(cluster_nodes: usize, pods: usize, plain: bool) -> anyhow::Result<Self> {
+        let path = std::env::temp_dir().join(format!("typha-loadtest-{}", std::process::id()));
+        let manifests = path.join("manifests");
+        let wd = Workdir {
+            tls: (!plain).then(|| path.join("tls")),
+            path,
+            manifests,
+            cluster_nodes,
+            pods,
+        };
+        write_cluster(&wd.manifests, cluster_nodes, pods)
+            .context("writing the cluster manifests")?;
+        if let Some(t) = &wd.tls {
+            typha_server::pki::write_bundle(t, &["localhost", "127.0.0.1"], "typha-client")
+                .map_err(anyhow::Error::msg)?;
+        }
+        Ok(wd)
+    }
+
+    /// The TLS bundle directory, if TLS is on.
+    pub(crate) fn tls_dir(&self) -> Option<&Path> {
+        self.tls.as_deref()
+    }
+
+    /// Starts a server process over the cluster and waits until its cache holds all of it.
+    pub(crate) async fn server(&self, name: &str) -> anyhow::Result<Server> {
+        let port = free_port()?;
+        let mut args = vec![
+            "__server".to_owned(),
+            "--dir".into(),
+            self.manifests.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--nodes".into(),
+            self.cluster_nodes.to_string(),
+            "--pods".into(),
+            self.pods.to_string(),
+        ];
+        if let Some(t) = &self.tls {
+            args.extend(["--tls-dir".into(), t.display().to_string()]);
+        }
+        let mut child = Child::spawn(name, &args)?;
+        let ready = child.expect("ready", Duration::from_secs(600)).await?;
+        Ok(Server {
+            child,
+            addr: format!("localhost:{port}"),
+            kvs: ready["kvs"].as_u64().unwrap_or(0),
+        })
+    }
+
+    /// Starts swarms for `nodes` nodes (numbered from `first`) against `servers`: as many
+    /// processes as `nodes_per_swarm` requires. `extra` is passed to each.
+    pub(crate) fn swarms(
+        &self,
+        servers: &[&str],
+        nodes: usize,
+        first: usize,
+        c: &Common,
+        extra: &[String],
+    ) -> anyhow::Result<Vec<Child>> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < nodes {
+            let n = c.nodes_per_swarm.max(1).min(nodes - at);
+            let mut args = vec![
+                "__swarm".to_owned(),
+                "--server".into(),
+                servers.join(","),
+                "--nodes".into(),
+                n.to_string(),
+                "--first".into(),
+                (first + at).to_string(),
+                "--full-nodes".into(),
+                c.full_nodes.to_string(),
+            ];
+            if let Some(t) = &self.tls {
+                args.extend(["--tls-dir".into(), t.display().to_string()]);
+            }
+            args.extend(extra.iter().cloned());
+            out.push(Child::spawn(&format!("swarm {}", first + at), &args)?);
+            at += n;
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Workdir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A server process.
+pub(crate) struct Server {
+    /// The process.
+    pub(crate) child: Child,
+    /// `localhost:port`.
+    pub(crate) addr: String,
+    /// KVs in its cache when it became ready.
+    pub(crate) kvs: u64,
+}
+
+impl Server {
+    /// The cache's sequence, digest and counters.
+    pub(crate) async fn state(&mut self) -> anyhow::Result<serde_json::Value> {
+        self.child.send("state").await?;
+        self.child.expect("state", Duration::from_secs(30)).await
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// Shuts it down gracefully.
+    pub(crate) async fn quit(mut self) -> anyhow::Result<()> {
+        self.child.send("quit").await?;
+        self.child.wait(Duration::from_secs(30)).await
+    }
+}
+
+/// The sum of a progress field over swarms.
+pub(crate) fn sum(swarms: &[Child], field: &str) -> u64 {
+    swarms.iter().map(|s| s.progress_u64(field)).sum()
+}
+
+/// CPU seconds of processes (those still running).
+pub(crate) fn cpu(pids: &[u32]) -> f64 {
+    pids.iter()
+        .filter_map(|p| usage(*p))
+        .map(|u| u.cpu_secs)
+        .sum()
+}
+
+/// A progress bar (drawn only on a terminal).
+pub(crate) fn bar(len: u64, what: &str) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template("{prefix:>10} [{bar:40}] {pos}/{len} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    b.set_prefix(what.to_owned());
+    b
+}
+
+/// Waits until the progress `field` summed over `swarms` reaches `target` (at most `limit`),
+/// showing a bar; returns the seconds it took.
+pub(crate) async fn wait_for(
+    swarms: &[Child],
+    field: &str,
+    target: u64,
+    what: &str,
+    limit: Duration,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let b = bar(target, what);
+    loop {
+        let n = sum(swarms, field);
+        b.set_position(n.min(target));
+        if n >= target {
+            break;
+        }
+        if started.elapsed() > limit {
+            b.abandon();
+            bail!("{what}: only {n} of {target} after {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.finish();
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// A latency histogram in microseconds.
+pub(crate) fn histogram() -> anyhow::Result<Histogram<u64>> {
+    Ok(Histogram::new_with_bounds(1, 600_000_000, 3)?)
+}
+
+/// Decodes a histogram a swarm printed.
+pub(crate) fn decode_histogram(hex: &str) -> anyhow::Result<Histogram<u64>> {
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect();
+    Deserializer::new()
+        .deserialize(&mut &bytes[..])
+        .context("swarm histogram")
+}
+
+/// Asks every swarm for its latency histogram so far (and to start a new one); merged.
+pub(crate) async fn phase_histogram(swarms: &mut [Child]) -> anyhow::Result<Histogram<u64>> {
+    let mut merged = histogram()?;
+    for s in swarms.iter_mut() {
+        s.send("histogram").await?;
+    }
+    for s in swarms.iter_mut() {
+        let v = s.expect("histogram", Duration::from_secs(30)).await?;
+        merged.add(decode_histogram(v["histogram"].as_str().unwrap_or_default())?)?;
+    }
+    Ok(merged)
+}
+
+/// Latency percentiles, milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Percentiles {
+    /// Samples.
+    pub(crate) count: u64,
+    /// 50th.
+    pub(crate) p50: f64,
+    /// 90th.
+    pub(crate) p90: f64,
+    /// 99th.
+    pub(crate) p99: f64,
+    /// Largest.
+    pub(crate) max: f64,
+}
+
+impl Percentiles {
+    /// Of a histogram in microseconds.
+    pub(crate) fn of(h: &Histogram<u64>) -> Self {
+        let pct = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        Percentiles {
+            count: h.len(),
+            p50: pct(0.5),
+            p90: pct(0.9),
+            p99: pct(0.99),
+            max: h.max() as f64 / 1000.0,
+        }
+    }
+
+    /// `p50 / p90 / p99 / max ms`.
+    pub(crate) fn cells(&self) -> String {
+        format!(
+            "{:.1} / {:.1} / {:.1} / {:.1} ms",
+            self.p50, self.p90, self.p99, self.max
+        )
+    }
+}
+
+/// What the swarms reported when they finished.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    /// Latency since the last phase boundary.
+    pub(crate) histogram: Histogram<u64>,
+    /// Nodes whose final digest equals the expected one.
+    pub(crate) exact: usize,
+    /// Nodes with a full store.
+    pub(crate) full_nodes: usize,
+    /// Of those, exact.
+    pub(crate) full_exact: usize,
+    /// Nodes that reported a digest.
+    pub(crate) nodes: usize,
+    /// Churn updates received.
+    pub(crate) churn_updates: u64,
+    /// Raw connections that ended with an error.
+    pub(crate) raw_errors: u64,
+}
+
+/// Stops every swarm; compares each node's digest with `digest` (the server's).
+pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<Finished> {
+    let mut f = Finished {
+        histogram: histogram()?,
+        exact: 0,
+        full_nodes: 0,
+        full_exact: 0,
+        nodes: 0,
+        churn_updates: 0,
+        raw_errors: 0,
+    };
+    let mut swarms = swarms;
+    for s in &mut swarms {
+        s.send("finish").await?;
+    }
+    for mut s in swarms {
+        let done = s.expect("done", Duration::from_secs(300)).await?;
+        f.churn_updates += done["churn_updates"].as_u64().unwrap_or(0);
+        f.raw_errors += done["raw_errors"].as_u64().unwrap_or(0);
+        let count = |v: &serde_json::Value, exact: &mut usize, all: &mut usize| {
+            if let Some(d) = v.as_object() {
+                *all += d.values().filter_map(|v| v.as_u64()).sum::<u64>() as usize;
+                *exact += d.get(digest).and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+            }
+        };
+        count(&done["digests"], &mut f.exact, &mut f.nodes);
+        count(&done["full_digests"], &mut f.full_exact, &mut f.full_nodes);
+        f.histogram
+            .add(decode_histogram(done["histogram"].as_str().unwrap_or_default())?)?;
+        s.wait(Duration::from_secs(60)).await?;
+    }
+    Ok(f)
+}
+
+impl Finished {
+    /// Whether every node (and every full-store node) ended with the server's state.
+    pub(crate) fn all_exact(&self, expected_nodes: usize) -> bool {
+        self.nodes == expected_nodes && self.exact == self.nodes && self.full_exact == self.full_nodes
+    }
+
+    /// One table line about it.
+    pub(crate) fn verdict(&self, expected_nodes: usize) -> String {
+        format!(
+            "| nodes with the server's exact state | {} of {} ({} of {} full-store nodes recomputed it) |",
+            self.exact, expected_nodes, self.full_exact, self.full_nodes
+        )
+    }
+}
+
+/// One sample of the timeline.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Sample {
+    /// Seconds since the timeline started.
+    pub(crate) t: f64,
+    /// Nodes connected.
+    pub(crate) connected: u64,
+    /// Nodes in sync.
+    pub(crate) in_sync: u64,
+    /// RSS of the servers being watched, MiB (summed).
+    pub(crate) server_rss_mib: f64,
+}
+
+/// Samples connected and in-sync nodes and server memory every 250 ms.
+pub(crate) struct Timeline {
+    samples: Arc<Mutex<Vec<Sample>>>,
+    sources: Arc<Mutex<Sources>>,
+    task: tokio::task::JoinHandle<()>,
+    /// When it started.
+    pub(crate) origin: Instant,
+}
+
+#[derive(Default)]
+struct Sources {
+    swarms: Vec<Arc<Mutex<serde_json::Value>>>,
+    servers: Vec<u32>,
+}
+
+impl Timeline {
+    /// Starts sampling.
+    pub(crate) fn start() -> Self {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let sources = Arc::new(Mutex::new(Sources::default()));
+        let origin = Instant::now();
+        let (s2, src2) = (samples.clone(), sources.clone());
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                let (mut connected, mut in_sync, mut rss) = (0, 0, 0);
+                {
+                    let src = src2.lock().unwrap_or_else(|p| p.into_inner());
+                    for p in &src.swarms {
+                        let p = p.lock().unwrap_or_else(|p| p.into_inner());
+                        connected += p["connected"].as_u64().unwrap_or(0)
+                            + p["raw_connected"].as_u64().unwrap_or(0);
+                        in_sync += p["in_sync"].as_u64().unwrap_or(0);
+                    }
+                    for pid in &src.servers {
+                        rss += usage(*pid).map(|u| u.rss).unwrap_or(0);
+                    }
+                }
+                s2.lock().unwrap_or_else(|p| p.into_inner()).push(Sample {
+                    t: origin.elapsed().as_secs_f64(),
+                    connected,
+                    in_sync,
+                    server_rss_mib: rss as f64 / (1 << 20) as f64,
+                });
+            }
+        });
+        Timeline {
+            samples,
+            sources,
+            task,
+            origin,
+        }
+    }
+
+    /// Watches these swarms too.
+    pub(crate) fn add_swarms(&self, swarms: &[Child]) {
+        let mut src = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        src.swarms.extend(swarms.iter().map(|s| s.progress.clone()));
+    }
+
+    /// Watches this server's memory too.
+    pub(crate) fn add_server(&self, pid: u32) {
+        let mut src = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        src.servers.push(pid);
+    }
+
+    /// Stops sampling; the samples.
+    pub(crate) fn stop(self) -> Vec<Sample> {
+        self.task.abort();
+        let s = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        s.clone()
+    }
+}
+
+/// What a scenario produced.
+pub(crate) struct Outcome {
+    /// Scenario name.
+    pub(crate) name: &'static str,
+    /// The table for the terminal (Markdown).
+    pub(crate) table: String,
+    /// The result for machines.
+    pub(crate) json: serde_json::Value,
+    /// Whether it passed: nothing lost, every node exact.
+    pub(crate) ok: bool,
+    /// Connected / in sync / RSS over time.
+    pub(crate) timeline: Vec<Sample>,
+    /// Write-to-receipt latency, if measured (µs).
+    pub(crate) latency: Option<Histogram<u64>>,
+}

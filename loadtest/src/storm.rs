@@ -1,0 +1,154 @@
+//! The `storm` scenario: every node connects at once to a large state. Reports the time until
+//! all are in sync, snapshots built vs reused, the server's peak memory and bytes per node; and
+//! fails unless every node ends with the server's exact state.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::harness::{self, Common, Outcome, Timeline, Workdir};
+use crate::procstat::usage;
+
+/// Settings of a storm.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct StormArgs {
+    /// Simulated nodes, all connecting at once.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) nodes: usize,
+    /// About this many KVs in the datastore (a generated cluster of KVS / (pods + 1) nodes).
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) kvs: usize,
+    /// Pods per node in the generated cluster.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) pods_per_node: usize,
+    #[command(flatten)]
+    pub(crate) common: Common,
+}
+
+/// What a storm measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct StormResult {
+    /// Nodes.
+    pub(crate) nodes: usize,
+    /// KVs in the cache.
+    pub(crate) kvs: u64,
+    /// TLS on.
+    pub(crate) tls: bool,
+    /// Seconds from starting the swarms until every node was connected.
+    pub(crate) connect_secs: f64,
+    /// Seconds from starting the swarms until every node was in sync.
+    pub(crate) sync_secs: f64,
+    /// Snapshots the server built.
+    pub(crate) snapshots_built: u64,
+    /// Snapshots it reused.
+    pub(crate) snapshots_reused: u64,
+    /// Bytes the server sent per node.
+    pub(crate) bytes_per_node: f64,
+    /// Server RSS before the storm, bytes.
+    pub(crate) server_rss_idle: u64,
+    /// Server peak RSS, bytes.
+    pub(crate) server_peak_rss: u64,
+    /// Server RSS after the storm with every node connected, bytes.
+    pub(crate) server_rss_after: u64,
+    /// Server and swarm CPU seconds during the storm.
+    pub(crate) server_cpu_secs: f64,
+    /// Swarm CPU seconds during the storm.
+    pub(crate) swarm_cpu_secs: f64,
+    /// Nodes whose final state equals the server's (by digest).
+    pub(crate) nodes_exact: usize,
+    /// Full-store nodes and how many of them recomputed the exact digest.
+    pub(crate) full_nodes: usize,
+    /// Of those, exact.
+    pub(crate) full_nodes_exact: usize,
+}
+
+pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
+    let cluster_nodes = (a.kvs / (a.pods_per_node + 1)).max(1);
+    let wd = Workdir::new(cluster_nodes, a.pods_per_node, a.common.plain)?;
+    let timeline = Timeline::start();
+    let mut server = wd.server("server").await?;
+    timeline.add_server(server.pid());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = usage(server.pid()).context("server usage")?;
+    let before = server.state().await?;
+    let cpu0 = harness::cpu(&[server.pid()]);
+
+    let swarms = wd.swarms(&[&server.addr], a.nodes, 0, &a.common, &[])?;
+    timeline.add_swarms(&swarms);
+    let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
+    let limit = Duration::from_secs(1800);
+    let (connect_secs, sync_secs) = tokio::try_join!(
+        harness::wait_for(&swarms, "connected", a.nodes as u64, "connected", limit),
+        harness::wait_for(&swarms, "in_sync", a.nodes as u64, "in sync", limit),
+    )?;
+    let (cpu1, swarm_cpu) = (harness::cpu(&[server.pid()]), harness::cpu(&swarm_pids));
+    let after = server.state().await?;
+    let now = usage(server.pid()).context("server usage")?;
+    let digest = after["digest"].as_str().unwrap_or_default().to_owned();
+    let done = harness::finish(swarms, &digest).await?;
+    let kvs = server.kvs;
+    server.quit().await?;
+
+    let delta = |f: &str| {
+        after[f]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(before[f].as_u64().unwrap_or(0))
+    };
+    let r = StormResult {
+        nodes: a.nodes,
+        kvs,
+        tls: !a.common.plain,
+        connect_secs,
+        sync_secs,
+        snapshots_built: delta("snapshots_generated"),
+        snapshots_reused: delta("snapshots_reused"),
+        bytes_per_node: delta("bytes_sent") as f64 / a.nodes as f64,
+        server_rss_idle: idle.rss,
+        server_peak_rss: now.peak_rss,
+        server_rss_after: now.rss,
+        server_cpu_secs: cpu1 - cpu0,
+        swarm_cpu_secs: swarm_cpu,
+        nodes_exact: done.exact,
+        full_nodes: done.full_nodes,
+        full_nodes_exact: done.full_exact,
+    };
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let ok = done.all_exact(a.nodes);
+    let table = format!(
+        "storm: {} nodes at once ({}), {} KVs\n\
+         | measure | value |\n|---|---|\n\
+         | all nodes connected after | {:.1} s |\n\
+         | all nodes in sync after | {:.1} s |\n\
+         | snapshots built / reused | {} / {} |\n\
+         | bytes sent per node | {:.0} ({:.1} per KV) |\n\
+         | server RSS before / peak / after | {:.1} / {:.1} / {:.1} MiB |\n\
+         | server / swarm CPU during the storm | {:.1} / {:.1} s |\n\
+         {}\n{}",
+        r.nodes,
+        if r.tls { "mutual TLS" } else { "plaintext" },
+        r.kvs,
+        r.connect_secs,
+        r.sync_secs,
+        r.snapshots_built,
+        r.snapshots_reused,
+        r.bytes_per_node,
+        r.bytes_per_node / r.kvs.max(1) as f64,
+        mib(r.server_rss_idle),
+        mib(r.server_peak_rss),
+        mib(r.server_rss_after),
+        r.server_cpu_secs,
+        r.swarm_cpu_secs,
+        done.verdict(a.nodes),
+        if ok { "nothing lost" } else { "LOST: nodes diverged" },
+    );
+    Ok(Outcome {
+        name: "storm",
+        table,
+        json: serde_json::to_value(&r)?,
+        ok,
+        timeline: timeline.stop(),
+        latency: None,
+    })
+}
