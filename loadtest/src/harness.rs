@@ -104,6 +104,15 @@ impl Workdir {
 
     /// Starts a server process over the cluster and waits until its cache holds all of it.
     pub(crate) async fn server(&self, name: &str) -> anyhow::Result<Server> {
+        self.server_with(name, self.tls.as_deref()).await
+    }
+
+    /// [`server`](Self::server) without TLS, even if the work dir has a bundle.
+    pub(crate) async fn plain_server(&self, name: &str) -> anyhow::Result<Server> {
+        self.server_with(name, None).await
+    }
+
+    async fn server_with(&self, name: &str, tls: Option<&Path>) -> anyhow::Result<Server> {
         let port = free_port()?;
         let mut args = vec![
             "__server".to_owned(),
@@ -116,7 +125,7 @@ impl Workdir {
             "--pods".into(),
             self.pods.to_string(),
         ];
-        if let Some(t) = &self.tls {
+        if let Some(t) = tls {
             args.extend(["--tls-dir".into(), t.display().to_string()]);
         }
         let mut child = Child::spawn(name, &args)?;
@@ -138,6 +147,18 @@ impl Workdir {
         c: &Common,
         extra: &[String],
     ) -> anyhow::Result<Vec<Child>> {
+        self.swarms_with(servers, nodes, first, c, extra, self.tls.as_deref())
+    }
+
+    fn swarms_with(
+        &self,
+        servers: &[&str],
+        nodes: usize,
+        first: usize,
+        c: &Common,
+        extra: &[String],
+        tls: Option<&Path>,
+    ) -> anyhow::Result<Vec<Child>> {
         let mut out = Vec::new();
         let mut at = 0;
         while at < nodes {
@@ -153,7 +174,7 @@ impl Workdir {
                 "--full-nodes".into(),
                 c.full_nodes.to_string(),
             ];
-            if let Some(t) = &self.tls {
+            if let Some(t) = tls {
                 args.extend(["--tls-dir".into(), t.display().to_string()]);
             }
             args.extend(extra.iter().cloned());
@@ -162,6 +183,17 @@ impl Workdir {
         }
         Ok(out)
     }
+}
+
+/// Swarms without TLS, even if the work dir has a bundle.
+pub(crate) fn plain_swarms(
+    wd: &Workdir,
+    servers: &[&str],
+    nodes: usize,
+    c: &Common,
+    extra: &[String],
+) -> anyhow::Result<Vec<Child>> {
+    wd.swarms_with(servers, nodes, 0, c, extra, None)
 }
 
 impl Drop for Workdir {

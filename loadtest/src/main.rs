@@ -14,12 +14,15 @@
 #![allow(clippy::indexing_slicing)]
 
 mod broadcast;
+mod ceiling;
 mod child;
+mod failover;
 mod harness;
 mod procstat;
 mod raw;
 mod report;
 mod server_child;
+mod slow;
 mod steady;
 mod storm;
 mod swarm;
@@ -42,6 +45,12 @@ enum Cmd {
     Steady(steady::SteadyArgs),
     /// All N nodes connect at once to a large state: time until all are in sync.
     Storm(storm::StormArgs),
+    /// Two servers; one is killed; its nodes move to the other.
+    Failover(failover::FailoverArgs),
+    /// Some nodes stop reading; the others' latency and the server's memory stay bounded.
+    Slow(slow::SlowArgs),
+    /// Our delivery rate against a bare broadcaster's, over TLS and plain TCP.
+    Ceiling(ceiling::CeilingArgs),
     /// Internal: the ceiling scenario's bare broadcaster.
     #[command(name = "__broadcast", hide = true)]
     Broadcast(broadcast::BroadcastArgs),
@@ -90,6 +99,18 @@ fn main() -> ExitCode {
             Cmd::Storm(a) => {
                 let c = a.common.clone();
                 finish(storm::run(a).await?, &c)
+            }
+            Cmd::Failover(a) => {
+                let c = a.common.clone();
+                finish(failover::run(a).await?, &c)
+            }
+            Cmd::Slow(a) => {
+                let c = a.common.clone();
+                finish(slow::run(a).await?, &c)
+            }
+            Cmd::Ceiling(a) => {
+                let c = a.common.clone();
+                finish(ceiling::run(a).await?, &c)
             }
         }
     });

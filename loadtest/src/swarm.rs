@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2Serializer};
-use protocol::model::{KeyType, SyncStatus, Update, Value};
+use protocol::model::{KeyType, SyncStatus, Update};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use typha_client::metrics::ClientMetrics;
@@ -79,6 +79,20 @@ fn now_ns() -> u128 {
         .unwrap_or(0)
 }
 
+/// The write time the churner stamped on a workload endpoint, found in its encoded value
+/// without decoding it: the label is a postcard string pair (length byte, key; length byte,
+/// decimal digits). Decoding each whole value for every node would cost the swarm more than
+/// the server spends delivering it.
+fn sent_ns(value: &[u8]) -> Option<u128> {
+    let key = SENT_LABEL.as_bytes();
+    let at = value
+        .windows(key.len() + 1)
+        .position(|w| w.first() == Some(&(key.len() as u8)) && w.get(1..) == Some(key))?;
+    let rest = value.get(at + 1 + key.len()..)?;
+    let len = usize::from(*rest.first()?);
+    std::str::from_utf8(rest.get(1..1 + len)?).ok()?.parse().ok()
+}
+
 impl SyncerCallbacks for Node {
     fn on_status_updated(&mut self, s: SyncStatus) {
         let now = s == SyncStatus::InSync;
@@ -102,14 +116,7 @@ impl SyncerCallbacks for Node {
             if u.key.key_type() != KeyType::WorkloadEndpoint {
                 continue;
             }
-            let Ok(Some(Value::WorkloadEndpoint(w))) = u.decode_value() else {
-                continue;
-            };
-            if let Some(sent) = w
-                .labels
-                .get(SENT_LABEL)
-                .and_then(|s| s.parse::<u128>().ok())
-            {
+            if let Some(sent) = u.value.as_ref().and_then(|v| sent_ns(v.as_bytes())) {
                 lat.push(u64::try_from(received.saturating_sub(sent) / 1000).unwrap_or(u64::MAX));
             }
         }
@@ -281,4 +288,36 @@ fn take_histogram(shared: &Shared) -> anyhow::Result<String> {
         .serialize(&merged, &mut buf)
         .context("serializing the histogram")?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use protocol::model::{EncodedValue, Value};
+
+    #[test]
+    fn finds_the_write_time_in_an_encoded_endpoint_as_decoding_would() {
+        let spec = typha_server::sample::Spec::default();
+        let encoded = |r: &typha_server::datastore::v3::Resource| {
+            let kvs = typha_server::datastore::convert::convert(r).unwrap();
+            let (_, v) = kvs
+                .into_iter()
+                .find(|(_, v)| matches!(v, Value::WorkloadEndpoint(_)))
+                .unwrap();
+            EncodedValue::encode(&v)
+        };
+        let plain = spec.workload_endpoint(1, 2, 3);
+        assert_eq!(super::sent_ns(encoded(&plain).as_bytes()), None);
+        let mut r = plain.clone();
+        r.metadata
+            .labels
+            .insert(super::SENT_LABEL.into(), "1763780000123456789".into());
+        let value = encoded(&r);
+        let Value::WorkloadEndpoint(w) = value.decode().unwrap() else {
+            panic!("not an endpoint")
+        };
+        let label: u128 = w.labels.get(super::SENT_LABEL).unwrap().parse().unwrap();
+        assert_eq!(super::sent_ns(value.as_bytes()), Some(label));
+    }
 }
