@@ -434,8 +434,6 @@ pub(crate) struct Timeline {
     samples: Arc<Mutex<Vec<Sample>>>,
     sources: Arc<Mutex<Sources>>,
     task: tokio::task::JoinHandle<()>,
-    /// When it started.
-    pub(crate) origin: Instant,
 }
 
 #[derive(Default)]
@@ -480,7 +478,6 @@ impl Timeline {
             samples,
             sources,
             task,
-            origin,
         }
     }
 

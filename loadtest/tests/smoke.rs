@@ -1,29 +1,17 @@
-//! The real loadtest binary, tiny: a server process, a swarm process, TLS, churn, and the
-//! nothing-lost check. (Real measurements are in BENCHMARKS.md; this only proves the machinery
-//! works end to end and fails loudly when something is lost.)
+//! The real loadtest binary, tiny, once per scenario: server, swarm and broadcaster processes,
+//! TLS, churn, the nothing-lost check and the report. (Real measurements are in BENCHMARKS.md;
+//! these only prove the machinery works end to end and reports what it should.)
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::process::Command;
 
-#[test]
-fn a_small_steady_run_loses_nothing() {
+/// Runs `loadtest <args> --json`; the result object, after checking the run passed.
+fn run(args: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args([
-            "steady",
-            "--nodes",
-            "12",
-            "--pods-per-node",
-            "4",
-            "--rate",
-            "40",
-            "--secs",
-            "3",
-            "--nodes-per-swarm",
-            "5",
-            "--json",
-        ])
+        .args(args)
+        .arg("--json")
         .output()
         .unwrap();
     assert!(
@@ -32,10 +20,115 @@ fn a_small_steady_run_loses_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["passed"], true, "{r}");
+    r["result"].clone()
+}
+
+#[test]
+fn a_small_steady_run_loses_nothing_and_writes_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report");
+    let r = run(&[
+        "steady",
+        "--nodes",
+        "12",
+        "--pods-per-node",
+        "4",
+        "--rate",
+        "40",
+        "--secs",
+        "3",
+        "--nodes-per-swarm",
+        "5",
+        "--full-nodes",
+        "2",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     assert_eq!(r["nodes"], 12);
     assert_eq!(r["nodes_exact"], 12, "{r}");
+    assert_eq!(r["full_nodes"], 6, "two per swarm, three swarms: {r}");
+    assert_eq!(r["full_nodes_exact"], 6, "{r}");
     assert_eq!(r["updates_written"], 120);
     assert_eq!(r["deliveries"], r["deliveries_expected"], "{r}");
     assert!(r["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert!(r["server_rss_connected"].as_u64().unwrap() > 0);
+    let md = std::fs::read_to_string(report.join("steady.md")).unwrap();
+    assert!(md.contains("nothing lost"), "{md}");
+    for svg in [
+        "steady-latency-cdf.svg",
+        "steady-nodes.svg",
+        "steady-server-rss.svg",
+    ] {
+        assert!(report.join(svg).exists(), "{svg}");
+    }
+}
+
+#[test]
+fn a_small_storm_builds_one_snapshot_and_reuses_it() {
+    let r = run(&["storm", "--nodes", "20", "--kvs", "600", "--full-nodes", "3"]);
+    assert_eq!(r["nodes_exact"], 20, "{r}");
+    assert_eq!(r["full_nodes_exact"], 3, "{r}");
+    assert_eq!(r["snapshots_built"], 1, "{r}");
+    assert_eq!(r["snapshots_reused"], 19, "{r}");
+    assert!(r["bytes_per_node"].as_f64().unwrap() > 1000.0, "{r}");
+}
+
+#[test]
+fn a_small_failover_moves_the_killed_servers_nodes() {
+    let r = run(&["failover", "--nodes", "16", "--pods-per-node", "3", "--full-nodes", "4"]);
+    let moved = r["moved"].as_u64().unwrap();
+    assert!(moved > 0, "the nodes shuffle over both servers: {r}");
+    let resumed = ["resumed_deltas", "resumed_digest", "resumed_snapshot"]
+        .iter()
+        .map(|k| r[k].as_u64().unwrap())
+        .sum::<u64>();
+    assert!(resumed >= moved, "{r}");
+    assert_eq!(r["resumed_deltas"], 0, "another server's epoch: {r}");
+    assert_eq!(r["nodes_exact"], 16, "{r}");
+    assert_eq!(r["full_nodes_exact"], 4, "{r}");
+}
+
+#[test]
+fn a_small_slow_run_keeps_the_healthy_nodes_whole() {
+    let r = run(&[
+        "slow",
+        "--nodes",
+        "10",
+        "--stalled-fraction",
+        "0.3",
+        "--pods-per-node",
+        "3",
+        "--rate",
+        "40",
+        "--secs",
+        "2",
+    ]);
+    assert_eq!((r["healthy"].as_u64(), r["stalled"].as_u64()), (Some(7), Some(3)));
+    assert_eq!(r["nodes_exact"], 7, "{r}");
+    for p in ["baseline", "with_stalled"] {
+        assert_eq!(r[p]["deliveries"], 7 * 80, "{p}: {r}");
+    }
+    assert_eq!(r["server_connections_end"], 10, "stalled nodes are still held: {r}");
+}
+
+#[test]
+fn a_small_ceiling_run_compares_with_the_bare_broadcaster() {
+    let r = run(&[
+        "ceiling",
+        "--nodes",
+        "8",
+        "--cluster-nodes",
+        "4",
+        "--rate",
+        "400",
+        "--secs",
+        "2",
+    ]);
+    assert_eq!(r["nothing_lost"], true, "{r}");
+    assert_eq!(r["server"]["updates"], 8 * 800, "{r}");
+    for c in ["ceiling_tls", "ceiling_plain"] {
+        assert!(r[c]["frames"].as_u64().unwrap() > 0, "{c}: {r}");
+    }
+    assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
 }

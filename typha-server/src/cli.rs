@@ -90,6 +90,13 @@ pub(crate) struct Cli {
     /// Least milliseconds between breadcrumbs under load (updates within it share one).
     #[arg(long, env = "TYPHA_BATCHWINDOWMS", default_value_t = 20)]
     pub batch_window_ms: u64,
+    /// Delta frames per second to all clients together that the batch window grows to keep
+    /// to, up to TYPHA_MAXBATCHWINDOWMS (0: a fixed window).
+    #[arg(long, env = "TYPHA_FANOUTFRAMESPERSEC", default_value_t = 100_000)]
+    pub fanout_frames_per_sec: u64,
+    /// Largest batch window the fan-out budget may ask for, milliseconds.
+    #[arg(long, env = "TYPHA_MAXBATCHWINDOWMS", default_value_t = 200)]
+    pub max_batch_window_ms: u64,
     /// Breadcrumbs kept for catch-up and resume.
     #[arg(long, env = "TYPHA_HISTORYMAXBREADCRUMBS", default_value_t = 1024)]
     pub history_max_breadcrumbs: usize,
@@ -227,6 +234,8 @@ impl Cli {
                 history_max: self.history_max_breadcrumbs.max(1),
                 history_max_age: secs("TYPHA_HISTORYMAXAGESECS", self.history_max_age_secs)?,
                 min_interval: Duration::from_millis(self.batch_window_ms),
+                fanout_frames_per_sec: self.fanout_frames_per_sec,
+                max_interval: Duration::from_millis(self.max_batch_window_ms),
                 ..CacheConfig::default()
             },
             max_connections: self.max_connections_upper_limit,

@@ -81,6 +81,7 @@ impl Config {
             // Tests count breadcrumbs per write; no rate limit unless a test asks.
             cache: CacheConfig {
                 min_interval: Duration::ZERO,
+                fanout_frames_per_sec: 0,
                 ..CacheConfig::default()
             },
             ..Self::default()
