@@ -70,13 +70,7 @@ pub(crate) async fn run(a: FailoverArgs) -> anyhow::Result<Outcome> {
     let mut survivor = wd.server("server B").await?;
     timeline.add_server(victim.pid());
     timeline.add_server(survivor.pid());
-    let swarms = wd.swarms(
-        &[&victim.addr, &survivor.addr],
-        a.nodes,
-        0,
-        &a.common,
-        &[],
-    )?;
+    let swarms = wd.swarms(&[&victim.addr, &survivor.addr], a.nodes, 0, &a.common, &[])?;
     timeline.add_swarms(&swarms);
     let n = a.nodes as u64;
     let limit = Duration::from_secs(1800);
@@ -168,7 +162,11 @@ pub(crate) async fn run(a: FailoverArgs) -> anyhow::Result<Outcome> {
         mib(r.survivor_rss_before),
         mib(r.survivor_rss_after),
         done.verdict(a.nodes),
-        if ok { "nothing lost" } else { "LOST: nodes diverged" },
+        if ok {
+            "nothing lost"
+        } else {
+            "LOST: nodes diverged"
+        },
     );
     Ok(Outcome {
         name: "failover",

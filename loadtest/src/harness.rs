@@ -306,7 +306,9 @@ pub(crate) async fn phase_histogram(swarms: &mut [Child]) -> anyhow::Result<Hist
     }
     for s in swarms.iter_mut() {
         let v = s.expect("histogram", Duration::from_secs(30)).await?;
-        merged.add(decode_histogram(v["histogram"].as_str().unwrap_or_default())?)?;
+        merged.add(decode_histogram(
+            v["histogram"].as_str().unwrap_or_default(),
+        )?)?;
     }
     Ok(merged)
 }
@@ -394,8 +396,9 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
         };
         count(&done["digests"], &mut f.exact, &mut f.nodes);
         count(&done["full_digests"], &mut f.full_exact, &mut f.full_nodes);
-        f.histogram
-            .add(decode_histogram(done["histogram"].as_str().unwrap_or_default())?)?;
+        f.histogram.add(decode_histogram(
+            done["histogram"].as_str().unwrap_or_default(),
+        )?)?;
         s.wait(Duration::from_secs(60)).await?;
     }
     Ok(f)
@@ -404,7 +407,9 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
 impl Finished {
     /// Whether every node (and every full-store node) ended with the server's state.
     pub(crate) fn all_exact(&self, expected_nodes: usize) -> bool {
-        self.nodes == expected_nodes && self.exact == self.nodes && self.full_exact == self.full_nodes
+        self.nodes == expected_nodes
+            && self.exact == self.nodes
+            && self.full_exact == self.full_nodes
     }
 
     /// One table line about it.

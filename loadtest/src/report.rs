@@ -110,7 +110,10 @@ fn line_chart(
     for (i, (name, points)) in series.iter().enumerate() {
         let color = colors.get(i % colors.len()).copied().unwrap_or(BLACK);
         chart
-            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
             .map_err(e)?
             .label(*name)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));

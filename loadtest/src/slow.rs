@@ -233,7 +233,11 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
         r.bytes_per_stalled_node / 1024.0,
         r.server_connections_end,
         done.verdict(healthy),
-        if ok { "nothing lost" } else { "LOST: deliveries missing or nodes diverged" },
+        if ok {
+            "nothing lost"
+        } else {
+            "LOST: deliveries missing or nodes diverged"
+        },
     );
     Ok(Outcome {
         name: "slow",

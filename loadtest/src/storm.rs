@@ -141,7 +141,11 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
         r.server_cpu_secs,
         r.swarm_cpu_secs,
         done.verdict(a.nodes),
-        if ok { "nothing lost" } else { "LOST: nodes diverged" },
+        if ok {
+            "nothing lost"
+        } else {
+            "LOST: nodes diverged"
+        },
     );
     Ok(Outcome {
         name: "storm",

@@ -90,7 +90,10 @@ fn sent_ns(value: &[u8]) -> Option<u128> {
         .position(|w| w.first() == Some(&(key.len() as u8)) && w.get(1..) == Some(key))?;
     let rest = value.get(at + 1 + key.len()..)?;
     let len = usize::from(*rest.first()?);
-    std::str::from_utf8(rest.get(1..1 + len)?).ok()?.parse().ok()
+    std::str::from_utf8(rest.get(1..1 + len)?)
+        .ok()?
+        .parse()
+        .ok()
 }
 
 impl SyncerCallbacks for Node {
@@ -177,7 +180,11 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     for i in 0..a.nodes {
         let name = format!("sim-{}", a.first + i);
         if i >= real {
-            let addr = a.server.get(i % a.server.len()).cloned().unwrap_or_default();
+            let addr = a
+                .server
+                .get(i % a.server.len())
+                .cloned()
+                .unwrap_or_default();
             let (t, c, s) = (raw_tls.clone(), raw.clone(), stop(stop_rx.clone()));
             raw_tasks.push(if a.raw {
                 tokio::spawn(crate::raw::reader(addr, t, c, s))

@@ -66,7 +66,15 @@ fn a_small_steady_run_loses_nothing_and_writes_a_report() {
 
 #[test]
 fn a_small_storm_builds_one_snapshot_and_reuses_it() {
-    let r = run(&["storm", "--nodes", "20", "--kvs", "600", "--full-nodes", "3"]);
+    let r = run(&[
+        "storm",
+        "--nodes",
+        "20",
+        "--kvs",
+        "600",
+        "--full-nodes",
+        "3",
+    ]);
     assert_eq!(r["nodes_exact"], 20, "{r}");
     assert_eq!(r["full_nodes_exact"], 3, "{r}");
     assert_eq!(r["snapshots_built"], 1, "{r}");
@@ -76,7 +84,15 @@ fn a_small_storm_builds_one_snapshot_and_reuses_it() {
 
 #[test]
 fn a_small_failover_moves_the_killed_servers_nodes() {
-    let r = run(&["failover", "--nodes", "16", "--pods-per-node", "3", "--full-nodes", "4"]);
+    let r = run(&[
+        "failover",
+        "--nodes",
+        "16",
+        "--pods-per-node",
+        "3",
+        "--full-nodes",
+        "4",
+    ]);
     let moved = r["moved"].as_u64().unwrap();
     assert!(moved > 0, "the nodes shuffle over both servers: {r}");
     let resumed = ["resumed_deltas", "resumed_digest", "resumed_snapshot"]
@@ -104,12 +120,18 @@ fn a_small_slow_run_keeps_the_healthy_nodes_whole() {
         "--secs",
         "2",
     ]);
-    assert_eq!((r["healthy"].as_u64(), r["stalled"].as_u64()), (Some(7), Some(3)));
+    assert_eq!(
+        (r["healthy"].as_u64(), r["stalled"].as_u64()),
+        (Some(7), Some(3))
+    );
     assert_eq!(r["nodes_exact"], 7, "{r}");
     for p in ["baseline", "with_stalled"] {
         assert_eq!(r[p]["deliveries"], 7 * 80, "{p}: {r}");
     }
-    assert_eq!(r["server_connections_end"], 10, "stalled nodes are still held: {r}");
+    assert_eq!(
+        r["server_connections_end"], 10,
+        "stalled nodes are still held: {r}"
+    );
 }
 
 #[test]

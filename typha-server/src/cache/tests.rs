@@ -245,7 +245,11 @@ fn the_batch_window_grows_with_the_streaming_clients_within_its_bounds() {
     let cfg = CacheConfig::default();
     let ms = |n| cfg.window(n).as_secs_f64() * 1000.0;
     assert_eq!(ms(0), 20.0, "the floor");
-    assert_eq!(ms(1_000), 20.0, "1,000 clients at 100,000 frames/s: 10 ms, under the floor");
+    assert_eq!(
+        ms(1_000),
+        20.0,
+        "1,000 clients at 100,000 frames/s: 10 ms, under the floor"
+    );
     assert!((ms(5_000) - 50.0).abs() < 1e-6);
     assert!((ms(10_000) - 100.0).abs() < 1e-6);
     assert_eq!(ms(1_000_000), 200.0, "the ceiling");
