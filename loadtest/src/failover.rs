@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::harness::{self, Common, Outcome, Timeline, Workdir};
+use crate::harness::{self, Common, Outcome, Timeline, Workdir, mib};
 use crate::procstat::usage;
 
 /// Settings of a failover.
@@ -55,12 +55,9 @@ pub(crate) struct FailoverResult {
     pub(crate) survivor_rss_before: u64,
     /// After.
     pub(crate) survivor_rss_after: u64,
-    /// Nodes whose final state equals the survivor's (by digest).
-    pub(crate) nodes_exact: usize,
-    /// Full-store nodes.
-    pub(crate) full_nodes: usize,
-    /// Of those, exact.
-    pub(crate) full_nodes_exact: usize,
+    /// How many nodes ended exact.
+    #[serde(flatten)]
+    pub(crate) exact: harness::Exactness,
 }
 
 pub(crate) async fn run(a: FailoverArgs) -> anyhow::Result<Outcome> {
@@ -133,11 +130,8 @@ pub(crate) async fn run(a: FailoverArgs) -> anyhow::Result<Outcome> {
         bytes_per_moved_node: sent as f64 / moved.max(1) as f64,
         survivor_rss_before: rss_before,
         survivor_rss_after: rss_after,
-        nodes_exact: done.exact,
-        full_nodes: done.full_nodes,
-        full_nodes_exact: done.full_exact,
+        exact: done.exactness(),
     };
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let ok = done.all_exact(a.nodes);
     let table = format!(
         "failover: {} nodes over two servers ({}), {} KVs; one server killed\n\

@@ -313,6 +313,72 @@ pub(crate) async fn phase_histogram(swarms: &mut [Child]) -> anyhow::Result<Hist
     Ok(merged)
 }
 
+/// One churn phase.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Phase {
+    /// Healthy nodes' write-to-receipt latency.
+    pub(crate) latency_ms: Percentiles,
+    /// Updates written.
+    pub(crate) updates: u64,
+    /// Deliveries to healthy nodes.
+    pub(crate) deliveries: u64,
+    /// Server RSS at the start and end of the phase, and its highest sample, bytes.
+    pub(crate) rss_start: u64,
+    /// End.
+    pub(crate) rss_end: u64,
+    /// Highest sample.
+    pub(crate) rss_max: u64,
+}
+
+/// Churns `rate` × `secs` and waits for every healthy node to receive it; the phase's numbers.
+pub(crate) async fn churn_phase(
+    server: &mut Server,
+    swarms: &mut [Child],
+    healthy: usize,
+    rate: f64,
+    secs: f64,
+    what: &str,
+) -> anyhow::Result<(Phase, hdrhistogram::Histogram<u64>)> {
+    let rss = |pid| usage(pid).map(|u| u.rss).unwrap_or(0);
+    let rss_start = rss(server.pid());
+    let mut rss_max = rss_start;
+    let got0 = sum(swarms, "churn_updates");
+    server.child.send(&format!("churn {rate} {secs}")).await?;
+    let want = (rate * secs).round() as u64 * healthy as u64;
+    let b = bar(want, what);
+    let started = Instant::now();
+    let limit = Duration::from_secs_f64(secs) + Duration::from_secs(60);
+    loop {
+        let got = sum(swarms, "churn_updates") - got0;
+        b.set_position(got);
+        rss_max = rss_max.max(rss(server.pid()));
+        if got >= want || started.elapsed() > limit {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.finish();
+    server.child.send("wait-churn").await?;
+    let updates = server
+        .child
+        .expect("churned", Duration::from_secs(60))
+        .await?["updates"]
+        .as_u64()
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let h = phase_histogram(swarms).await?;
+    let rss_end = rss(server.pid());
+    let p = Phase {
+        latency_ms: Percentiles::of(&h),
+        updates,
+        deliveries: sum(swarms, "churn_updates") - got0,
+        rss_start,
+        rss_end,
+        rss_max: rss_max.max(rss_end),
+    };
+    Ok((p, h))
+}
+
 /// Latency percentiles, milliseconds.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Percentiles {
@@ -363,8 +429,6 @@ pub(crate) struct Finished {
     pub(crate) full_exact: usize,
     /// Nodes that reported a digest.
     pub(crate) nodes: usize,
-    /// Churn updates received.
-    pub(crate) churn_updates: u64,
     /// Raw connections that ended with an error.
     pub(crate) raw_errors: u64,
 }
@@ -377,7 +441,6 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
         full_nodes: 0,
         full_exact: 0,
         nodes: 0,
-        churn_updates: 0,
         raw_errors: 0,
     };
     let mut swarms = swarms;
@@ -386,7 +449,6 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
     }
     for mut s in swarms {
         let done = s.expect("done", Duration::from_secs(300)).await?;
-        f.churn_updates += done["churn_updates"].as_u64().unwrap_or(0);
         f.raw_errors += done["raw_errors"].as_u64().unwrap_or(0);
         let count = |v: &serde_json::Value, exact: &mut usize, all: &mut usize| {
             if let Some(d) = v.as_object() {
@@ -404,7 +466,32 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
     Ok(f)
 }
 
+/// How many nodes ended with the server's exact state (flattened into each result).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Exactness {
+    /// Nodes whose final state equals the server's (by digest).
+    pub(crate) nodes_exact: usize,
+    /// Nodes that kept the full store and recomputed the digest themselves.
+    pub(crate) full_nodes: usize,
+    /// Of those, how many ended exact.
+    pub(crate) full_nodes_exact: usize,
+}
+
+/// Bytes as MiB.
+pub(crate) fn mib(b: u64) -> f64 {
+    b as f64 / (1 << 20) as f64
+}
+
 impl Finished {
+    /// The counts for a result.
+    pub(crate) fn exactness(&self) -> Exactness {
+        Exactness {
+            nodes_exact: self.exact,
+            full_nodes: self.full_nodes,
+            full_nodes_exact: self.full_exact,
+        }
+    }
+
     /// Whether every node (and every full-store node) ended with the server's state.
     pub(crate) fn all_exact(&self, expected_nodes: usize) -> bool {
         self.nodes == expected_nodes

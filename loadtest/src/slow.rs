@@ -4,13 +4,11 @@
 //! Reports the healthy nodes' latency in both phases and the server's memory, which must stay
 //! bounded; fails unless every healthy node gets every update and ends exact.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::child::Child;
-use crate::harness::{self, Common, Outcome, Percentiles, Server, Timeline, Workdir};
-use crate::procstat::usage;
+use crate::harness::{self, Common, Outcome, Phase, Timeline, Workdir, churn_phase, mib};
 
 /// Settings of a slow run.
 #[derive(Debug, Clone, clap::Args)]
@@ -34,23 +32,6 @@ pub(crate) struct SlowArgs {
     pub(crate) common: Common,
 }
 
-/// One churn phase.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Phase {
-    /// Healthy nodes' write-to-receipt latency.
-    pub(crate) latency_ms: Percentiles,
-    /// Updates written.
-    pub(crate) updates: u64,
-    /// Deliveries to healthy nodes.
-    pub(crate) deliveries: u64,
-    /// Server RSS at the start and end of the phase, and its highest sample, bytes.
-    pub(crate) rss_start: u64,
-    /// End.
-    pub(crate) rss_end: u64,
-    /// Highest sample.
-    pub(crate) rss_max: u64,
-}
-
 /// What a slow run measured.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SlowResult {
@@ -70,61 +51,9 @@ pub(crate) struct SlowResult {
     pub(crate) bytes_per_stalled_node: f64,
     /// Connections the server still held at the end.
     pub(crate) server_connections_end: u64,
-    /// Nodes whose final state equals the server's.
-    pub(crate) nodes_exact: usize,
-    /// Full-store nodes.
-    pub(crate) full_nodes: usize,
-    /// Of those, exact.
-    pub(crate) full_nodes_exact: usize,
-}
-
-/// Churns `rate` × `secs` and waits for every healthy node to receive it; the phase's numbers.
-async fn phase(
-    server: &mut Server,
-    swarms: &mut [Child],
-    healthy: usize,
-    rate: f64,
-    secs: f64,
-    what: &str,
-) -> anyhow::Result<(Phase, hdrhistogram::Histogram<u64>)> {
-    let rss = |pid| usage(pid).map(|u| u.rss).unwrap_or(0);
-    let rss_start = rss(server.pid());
-    let mut rss_max = rss_start;
-    let got0 = harness::sum(swarms, "churn_updates");
-    server.child.send(&format!("churn {rate} {secs}")).await?;
-    let want = (rate * secs).round() as u64 * healthy as u64;
-    let b = harness::bar(want, what);
-    let started = Instant::now();
-    let limit = Duration::from_secs_f64(secs) + Duration::from_secs(60);
-    loop {
-        let got = harness::sum(swarms, "churn_updates") - got0;
-        b.set_position(got);
-        rss_max = rss_max.max(rss(server.pid()));
-        if got >= want || started.elapsed() > limit {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    b.finish();
-    server.child.send("wait-churn").await?;
-    let updates = server
-        .child
-        .expect("churned", Duration::from_secs(60))
-        .await?["updates"]
-        .as_u64()
-        .unwrap_or(0);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let h = harness::phase_histogram(swarms).await?;
-    let rss_end = rss(server.pid());
-    let p = Phase {
-        latency_ms: Percentiles::of(&h),
-        updates,
-        deliveries: harness::sum(swarms, "churn_updates") - got0,
-        rss_start,
-        rss_end,
-        rss_max: rss_max.max(rss_end),
-    };
-    Ok((p, h))
+    /// How many nodes ended exact.
+    #[serde(flatten)]
+    pub(crate) exact: harness::Exactness,
 }
 
 pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
@@ -139,7 +68,7 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
     let limit = Duration::from_secs(1800);
     harness::wait_for(&swarms, "in_sync", healthy as u64, "in sync", limit).await?;
     harness::phase_histogram(&mut swarms).await?;
-    let (baseline, _) = phase(
+    let (baseline, _) = churn_phase(
         &mut server,
         &mut swarms,
         healthy,
@@ -168,7 +97,7 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
     .await?;
     // Let the server fill their buffers with the snapshot.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (with_stalled, latency) = phase(
+    let (with_stalled, latency) = churn_phase(
         &mut server,
         &mut swarms,
         healthy,
@@ -192,9 +121,7 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
         bytes_per_stalled_node: (with_stalled.rss_end as f64 - baseline.rss_end as f64)
             / stalled.max(1) as f64,
         server_connections_end: state["connections"].as_u64().unwrap_or(0),
-        nodes_exact: done.exact,
-        full_nodes: done.full_nodes,
-        full_nodes_exact: done.full_exact,
+        exact: done.exactness(),
         baseline,
         with_stalled,
     };
@@ -202,7 +129,6 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
     let ok = done.all_exact(healthy)
         && r.baseline.deliveries >= want(&r.baseline)
         && r.with_stalled.deliveries >= want(&r.with_stalled);
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let table = format!(
         "slow: {} healthy + {} stalled nodes ({}), {} KVs, {} updates/s for {} s per phase\n\
          | measure | baseline | with stalled nodes |\n|---|---|---|\n\

@@ -3,12 +3,12 @@
 //! every (node, update) pair, updates delivered, bytes per update per node, CPU and memory; and
 //! fails unless every node ends with the server's exact state.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir};
+use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir, mib};
 use crate::procstat::usage;
 
 /// Settings of a steady run.
@@ -63,12 +63,9 @@ pub(crate) struct SteadyResult {
     pub(crate) server_bytes_per_node: f64,
     /// Server peak RSS, bytes.
     pub(crate) server_peak_rss: u64,
-    /// Nodes whose final state equals the server's (by digest).
-    pub(crate) nodes_exact: usize,
-    /// Nodes that kept the full store and recomputed the digest themselves.
-    pub(crate) full_nodes: usize,
-    /// Of those, how many ended exact.
-    pub(crate) full_nodes_exact: usize,
+    /// How many nodes ended exact.
+    #[serde(flatten)]
+    pub(crate) exact: harness::Exactness,
 }
 
 pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
@@ -98,34 +95,17 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
     let before = server.state().await?;
     let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
     let (cpu0, swarm_cpu0) = (harness::cpu(&[server.pid()]), harness::cpu(&swarm_pids));
-    let churn0 = harness::sum(&swarms, "churn_updates");
-    server
-        .child
-        .send(&format!("churn {} {}", a.rate, a.secs))
-        .await?;
-    let want = (a.rate * a.secs).round() as u64 * a.nodes as u64;
-    let churn_bar = harness::bar(want, "delivered");
-    let churn_started = Instant::now();
-    let drain_limit = Duration::from_secs_f64(a.secs) + Duration::from_secs(60);
-    loop {
-        let got = harness::sum(&swarms, "churn_updates") - churn0;
-        churn_bar.set_position(got);
-        if got >= want || churn_started.elapsed() > drain_limit {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    churn_bar.finish();
-    server.child.send("wait-churn").await?;
-    let churned = server
-        .child
-        .expect("churned", Duration::from_secs(60))
-        .await?["updates"]
-        .as_u64()
-        .unwrap_or(0);
+    let (churn, latency) = harness::churn_phase(
+        &mut server,
+        &mut swarms,
+        a.nodes,
+        a.rate,
+        a.secs,
+        "delivered",
+    )
+    .await?;
     let (cpu1, swarm_cpu1) = (harness::cpu(&[server.pid()]), harness::cpu(&swarm_pids));
-    // Let the last frames land, then compare every node's state with the server's.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The last frames have landed (every delivery counted); compare every node's state.
     let after = server.state().await?;
     let server_digest = after["digest"].as_str().unwrap_or_default().to_owned();
     let peak = usage(server.pid()).map(|u| u.peak_rss).unwrap_or(0);
@@ -142,20 +122,18 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
         kvs,
         tls: !a.common.plain,
         sync_secs,
-        updates_written: churned,
-        deliveries: done.churn_updates - churn0,
-        deliveries_expected: churned * a.nodes as u64,
-        latency_ms: Percentiles::of(&done.histogram),
-        bytes_per_update_per_node: sent as f64 / (churned.max(1) * a.nodes as u64) as f64,
+        updates_written: churn.updates,
+        deliveries: churn.deliveries,
+        deliveries_expected: churn.updates * a.nodes as u64,
+        latency_ms: churn.latency_ms,
+        bytes_per_update_per_node: sent as f64 / (churn.updates.max(1) * a.nodes as u64) as f64,
         server_cpu_secs: cpu1 - cpu0,
         swarm_cpu_secs: swarm_cpu1 - swarm_cpu0,
         server_rss_idle: idle.rss,
         server_rss_connected: connected.rss,
         server_bytes_per_node: (connected.rss as f64 - idle.rss as f64) / a.nodes as f64,
         server_peak_rss: peak,
-        nodes_exact: done.exact,
-        full_nodes: done.full_nodes,
-        full_nodes_exact: done.full_exact,
+        exact: done.exactness(),
     };
     let ok = done.all_exact(a.nodes) && r.deliveries >= r.deliveries_expected;
     Ok(Outcome {
@@ -164,13 +142,12 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
         json: serde_json::to_value(&r)?,
         ok,
         timeline: timeline.stop(),
-        latency: Some(done.histogram),
+        latency: Some(latency),
     })
 }
 
 /// The result as a table.
 fn table(r: &SteadyResult, done: &harness::Finished) -> String {
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let lost = r.deliveries_expected.saturating_sub(r.deliveries);
     format!(
         "steady: {} nodes ({}), {} KVs\n\
@@ -206,7 +183,7 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
         } else {
             format!(
                 "LOST: {lost} deliveries missing, {} nodes diverged",
-                r.nodes.saturating_sub(r.nodes_exact)
+                r.nodes.saturating_sub(r.exact.nodes_exact)
             )
         },
     )

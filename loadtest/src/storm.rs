@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::harness::{self, Common, Outcome, Timeline, Workdir};
+use crate::harness::{self, Common, Outcome, Timeline, Workdir, mib};
 use crate::procstat::usage;
 
 /// Settings of a storm.
@@ -55,12 +55,9 @@ pub(crate) struct StormResult {
     pub(crate) server_cpu_secs: f64,
     /// Swarm CPU seconds during the storm.
     pub(crate) swarm_cpu_secs: f64,
-    /// Nodes whose final state equals the server's (by digest).
-    pub(crate) nodes_exact: usize,
-    /// Full-store nodes and how many of them recomputed the exact digest.
-    pub(crate) full_nodes: usize,
-    /// Of those, exact.
-    pub(crate) full_nodes_exact: usize,
+    /// How many nodes ended exact.
+    #[serde(flatten)]
+    pub(crate) exact: harness::Exactness,
 }
 
 pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
@@ -110,11 +107,8 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
         server_rss_after: now.rss,
         server_cpu_secs: cpu1 - cpu0,
         swarm_cpu_secs: swarm_cpu,
-        nodes_exact: done.exact,
-        full_nodes: done.full_nodes,
-        full_nodes_exact: done.full_exact,
+        exact: done.exactness(),
     };
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     let ok = done.all_exact(a.nodes);
     let table = format!(
         "storm: {} nodes at once ({}), {} KVs\n\
