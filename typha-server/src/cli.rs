@@ -1,27 +1,43 @@
 //! Flags and `TYPHA_*` environment variables (Calico Typha's names where the meaning is the
-//! same), parsed into a [`Config`] by a pure, tested function.
+//! same), parsed into a [`Config`] by a pure, tested function; and [`main`], the whole
+//! `typha-server` program (the binary is one call to it, so loadtest can run the very same
+//! program in a child process of its own).
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::cache::CacheConfig;
+use crate::config::{Config, DatastoreConfig};
+use crate::conn::ConnConfig;
+use crate::datastore::Datastore;
+use crate::datastore::embedded::{DirSource, Embedded, api};
+use crate::tls::TlsConfig;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser};
-use typha_server::cache::CacheConfig;
-use typha_server::config::{Config, DatastoreConfig};
-use typha_server::conn::ConnConfig;
-use typha_server::tls::TlsConfig;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+/// sysexits.h EX_USAGE: the configuration is wrong.
+pub const EX_CONFIG: u8 = 64;
 
 /// The fan-out caching proxy for Calico-style networking.
 #[derive(Debug, Parser)]
 #[command(name = "typha-server", version, about)]
-pub(crate) struct Cli {
+pub struct Cli {
     /// Datastore: `embedded` (the in-process store fed from --embedded-dir).
     #[arg(long, env = "TYPHA_DATASTORETYPE", default_value = "embedded")]
     pub datastore_type: String,
     /// Manifest directory for the embedded datastore (Calico v3 YAML/JSON), watched for changes.
     #[arg(long, env = "TYPHA_EMBEDDEDDIR")]
     pub embedded_dir: Option<PathBuf>,
+    /// Address (`host:port`) of the embedded datastore's write API (`POST /apply`, `POST
+    /// /delete`, manifests in the body). Empty: off. It has no authentication: bind it to the
+    /// loopback.
+    #[arg(long, env = "TYPHA_EMBEDDEDAPIADDR", default_value = "")]
+    pub embedded_api_addr: String,
     /// Address to listen on for agents (empty: all interfaces).
     #[arg(long, env = "TYPHA_SERVERHOST", default_value = "")]
     pub server_host: String,
@@ -123,7 +139,7 @@ pub(crate) struct Cli {
 /// A setting that cannot be used; names the setting.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{setting}: {reason}")]
-pub(crate) struct ConfigError {
+pub struct ConfigError {
     /// The environment name of the setting.
     pub setting: &'static str,
     /// What is wrong.
@@ -156,9 +172,17 @@ fn addr(setting: &'static str, host: &str, port: u16) -> Result<SocketAddr, Conf
         .ok_or_else(|| bad(setting, format!("cannot resolve {host:?}")))
 }
 
+fn resolve(setting: &'static str, hostport: &str) -> Result<SocketAddr, ConfigError> {
+    hostport
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| bad(setting, format!("{hostport:?} is not a host:port")))
+}
+
 impl Cli {
     /// Checks and converts the settings.
-    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
+    pub fn into_config(self) -> Result<Config, ConfigError> {
         let datastore = match self.datastore_type.as_str() {
             "embedded" => DatastoreConfig::Embedded {
                 dir: Some(
@@ -167,6 +191,10 @@ impl Cli {
                         .unwrap_or_else(default_embedded_dir),
                 ),
                 scan_interval: Duration::from_millis(250),
+                api: match self.embedded_api_addr.as_str() {
+                    "" => None,
+                    a => Some(resolve("TYPHA_EMBEDDEDAPIADDR", a)?),
+                },
             },
             other => {
                 return Err(bad(
@@ -317,7 +345,7 @@ impl Cli {
     }
 
     /// The tracing filter for the log severity (Typha's level names, or a filter string).
-    pub(crate) fn log_filter(&self) -> String {
+    pub fn log_filter(&self) -> String {
         match self.log_severity_screen.to_ascii_lowercase().as_str() {
             "debug" => "debug".into(),
             "info" => "info".into(),
@@ -329,7 +357,7 @@ impl Cli {
 }
 
 /// One line for a flag or variable clap could not parse, naming the environment variable too.
-pub(crate) fn describe_clap_error(e: &clap::Error) -> String {
+pub fn describe_clap_error(e: &clap::Error) -> String {
     use clap::CommandFactory;
     use clap::error::ContextKind;
     let first = e
@@ -364,6 +392,123 @@ fn default_embedded_dir() -> PathBuf {
         return local;
     }
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster"))
+}
+
+/// The `typha-server` program: parses flags and `TYPHA_*` variables from the process, starts
+/// the server, and shuts it down gracefully on SIGTERM or Ctrl-C. Bad configuration: one line
+/// naming the setting, exit code 64.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                e.exit()
+            }
+            _ => {
+                eprintln!(
+                    "typha-server: invalid configuration: {}",
+                    describe_clap_error(&e)
+                );
+                return ExitCode::from(EX_CONFIG);
+            }
+        },
+    };
+    let filter = EnvFilter::try_new(cli.log_filter()).unwrap_or_else(|_| EnvFilter::new("info"));
+    if cli.log_json {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .json()
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let cfg = match cli.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("typha-server: invalid configuration: {e}");
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("typha-server: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(run(cfg))
+}
+
+async fn run(cfg: Config) -> ExitCode {
+    let mut api_server = None;
+    let datastore: Arc<dyn Datastore> = match &cfg.datastore {
+        DatastoreConfig::Embedded {
+            dir,
+            scan_interval,
+            api: api_addr,
+        } => {
+            let store = Embedded::new();
+            if let Some(dir) = dir {
+                if !dir.is_dir() {
+                    eprintln!(
+                        "typha-server: invalid configuration: TYPHA_EMBEDDEDDIR: {} is not a directory",
+                        dir.display()
+                    );
+                    return ExitCode::from(EX_CONFIG);
+                }
+                let mut src = DirSource::new(dir.clone(), store.clone());
+                let report = src.scan();
+                info!(dir = %dir.display(), resources = store.resources().len(), warnings = report.new_warnings.len(), "embedded datastore loaded");
+                tokio::spawn(src.run(scan_interval.to_owned()));
+            }
+            if let Some(a) = api_addr {
+                match api::serve(*a, store.clone()).await {
+                    Ok((bound, task)) => {
+                        info!(addr = %bound, "embedded datastore write API listening");
+                        api_server = Some(task);
+                    }
+                    Err(e) => {
+                        eprintln!("typha-server: cannot start: TYPHA_EMBEDDEDAPIADDR: {e}");
+                        return ExitCode::from(EX_CONFIG);
+                    }
+                }
+            }
+            Arc::new(store)
+        }
+    };
+    let server = match crate::server::start(cfg, datastore).await {
+        Ok(s) => s,
+        Err(e) => {
+            error!("cannot start: {e}");
+            eprintln!("typha-server: cannot start: {e}");
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
+    wait_for_signal().await;
+    info!("shutdown signal received");
+    if let Some(t) = api_server {
+        t.abort();
+    }
+    server.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 #[cfg(test)]

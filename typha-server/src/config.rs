@@ -20,6 +20,8 @@ pub enum DatastoreConfig {
         dir: Option<PathBuf>,
         /// How often the directory is rescanned.
         scan_interval: Duration,
+        /// Where the write API listens (`TYPHA_EMBEDDEDAPIADDR`); `None`: off.
+        api: Option<SocketAddr>,
     },
 }
 
@@ -56,6 +58,7 @@ impl Default for Config {
             datastore: DatastoreConfig::Embedded {
                 dir: None,
                 scan_interval: Duration::from_millis(250),
+                api: None,
             },
             listen: SocketAddr::from(([0, 0, 0, 0], 5473)),
             tls: None,

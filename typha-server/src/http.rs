@@ -2,7 +2,9 @@
 //!
 //! Liveness means the sync listener's accept loop and the cache writer are both making
 //! progress (Typha's health could pass while `accept()` was broken). Readiness adds that the
-//! cache is in sync with the datastore.
+//! cache is in sync with the datastore. `/status` (on the health listener) is the cache's
+//! position as JSON, for operators and tools: sync status, breadcrumb sequence, KV count, the
+//! state digest (the one clients compute and `typha-tail` prints) and connection counts.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +20,7 @@ use protocol::model::SyncStatus;
 use tokio::time::Instant;
 
 use crate::cache::Cache;
+use crate::metrics::Metrics;
 
 /// How stale the accept loop's heartbeat may be before liveness fails.
 pub const HEARTBEAT_MAX_AGE: Duration = Duration::from_secs(10);
@@ -60,6 +63,8 @@ pub struct HttpState {
     pub accept: Arc<Heartbeat>,
     /// The metrics registry.
     pub registry: Arc<Registry>,
+    /// The metrics (for `/status`).
+    pub metrics: Arc<Metrics>,
 }
 
 /// The router: health routes, metrics route, or both.
@@ -68,7 +73,8 @@ pub fn router(state: HttpState, health: bool, metrics: bool) -> Router {
     if health {
         r = r
             .route("/liveness", get(liveness))
-            .route("/readiness", get(readiness));
+            .route("/readiness", get(readiness))
+            .route("/status", get(status));
     }
     if metrics {
         r = r.route("/metrics", get(metrics_text));
@@ -109,6 +115,18 @@ async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
             latest.seq, latest.kvs
         ),
     )
+}
+
+async fn status(State(s): State<HttpState>) -> impl IntoResponse {
+    let latest = s.cache.latest();
+    axum::Json(serde_json::json!({
+        "status": latest.status.to_string(),
+        "seq": latest.seq.0,
+        "kvs": latest.kvs,
+        "digest": format!("{:016x}", latest.digest),
+        "connections": s.metrics.connections_active.get(),
+        "streaming": s.metrics.connections_streaming.get(),
+    }))
 }
 
 async fn metrics_text(State(s): State<HttpState>) -> impl IntoResponse {

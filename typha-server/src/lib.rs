@@ -11,10 +11,11 @@
 //! - [`server`]: listeners, TLS ([`tls`]), the connection limit and graceful shutdown;
 //!   [`http`] serves health and [`metrics`].
 //!
-//! [`config::Config`] holds every setting with its default; the binary parses flags and
-//! `TYPHA_*` environment variables into it.
+//! [`config::Config`] holds every setting with its default; [`cli`] parses flags and
+//! `TYPHA_*` environment variables into it and is the whole `typha-server` program.
 
 pub mod cache;
+pub mod cli;
 pub mod config;
 pub mod conn;
 pub mod datastore;

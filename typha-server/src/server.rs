@@ -118,6 +118,7 @@ pub async fn start(
         cache: cache.clone(),
         accept: accept_hb.clone(),
         registry: registry.clone(),
+        metrics: metrics.clone(),
     };
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut health_addr = None;

@@ -1,5 +1,6 @@
 //! The real `typha-server` binary, as an operator runs it: the default (embedded) datastore
-//! serving the shipped sample cluster, health and metrics over HTTP, SIGTERM, bad settings.
+//! serving the shipped sample cluster, health, status and metrics over HTTP, the embedded
+//! datastore's write API, SIGTERM, bad settings.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -27,11 +28,20 @@ fn free_port() -> u16 {
 
 /// GET `path`; (status, body).
 async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    request(port, "GET", path, "").await
+}
+
+/// One HTTP/1.1 request; (status, body).
+async fn request(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
     s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
     )
     .await
     .ok()?;
@@ -172,4 +182,69 @@ fn bad_settings_exit_64_with_one_line_naming_the_setting() {
     assert!(e.contains("TYPHA_DATASTORETYPE"), "{e}");
     let e = run_expecting_config_error(&["--embedded-dir", "/nonexistent/dir"], &[]);
     assert!(e.contains("TYPHA_EMBEDDEDDIR"), "{e}");
+    let e = run_expecting_config_error(&[], &[("TYPHA_EMBEDDEDAPIADDR", "no port")]);
+    assert!(e.contains("TYPHA_EMBEDDEDAPIADDR"), "{e}");
+}
+
+#[tokio::test]
+async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() {
+    let (port, health, api) = (free_port(), free_port(), free_port());
+    let empty = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .env("TYPHA_SERVERHOST", "127.0.0.1")
+        .env("TYPHA_SERVERPORT", port.to_string())
+        .env("TYPHA_HEALTHHOST", "127.0.0.1")
+        .env("TYPHA_HEALTHPORT", health.to_string())
+        .env("TYPHA_PROMETHEUSMETRICSENABLED", "false")
+        .env("TYPHA_EMBEDDEDDIR", empty.path())
+        .env("TYPHA_EMBEDDEDAPIADDR", format!("127.0.0.1:{api}"))
+        .env("TYPHA_SHUTDOWNTIMEOUTSECS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !matches!(get(health, "/readiness").await, Some((200, _))) {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    p.hello(Peer::offer("worker-1", None)).await.unwrap();
+
+    let manifest = "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {name: blocked}\nspec: {nets: [198.51.100.0/24]}\n";
+    let (status, body) = request(api, "POST", "/apply", manifest).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"applied\":1"), "{body}");
+    p.until("the applied set", |p| p.state.len() == 1).await;
+    let (status, body) = get(health, "/status").await.unwrap();
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["kvs"], 1, "{v}");
+    assert_eq!(v["status"], "in-sync", "{v}");
+    assert_eq!(v["connections"], 1, "{v}");
+    assert_eq!(
+        v["digest"].as_str().unwrap(),
+        format!("{:016x}", p.digest.combined()),
+        "{v}"
+    );
+
+    // An invalid resource is refused by name and changes nothing.
+    let bad = manifest
+        .replace("blocked", "second")
+        .replace("198.51.100.0/24", "nope");
+    let (status, body) = request(api, "POST", "/apply", &bad).await.unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("GlobalNetworkSet second"), "{body}");
+    let (status, body) = request(api, "POST", "/delete", manifest).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    p.until("the deletion", |p| p.state.is_empty()).await;
+
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
 }

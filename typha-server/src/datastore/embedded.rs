@@ -1,7 +1,8 @@
 //! The embedded datastore: an in-process, revisioned store of v3 resources that needs nothing
 //! installed. It is the default backend: seeded from a directory of YAML/JSON manifests in
 //! Calico's v3 format and kept in step with it ([`DirSource`]), and driven directly by tests and
-//! loadtest through [`Embedded::put`], [`Embedded::delete`] and [`Embedded::bulk_load`].
+//! loadtest through [`Embedded::put`], [`Embedded::delete`] and [`Embedded::bulk_load`], or
+//! from another process through its write API ([`api`], `TYPHA_EMBEDDEDAPIADDR`).
 //!
 //! Like etcd, every change gets the next revision and the store keeps a bounded history of
 //! changes for watchers; a watcher asking for a revision older than the history gets
@@ -97,6 +98,18 @@ impl Embedded {
         self.apply(resources.into_iter().map(Change::Put).collect())
     }
 
+    /// Writes many resources in order, each with its own revision, under one lock (nothing
+    /// reads a half-applied batch); the new revision and how many changed something.
+    pub fn put_many(&self, resources: impl IntoIterator<Item = Resource>) -> (Revision, usize) {
+        self.apply_counted(resources.into_iter().map(Change::Put).collect())
+    }
+
+    /// Deletes many resources, each with its own revision; missing ones are skipped. The new
+    /// revision and how many existed.
+    pub fn delete_many(&self, ids: impl IntoIterator<Item = ResourceId>) -> (Revision, usize) {
+        self.apply_counted(ids.into_iter().map(Change::Delete).collect())
+    }
+
     /// The current revision.
     pub fn revision(&self) -> Revision {
         Revision(self.lock().revision)
@@ -119,7 +132,13 @@ impl Embedded {
     }
 
     fn apply(&self, changes: Vec<Change>) -> Revision {
+        self.apply_counted(changes).0
+    }
+
+    /// Applies changes in order; the new revision and how many changed something.
+    fn apply_counted(&self, changes: Vec<Change>) -> (Revision, usize) {
         let mut s = self.lock();
+        let mut count = 0;
         for change in changes {
             let changed = match &change {
                 // Equal apart from the resourceVersion we stamp: not a change.
@@ -138,6 +157,7 @@ impl Embedded {
             if !changed {
                 continue;
             }
+            count += 1;
             s.revision += 1;
             let rev = s.revision;
             let mut r = match change {
@@ -164,7 +184,7 @@ impl Embedded {
             *v = rev;
             changed
         });
-        Revision(rev)
+        (Revision(rev), count)
     }
 
     /// Changes after revision `after`, or "too old".
@@ -519,7 +539,7 @@ fn xxhash_of(text: &str) -> u64 {
 }
 
 /// The id a raw document claims, for messages about documents that do not parse.
-fn claimed_id(doc: &serde_json::Value) -> Option<ResourceId> {
+pub(crate) fn claimed_id(doc: &serde_json::Value) -> Option<ResourceId> {
     let kind = super::v3::Kind::from_name(doc.get("kind")?.as_str()?)?;
     let meta = doc.get("metadata")?;
     let name = meta.get("name")?.as_str()?.to_owned();
@@ -559,6 +579,8 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> std::io::R
     }
     Ok(())
 }
+
+pub mod api;
 
 #[cfg(test)]
 mod tests;
