@@ -61,15 +61,9 @@ fn error(status: StatusCode, msg: String) -> Response {
     (status, axum::Json(json!({ "error": msg }))).into_response()
 }
 
-fn documents(body: &Bytes) -> Result<Vec<serde_json::Value>, Response> {
-    let text = std::str::from_utf8(body)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("body is not UTF-8: {e}")))?;
-    yaml_documents(text).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
-            format!("body is not YAML or JSON: {e}"),
-        )
-    })
+fn documents(body: &Bytes) -> Result<Vec<serde_json::Value>, String> {
+    let text = std::str::from_utf8(body).map_err(|e| format!("body is not UTF-8: {e}"))?;
+    yaml_documents(text).map_err(|e| format!("body is not YAML or JSON: {e}"))
 }
 
 /// Describes document `i` for an error: its id if it names one.
@@ -80,7 +74,7 @@ fn which(i: usize, doc: &serde_json::Value) -> String {
 async fn apply(State(store): State<Embedded>, body: Bytes) -> Response {
     let docs = match documents(&body) {
         Ok(d) => d,
-        Err(r) => return r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     let mut resources = Vec::with_capacity(docs.len());
     for (i, doc) in docs.into_iter().enumerate() {
@@ -106,7 +100,7 @@ async fn apply(State(store): State<Embedded>, body: Bytes) -> Response {
 async fn delete(State(store): State<Embedded>, body: Bytes) -> Response {
     let docs = match documents(&body) {
         Ok(d) => d,
-        Err(r) => return r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     let mut ids: Vec<ResourceId> = Vec::with_capacity(docs.len());
     for (i, doc) in docs.iter().enumerate() {
