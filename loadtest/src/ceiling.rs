@@ -96,7 +96,7 @@ async fn broadcast(
     secs: f64,
     timeline: &Timeline,
 ) -> anyhow::Result<Rate> {
-    let port = harness::free_port()?;
+    let port = crate::server::free_port()?;
     let mut args = vec![
         "__broadcast".to_owned(),
         "--listen".into(),
@@ -163,7 +163,8 @@ async fn broadcast(
 
 pub(crate) async fn run(a: CeilingArgs) -> anyhow::Result<Outcome> {
     // The work dir always has a TLS bundle: the TLS ceiling needs it even with --plain.
-    let wd = Workdir::new(a.cluster_nodes, 30, false)?;
+    a.common.own_server_only("ceiling")?;
+    let wd = Workdir::new(a.cluster_nodes, 30, false)?.using(&a.common);
     let timeline = Timeline::start();
     let mut server = if a.common.plain {
         wd.plain_server("server").await?
@@ -186,18 +187,8 @@ pub(crate) async fn run(a: CeilingArgs) -> anyhow::Result<Outcome> {
         harness::sum(&swarms, "churn_frames"),
     );
     let started = Instant::now();
-    server
-        .child
-        .send(&format!("churn {} {}", a.rate, a.secs))
-        .await?;
     // Wait for the writer to finish, then for every node to have every update.
-    server.child.send("wait-churn").await?;
-    let written = server
-        .child
-        .expect("churned", Duration::from_secs_f64(a.secs + 600.0))
-        .await?["updates"]
-        .as_u64()
-        .unwrap_or(0);
+    let written = server.churn(wd.shape(), a.rate, a.secs).wait().await?;
     let want = written * n;
     let b = harness::bar(want, "delivered");
     let mut last = (0, Instant::now());

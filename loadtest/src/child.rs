@@ -1,5 +1,5 @@
-//! Child processes (the server, the swarms): this same binary in another role, commands on
-//! stdin, JSON events on stdout.
+//! Child processes (swarms, the bare broadcaster): this same binary in another role, commands
+//! on stdin, JSON events on stdout.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -63,14 +63,6 @@ impl Child {
     /// The child's process id.
     pub(crate) fn pid(&self) -> u32 {
         self.proc.id().unwrap_or(0)
-    }
-
-    /// Kills the child at once (SIGKILL) and reaps it.
-    pub(crate) async fn kill(&mut self) -> anyhow::Result<()> {
-        self.proc
-            .kill()
-            .await
-            .with_context(|| format!("killing {}", self.name))
     }
 
     /// Sends one command line.

@@ -61,7 +61,8 @@ pub(crate) struct FailoverResult {
 }
 
 pub(crate) async fn run(a: FailoverArgs) -> anyhow::Result<Outcome> {
-    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?;
+    a.common.own_server_only("failover")?;
+    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
     let timeline = Timeline::start();
     let mut victim = wd.server("server A").await?;
     let mut survivor = wd.server("server B").await?;
@@ -85,7 +86,7 @@ pub(crate) async fn run(a: FailoverArgs) -> anyhow::Result<Outcome> {
         )
     };
     let r0 = resumed(&swarms);
-    victim.child.kill().await?;
+    victim.kill().await?;
     let killed = Instant::now();
     // Every moved node has resumed once more, and every node is in sync.
     let b = harness::bar(moved, "resumed");

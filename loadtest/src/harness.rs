@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::child::Child;
 use crate::procstat::usage;
+use crate::server::{Server, ServerOpts, Spawn};
 
 /// Settings every scenario has.
 #[derive(Debug, Clone, clap::Args)]
@@ -34,6 +35,19 @@ pub(crate) struct Common {
     /// Also write a Markdown report with SVG plots into this directory.
     #[arg(long)]
     pub(crate) report: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) server: ServerOpts,
+}
+
+impl Common {
+    /// Fails if an external server was given: this scenario starts (and kills, or measures)
+    /// its own.
+    pub(crate) fn own_server_only(&self, scenario: &str) -> anyhow::Result<()> {
+        if self.server.server_addr.is_some() {
+            bail!("{scenario} starts its own servers; --server-addr works with steady only");
+        }
+        Ok(())
+    }
 }
 
 /// A run's work directory; removed when dropped.
@@ -43,6 +57,7 @@ pub(crate) struct Workdir {
     tls: Option<PathBuf>,
     cluster_nodes: usize,
     pods: usize,
+    server_bin: Option<PathBuf>,
 }
 
 /// Writes the generated cluster as manifests of 250 resources each (`List`s): small files keep
@@ -68,13 +83,6 @@ pub(crate) fn write_cluster(dir: &Path, nodes: usize, pods: usize) -> anyhow::Re
     Ok(())
 }
 
-/// A free TCP port on the loopback.
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 impl Workdir {
     /// Writes a cluster of `cluster_nodes` nodes with `pods` pods each, and (unless `plain`) a
     /// CA with server and client certificates.
@@ -87,6 +95,7 @@ impl Workdir {
             manifests,
             cluster_nodes,
             pods,
+            server_bin: None,
         };
         write_cluster(&wd.manifests, cluster_nodes, pods)
             .context("writing the cluster manifests")?;
@@ -113,28 +122,29 @@ impl Workdir {
     }
 
     async fn server_with(&self, name: &str, tls: Option<&Path>) -> anyhow::Result<Server> {
-        let port = free_port()?;
-        let mut args = vec![
-            "__server".to_owned(),
-            "--dir".into(),
-            self.manifests.display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--nodes".into(),
-            self.cluster_nodes.to_string(),
-            "--pods".into(),
-            self.pods.to_string(),
-        ];
-        if let Some(t) = tls {
-            args.extend(["--tls-dir".into(), t.display().to_string()]);
-        }
-        let mut child = Child::spawn(name, &args)?;
-        let ready = child.expect("ready", Duration::from_secs(600)).await?;
-        Ok(Server {
-            child,
-            addr: format!("localhost:{port}"),
-            kvs: ready["kvs"].as_u64().unwrap_or(0),
+        Server::spawn(Spawn {
+            name,
+            manifests: &self.manifests,
+            tls,
+            log_dir: &self.path,
+            bin: self.server_bin.as_deref(),
         })
+        .await
+    }
+
+    /// Applies the run's server settings: which server binary, and (for an external server)
+    /// its client TLS material instead of the generated bundle.
+    pub(crate) fn using(mut self, c: &Common) -> Self {
+        self.server_bin = c.server.server_bin.clone();
+        if let Some(t) = &c.server.tls_dir {
+            self.tls = Some(t.clone());
+        }
+        self
+    }
+
+    /// The generated cluster's shape: (nodes, pods per node).
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        (self.cluster_nodes, self.pods)
     }
 
     /// Starts swarms for `nodes` nodes (numbered from `first`) against `servers`: as many
@@ -199,35 +209,6 @@ pub(crate) fn plain_swarms(
 impl Drop for Workdir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-/// A server process.
-pub(crate) struct Server {
-    /// The process.
-    pub(crate) child: Child,
-    /// `localhost:port`.
-    pub(crate) addr: String,
-    /// KVs in its cache when it became ready.
-    pub(crate) kvs: u64,
-}
-
-impl Server {
-    /// The cache's sequence, digest and counters.
-    pub(crate) async fn state(&mut self) -> anyhow::Result<serde_json::Value> {
-        self.child.send("state").await?;
-        self.child.expect("state", Duration::from_secs(30)).await
-    }
-
-    /// Its process id.
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.pid()
-    }
-
-    /// Shuts it down gracefully.
-    pub(crate) async fn quit(mut self) -> anyhow::Result<()> {
-        self.child.send("quit").await?;
-        self.child.wait(Duration::from_secs(30)).await
     }
 }
 
@@ -333,6 +314,7 @@ pub(crate) struct Phase {
 /// Churns `rate` × `secs` and waits for every healthy node to receive it; the phase's numbers.
 pub(crate) async fn churn_phase(
     server: &mut Server,
+    shape: (usize, usize),
     swarms: &mut [Child],
     healthy: usize,
     rate: f64,
@@ -343,7 +325,7 @@ pub(crate) async fn churn_phase(
     let rss_start = rss(server.pid());
     let mut rss_max = rss_start;
     let got0 = sum(swarms, "churn_updates");
-    server.child.send(&format!("churn {rate} {secs}")).await?;
+    let churn = server.churn(shape, rate, secs);
     let want = (rate * secs).round() as u64 * healthy as u64;
     let b = bar(want, what);
     let started = Instant::now();
@@ -358,13 +340,7 @@ pub(crate) async fn churn_phase(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     b.finish();
-    server.child.send("wait-churn").await?;
-    let updates = server
-        .child
-        .expect("churned", Duration::from_secs(60))
-        .await?["updates"]
-        .as_u64()
-        .unwrap_or(0);
+    let updates = churn.wait().await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let h = phase_histogram(swarms).await?;
     let rss_end = rss(server.pid());

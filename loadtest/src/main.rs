@@ -1,10 +1,12 @@
 //! loadtest: simulates nodes against the real typha server and reports what it measured.
 //!
-//! The server runs in its own process (this binary in the `__server` role: the typha-server
-//! library over the embedded datastore, exactly as the typha-server binary runs it, plus a
-//! churner); the simulated nodes run in swarm processes (`__swarm`), each node a real
-//! `typha-client` with TLS. The coordinator starts them, drives the scenario, reads CPU and
-//! memory from /proc, and checks that every node ends with the server's exact state.
+//! The server runs in its own process: the `typha-server` program (this binary in the
+//! `__typha-server` role, which is exactly `typha_server::cli::main`, or `--server-bin`),
+//! configured by `TYPHA_*` variables, over the embedded datastore; churn is written through
+//! the datastore's write API. The simulated nodes run in swarm processes (`__swarm`), each
+//! node a real `typha-client` with TLS. The coordinator starts them, drives the scenario,
+//! reads CPU and memory from /proc, reads the server only through `/status` and `/metrics`,
+//! and checks that every node ends with the server's exact state.
 //!
 //! Scenarios: `steady` (the default), `storm`, `failover`, `slow`, `ceiling`; see
 //! docs/loadtest.md.
@@ -18,10 +20,11 @@ mod ceiling;
 mod child;
 mod failover;
 mod harness;
+mod http;
 mod procstat;
 mod raw;
 mod report;
-mod server_child;
+mod server;
 mod slow;
 mod steady;
 mod storm;
@@ -54,15 +57,19 @@ enum Cmd {
     /// Internal: the ceiling scenario's bare broadcaster.
     #[command(name = "__broadcast", hide = true)]
     Broadcast(broadcast::BroadcastArgs),
-    /// Internal: the server process.
-    #[command(name = "__server", hide = true)]
-    Server(server_child::ServerArgs),
     /// Internal: a swarm of simulated nodes.
     #[command(name = "__swarm", hide = true)]
     Swarm(swarm::SwarmArgs),
 }
 
 fn main() -> ExitCode {
+    // The server role is the typha-server program itself, with its own flags and runtime.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(server::SERVER_ROLE)) {
+        return typha_server::cli::main_from(
+            std::iter::once(std::ffi::OsString::from("typha-server"))
+                .chain(std::env::args_os().skip(2)),
+        );
+    }
     // No arguments: the default steady scenario, with the defaults its flags document.
     let cli = if std::env::args_os().len() <= 1 {
         Cli::parse_from(["loadtest", "steady"])
@@ -89,7 +96,6 @@ fn main() -> ExitCode {
     let cmd = cli.cmd;
     let outcome = rt.block_on(async move {
         match cmd {
-            Cmd::Server(a) => server_child::run(a).await.map(|()| true),
             Cmd::Swarm(a) => swarm::run(a).await.map(|()| true),
             Cmd::Broadcast(a) => broadcast::run(a).await.map(|()| true),
             Cmd::Steady(a) => {

@@ -59,7 +59,8 @@ pub(crate) struct SlowResult {
 pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
     let stalled = ((a.nodes as f64 * a.stalled_fraction).round() as usize).min(a.nodes);
     let healthy = a.nodes - stalled;
-    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?;
+    a.common.own_server_only("slow")?;
+    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
     let timeline = Timeline::start();
     let mut server = wd.server("server").await?;
     timeline.add_server(server.pid());
@@ -70,6 +71,7 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
     harness::phase_histogram(&mut swarms).await?;
     let (baseline, _) = churn_phase(
         &mut server,
+        wd.shape(),
         &mut swarms,
         healthy,
         a.rate,
@@ -99,6 +101,7 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (with_stalled, latency) = churn_phase(
         &mut server,
+        wd.shape(),
         &mut swarms,
         healthy,
         a.rate,

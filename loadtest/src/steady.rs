@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir, mib};
 use crate::procstat::usage;
+use crate::server::Server;
 
 /// Settings of a steady run.
 #[derive(Debug, Clone, clap::Args)]
@@ -39,6 +40,8 @@ pub(crate) struct SteadyResult {
     pub(crate) kvs: u64,
     /// TLS on.
     pub(crate) tls: bool,
+    /// The server was already running (its CPU and memory were not measured).
+    pub(crate) server_external: bool,
     /// Seconds until every node was in sync.
     pub(crate) sync_secs: f64,
     /// Updates written to the datastore.
@@ -69,12 +72,24 @@ pub(crate) struct SteadyResult {
 }
 
 pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
-    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?;
+    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
     let timeline = Timeline::start();
-    let mut server = wd.server("server").await?;
+    let external = a.common.server.server_addr.is_some();
+    let mut server = if external {
+        Server::external(&a.common.server).await?
+    } else {
+        wd.server("server").await?
+    };
     timeline.add_server(server.pid());
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle = usage(server.pid()).context("server usage")?;
+    // An external server's process is not ours to read: its CPU and memory show as 0.
+    let usage_of = |pid: u32| -> anyhow::Result<crate::procstat::Usage> {
+        if external {
+            return Ok(Default::default());
+        }
+        usage(pid).context("server usage")
+    };
+    let idle = usage_of(server.pid())?;
 
     let mut swarms = wd.swarms(&[&server.addr], a.nodes, 0, &a.common, &[])?;
     timeline.add_swarms(&swarms);
@@ -87,7 +102,7 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let connected = usage(server.pid()).context("server usage")?;
+    let connected = usage_of(server.pid())?;
     // Updates delivered during the initial sync are not latencies of churn.
     harness::phase_histogram(&mut swarms).await?;
 
@@ -97,6 +112,7 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
     let (cpu0, swarm_cpu0) = (harness::cpu(&[server.pid()]), harness::cpu(&swarm_pids));
     let (churn, latency) = harness::churn_phase(
         &mut server,
+        wd.shape(),
         &mut swarms,
         a.nodes,
         a.rate,
@@ -121,6 +137,7 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
         nodes: a.nodes,
         kvs,
         tls: !a.common.plain,
+        server_external: external,
         sync_secs,
         updates_written: churn.updates,
         deliveries: churn.deliveries,
@@ -149,7 +166,7 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
 /// The result as a table.
 fn table(r: &SteadyResult, done: &harness::Finished) -> String {
     let lost = r.deliveries_expected.saturating_sub(r.deliveries);
-    format!(
+    let t = format!(
         "steady: {} nodes ({}), {} KVs\n\
          | measure | value |\n|---|---|\n\
          | all nodes in sync after | {:.1} s |\n\
@@ -186,5 +203,14 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
                 r.nodes.saturating_sub(r.exact.nodes_exact)
             )
         },
-    )
+    );
+    if !r.server_external {
+        return t;
+    }
+    // Not ours to measure: say so instead of printing zeros.
+    t.lines()
+        .filter(|l| !l.starts_with("| server "))
+        .chain(["| server CPU and memory | not measured (external server) |"])
+        .collect::<Vec<_>>()
+        .join("\n")
 }

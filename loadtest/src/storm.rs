@@ -62,7 +62,8 @@ pub(crate) struct StormResult {
 
 pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
     let cluster_nodes = (a.kvs / (a.pods_per_node + 1)).max(1);
-    let wd = Workdir::new(cluster_nodes, a.pods_per_node, a.common.plain)?;
+    a.common.own_server_only("storm")?;
+    let wd = Workdir::new(cluster_nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
     let timeline = Timeline::start();
     let mut server = wd.server("server").await?;
     timeline.add_server(server.pid());

@@ -25,7 +25,7 @@ use typha_client::tls::ClientTls;
 use typha_client::{ClientConfig, Discovery, ResumeKind, SyncClient, SyncerCallbacks};
 
 use crate::raw::RawCounters;
-use crate::server_child::SENT_LABEL;
+use crate::server::SENT_LABEL;
 
 /// Settings of a swarm.
 #[derive(Debug, Clone, clap::Args)]

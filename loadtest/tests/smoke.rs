@@ -154,3 +154,117 @@ fn a_small_ceiling_run_compares_with_the_bare_broadcaster() {
     }
     assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
 }
+
+/// The `typha-server` executable of this build (built here if `cargo test` did not build it,
+/// as it does not when only this package is tested).
+fn typha_server_bin() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = Command::new(env!("CARGO"))
+                .args(["build", "-p", "typha-server", "--bin", "typha-server"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bin =
+                std::path::Path::new(env!("CARGO_BIN_EXE_loadtest")).with_file_name("typha-server");
+            assert!(bin.is_file(), "{}", bin.display());
+            bin
+        })
+        .clone()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn steady_runs_a_separate_typha_server_executable_when_given_one() {
+    let bin = typha_server_bin();
+    let r = run(&[
+        "steady",
+        "--nodes",
+        "6",
+        "--pods-per-node",
+        "3",
+        "--rate",
+        "30",
+        "--secs",
+        "2",
+        "--server-bin",
+        bin.to_str().unwrap(),
+    ]);
+    assert_eq!(r["nodes_exact"], 6, "{r}");
+    assert_eq!(r["deliveries"], r["deliveries_expected"], "{r}");
+    assert_eq!(r["server_external"], false);
+    assert!(r["server_rss_connected"].as_u64().unwrap() > 0, "{r}");
+}
+
+#[test]
+fn steady_drives_an_external_server_through_its_write_api() {
+    let (port, http, api) = (free_port(), free_port(), free_port());
+    let empty = tempfile::tempdir().unwrap();
+    let mut server = Command::new(typha_server_bin())
+        .env("TYPHA_SERVERHOST", "127.0.0.1")
+        .env("TYPHA_SERVERPORT", port.to_string())
+        .env("TYPHA_HEALTHHOST", "127.0.0.1")
+        .env("TYPHA_HEALTHPORT", http.to_string())
+        .env("TYPHA_PROMETHEUSMETRICSHOST", "127.0.0.1")
+        .env("TYPHA_PROMETHEUSMETRICSPORT", http.to_string())
+        .env("TYPHA_EMBEDDEDDIR", empty.path())
+        .env("TYPHA_EMBEDDEDAPIADDR", format!("127.0.0.1:{api}"))
+        .env("TYPHA_LOGSEVERITYSCREEN", "Warning")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let r = run(&[
+        "steady",
+        "--plain",
+        "--nodes",
+        "5",
+        "--pods-per-node",
+        "2",
+        "--rate",
+        "20",
+        "--secs",
+        "2",
+        "--server-addr",
+        &format!("127.0.0.1:{port}"),
+        "--server-http",
+        &format!("127.0.0.1:{http}"),
+        "--server-api",
+        &format!("127.0.0.1:{api}"),
+    ]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(r["server_external"], true);
+    assert_eq!(r["nodes_exact"], 5, "{r}");
+    assert_eq!(r["updates_written"], 40);
+    assert_eq!(r["deliveries"], r["deliveries_expected"], "{r}");
+}
+
+#[test]
+fn scenarios_that_need_their_own_server_refuse_an_external_one() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(["failover", "--server-addr", "127.0.0.1:1"])
+        .args([
+            "--server-http",
+            "127.0.0.1:2",
+            "--server-api",
+            "127.0.0.1:3",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("steady only"), "{e}");
+}

@@ -398,7 +398,16 @@ fn default_embedded_dir() -> PathBuf {
 /// the server, and shuts it down gracefully on SIGTERM or Ctrl-C. Bad configuration: one line
 /// naming the setting, exit code 64.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    main_from(std::env::args_os())
+}
+
+/// [`main`] with these arguments (the first is the program name), for programs that embed it.
+pub fn main_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => match e.kind() {
             clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {

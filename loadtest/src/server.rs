@@ -1,0 +1,379 @@
+//! The server under test, and the datastore writes that churn it.
+//!
+//! By default the server is the `typha-server` program itself: this binary re-executed in the
+//! `__typha-server` role, which is one call to `typha_server::cli::main`, the same function the
+//! `typha-server` binary is (so it can never be a stale build); `--server-bin PATH` runs a
+//! separate executable instead, and `--server-addr` (with `--server-http`, `--server-api`)
+//! uses a server that is already running. It is configured through `TYPHA_*` variables, as in
+//! a deployment: the embedded datastore over the run's manifests, with its write API on a
+//! loopback port. Variables already set in loadtest's environment (`TYPHA_FANOUTFRAMESPERSEC`,
+//! say) reach the server, except the addresses, files and TLS settings the run owns.
+//!
+//! Loadtest reads the server only through what an operator has: `/readiness`, `/status` (the
+//! state digest) and `/metrics`. Churn is written through the embedded datastore's write API
+//! ([`Churn`]), each update stamped with its write time so nodes can measure latency.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use serde_json::json;
+use tokio::process::Command;
+
+use crate::http::Http;
+
+/// The role in which this binary runs the `typha-server` program.
+pub(crate) const SERVER_ROLE: &str = "__typha-server";
+
+/// Label carrying the write time of a churn update (Unix nanoseconds).
+pub(crate) const SENT_LABEL: &str = "loadtest.sent-unix-ns";
+
+/// Which server, and how to reach it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct ServerOpts {
+    /// Run this `typha-server` executable instead of the built-in copy of its program.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) server_bin: Option<PathBuf>,
+    /// Use an already running server at HOST:PORT instead of starting one (steady only). Its
+    /// embedded datastore's write API (`--server-api`) and health port (`--server-http`) are
+    /// needed too; with TLS, `--tls-dir` holds ca.crt, client.crt and client.key it accepts.
+    #[arg(long, value_name = "HOST:PORT", requires_all = ["server_http", "server_api"])]
+    pub(crate) server_addr: Option<String>,
+    /// The external server's health and metrics address (`/status`, `/metrics`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) server_http: Option<String>,
+    /// The external server's embedded datastore write API (TYPHA_EMBEDDEDAPIADDR).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) server_api: Option<String>,
+    /// Client TLS material for an external server (ca.crt, client.crt, client.key).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) tls_dir: Option<PathBuf>,
+}
+
+/// A server under test.
+pub(crate) struct Server {
+    name: String,
+    /// `None` for an external server.
+    proc: Option<tokio::process::Child>,
+    log: Option<PathBuf>,
+    /// Sync address, `host:port`.
+    pub(crate) addr: String,
+    http: Http,
+    /// Write API address.
+    pub(crate) api: String,
+    /// KVs in its cache when it became ready.
+    pub(crate) kvs: u64,
+}
+
+/// Where a server's files live and how it is reached.
+pub(crate) struct Spawn<'a> {
+    /// Name for messages and its log file.
+    pub(crate) name: &'a str,
+    /// Manifest directory (TYPHA_EMBEDDEDDIR).
+    pub(crate) manifests: &'a Path,
+    /// TLS bundle directory (ca.crt, server.crt, server.key), or plaintext.
+    pub(crate) tls: Option<&'a Path>,
+    /// Where its log goes.
+    pub(crate) log_dir: &'a Path,
+    /// `None`: the built-in program.
+    pub(crate) bin: Option<&'a Path>,
+}
+
+/// A free TCP port on the loopback.
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Settings loadtest owns: never taken from its own environment.
+const OWNED: &[&str] = &[
+    "TYPHA_DATASTORETYPE",
+    "TYPHA_EMBEDDEDDIR",
+    "TYPHA_EMBEDDEDAPIADDR",
+    "TYPHA_SERVERHOST",
+    "TYPHA_SERVERPORT",
+    "TYPHA_HEALTHENABLED",
+    "TYPHA_HEALTHHOST",
+    "TYPHA_HEALTHPORT",
+    "TYPHA_PROMETHEUSMETRICSENABLED",
+    "TYPHA_PROMETHEUSMETRICSHOST",
+    "TYPHA_PROMETHEUSMETRICSPORT",
+    "TYPHA_SERVERCERTFILE",
+    "TYPHA_SERVERKEYFILE",
+    "TYPHA_CAFILE",
+    "TYPHA_CLIENTCN",
+    "TYPHA_CLIENTURISAN",
+];
+
+/// Defaults for a load test that the caller's environment may override.
+const DEFAULTS: &[(&str, &str)] = &[
+    // Typha's default of 10,000 would turn away the 10,000th node and the stalled ones.
+    ("TYPHA_MAXCONNECTIONSUPPERLIMIT", "100000"),
+    ("TYPHA_SHUTDOWNTIMEOUTSECS", "5"),
+    ("TYPHA_LOGSEVERITYSCREEN", "Warning"),
+];
+
+impl Server {
+    /// Starts a server and waits until its cache holds the whole datastore.
+    pub(crate) async fn spawn(s: Spawn<'_>) -> anyhow::Result<Server> {
+        let (port, http_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let mut cmd = match s.bin {
+            Some(b) => Command::new(b),
+            None => {
+                let mut c =
+                    Command::new(std::env::current_exe().context("finding this executable")?);
+                c.arg(SERVER_ROLE);
+                c
+            }
+        };
+        for k in OWNED {
+            cmd.env_remove(k);
+        }
+        for (k, v) in DEFAULTS {
+            if std::env::var_os(k).is_none() {
+                cmd.env(k, v);
+            }
+        }
+        let http = format!("127.0.0.1:{http_port}");
+        let api = format!("127.0.0.1:{api_port}");
+        cmd.env("TYPHA_DATASTORETYPE", "embedded")
+            .env("TYPHA_EMBEDDEDDIR", s.manifests)
+            .env("TYPHA_EMBEDDEDAPIADDR", &api)
+            .env("TYPHA_SERVERHOST", "127.0.0.1")
+            .env("TYPHA_SERVERPORT", port.to_string())
+            .env("TYPHA_HEALTHHOST", "127.0.0.1")
+            .env("TYPHA_HEALTHPORT", http_port.to_string())
+            .env("TYPHA_PROMETHEUSMETRICSHOST", "127.0.0.1")
+            .env("TYPHA_PROMETHEUSMETRICSPORT", http_port.to_string());
+        if let Some(t) = s.tls {
+            cmd.env("TYPHA_SERVERCERTFILE", t.join("server.crt"))
+                .env("TYPHA_SERVERKEYFILE", t.join("server.key"))
+                .env("TYPHA_CAFILE", t.join("ca.crt"))
+                .env("TYPHA_CLIENTCN", "typha-client");
+        }
+        let log = s.log_dir.join(format!("{}.log", s.name.replace(' ', "-")));
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let proc = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", s.name))?;
+        let mut server = Server {
+            name: s.name.to_owned(),
+            proc: Some(proc),
+            log: Some(log),
+            addr: format!("localhost:{port}"),
+            http: Http::new(&http),
+            api,
+            kvs: 0,
+        };
+        server.ready(Duration::from_secs(600)).await?;
+        Ok(server)
+    }
+
+    /// A server that is already running; waits until it is ready.
+    pub(crate) async fn external(o: &ServerOpts) -> anyhow::Result<Server> {
+        let (Some(addr), Some(http), Some(api)) = (&o.server_addr, &o.server_http, &o.server_api)
+        else {
+            bail!("an external server needs --server-addr, --server-http and --server-api");
+        };
+        let mut server = Server {
+            name: format!("server at {addr}"),
+            proc: None,
+            log: None,
+            addr: addr.clone(),
+            http: Http::new(http),
+            api: api.clone(),
+            kvs: 0,
+        };
+        server.ready(Duration::from_secs(60)).await?;
+        Ok(server)
+    }
+
+    async fn ready(&mut self, within: Duration) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            if let Some(p) = &mut self.proc
+                && let Some(status) = p.try_wait()?
+            {
+                bail!("{} exited with {status}{}", self.name, self.log_tail());
+            }
+            if let Ok((200, _)) = self.http.request("GET", "/readiness", Bytes::new()).await {
+                break;
+            }
+            if started.elapsed() > within {
+                bail!(
+                    "{} not ready within {within:?}{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.kvs = self.http.get_json("/status").await?["kvs"]
+            .as_u64()
+            .unwrap_or(0);
+        Ok(())
+    }
+
+    fn log_tail(&self) -> String {
+        let Some(log) = &self.log else {
+            return String::new();
+        };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines.get(lines.len().saturating_sub(10)..).unwrap_or(&[]);
+        format!("; its log ({}) ends:\n{}", log.display(), tail.join("\n"))
+    }
+
+    /// Its process id (0 for an external server).
+    pub(crate) fn pid(&self) -> u32 {
+        self.proc.as_ref().and_then(|p| p.id()).unwrap_or(0)
+    }
+
+    /// The cache's position (`/status`) and the counters the scenarios use (`/metrics`).
+    pub(crate) async fn state(&mut self) -> anyhow::Result<serde_json::Value> {
+        let mut v = self.http.get_json("/status").await?;
+        let m = self.http.get_metrics().await?;
+        let get = |series: &str| m.get(series).copied().unwrap_or(0.0) as u64;
+        let frames = |kind: &str| get(&format!("typha_frames_encoded_total{{kind=\"{kind}\"}}"));
+        let resumes = |kind: &str| get(&format!("typha_resumes_total{{kind=\"{kind}\"}}"));
+        if let Some(o) = v.as_object_mut() {
+            for (k, n) in [
+                ("delta_frames", frames("delta")),
+                ("span_frames", frames("span")),
+                ("bytes_sent", get("typha_bytes_sent_total")),
+                (
+                    "snapshots_generated",
+                    get("typha_snapshots_generated_total"),
+                ),
+                ("snapshots_reused", get("typha_snapshots_reused_total")),
+                ("resumes_deltas", resumes("deltas")),
+                ("resumes_digest", resumes("digest")),
+                ("resumes_snapshot", resumes("snapshot")),
+            ] {
+                o.insert(k.into(), json!(n));
+            }
+        }
+        Ok(v)
+    }
+
+    /// Kills it at once (SIGKILL), as a crash would.
+    pub(crate) async fn kill(&mut self) -> anyhow::Result<()> {
+        if let Some(p) = &mut self.proc {
+            p.kill()
+                .await
+                .with_context(|| format!("killing {}", self.name))?;
+        }
+        Ok(())
+    }
+
+    /// Stops it as an orchestrator would (SIGTERM) and checks that it exits cleanly.
+    pub(crate) async fn quit(mut self) -> anyhow::Result<()> {
+        let Some(mut p) = self.proc.take() else {
+            return Ok(());
+        };
+        if let Some(pid) = p.id() {
+            Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await
+                .context("running kill")?;
+        }
+        match tokio::time::timeout(Duration::from_secs(60), p.wait()).await {
+            Ok(status) => {
+                let status = status?;
+                anyhow::ensure!(
+                    status.success(),
+                    "{} exited with {status}{}",
+                    self.name,
+                    self.log_tail()
+                );
+                Ok(())
+            }
+            Err(_) => {
+                let _ = p.kill().await;
+                bail!("{} did not exit within 60 s of SIGTERM; killed", self.name)
+            }
+        }
+    }
+
+    /// Starts writing `rate` updates per second for `secs` seconds into its datastore.
+    pub(crate) fn churn(&self, shape: (usize, usize), rate: f64, secs: f64) -> Churn {
+        let api = self.api.clone();
+        Churn {
+            task: tokio::spawn(churn(api, shape, rate, secs)),
+        }
+    }
+}
+
+/// Datastore writes in progress.
+pub(crate) struct Churn {
+    task: tokio::task::JoinHandle<anyhow::Result<u64>>,
+}
+
+impl Churn {
+    /// Waits for the writer to finish; how many updates it wrote.
+    pub(crate) async fn wait(self) -> anyhow::Result<u64> {
+        self.task.await.context("churn task")?
+    }
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Largest batch in one request (each workload endpoint is ~1 KB of JSON).
+const MAX_BATCH: u64 = 2_000;
+
+/// Writes workload-endpoint updates to the write API at `api`, `rate` per second for `secs`
+/// seconds, over the cluster's `(nodes, pods per node)`. Updates that fall due while a request
+/// is in flight go together in the next one; each is stamped with the time its request is sent.
+async fn churn(api: String, shape: (usize, usize), rate: f64, secs: f64) -> anyhow::Result<u64> {
+    let spec = typha_server::sample::Spec {
+        nodes: shape.0.max(1),
+        pods_per_node: shape.1.max(1),
+        ..typha_server::sample::Spec::default()
+    };
+    let mut http = Http::new(&api);
+    let total = (rate * secs).round() as u64;
+    let started = tokio::time::Instant::now();
+    let per = Duration::from_secs_f64(1.0 / rate.max(0.001));
+    let mut written = 0u64;
+    while written < total {
+        tokio::time::sleep_until(started + per.mul_f64(written as f64)).await;
+        let due = ((started.elapsed().as_secs_f64() * rate).floor() as u64 + 1)
+            .clamp(written + 1, total)
+            .min(written + MAX_BATCH);
+        let stamp = now_ns().to_string();
+        let items: Vec<serde_json::Value> = (written..due)
+            .map(|i| {
+                let node = (i as usize) % spec.nodes;
+                let pod = (i as usize / spec.nodes) % spec.pods_per_node;
+                let mut r = spec.workload_endpoint(node, pod, i + 1);
+                r.metadata.labels.insert(SENT_LABEL.into(), stamp.clone());
+                r.to_json()
+            })
+            .collect();
+        let body =
+            serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": items}))?;
+        let (status, reply) = http.request("POST", "/apply", Bytes::from(body)).await?;
+        if status != 200 {
+            bail!(
+                "writing churn to {api}: {status}: {}",
+                String::from_utf8_lossy(&reply).trim()
+            );
+        }
+        written = due;
+    }
+    Ok(total)
+}
