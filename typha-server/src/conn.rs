@@ -122,6 +122,8 @@ struct Out<W> {
     write_timeout: Duration,
     max_write: usize,
     ctx: Arc<Ctx>,
+    /// Total time spent in [`Out::flush`]: while we write, we neither read pongs nor send pings.
+    writing: Duration,
 }
 
 impl<W: AsyncWrite + Unpin> Out<W> {
@@ -166,7 +168,9 @@ impl<W: AsyncWrite + Unpin> Out<W> {
             }
             self.w.flush().await
         };
-        match timeout_at(deadline, write).await {
+        let written = timeout_at(deadline, write).await;
+        self.writing += start.elapsed();
+        match written {
             Ok(r) => r?,
             Err(_) => return Err(ConnError::WriteTimeout(self.write_timeout)),
         }
@@ -246,6 +250,7 @@ where
         write_timeout: ctx.cfg.write_timeout,
         max_write: ctx.cfg.max_write,
         ctx: ctx.clone(),
+        writing: Duration::ZERO,
     };
     let mut dec = FrameDecoder::new(Limits::SERVER_INBOUND);
     let mut rbuf = BytesMut::with_capacity(1024);
@@ -315,8 +320,13 @@ where
     let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
     let mut sent_status = cursor.status;
     let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
-    let mut last_pong = Instant::now();
+    let mut last_heard = Instant::now();
     let mut ping_sent: Option<(u64, Instant)> = None;
+    // The client is alive if it answers pings or acknowledges what it applied (acks come while
+    // it works through a long catch-up, when our pings wait behind the data). The clock stops
+    // while we are writing to it: a client that reads slowly but steadily is the write
+    // timeout's business, not the pong timeout's.
+    let mut writing_seen = out.writing;
 
     loop {
         // First time round this also sends breadcrumbs published while the initial sync was
@@ -349,47 +359,26 @@ where
                     Ok(_) => {}
                     Err(e) => return Err(e.into()),
                 }
-                loop {
-                    let msg = match dec.decode(&mut rbuf) {
-                        Ok(Some(msg)) => msg,
-                        Ok(None) => break,
-                        Err(e) => {
-                            out.goodbye(GoodbyeReason::ProtocolError, &e.to_string()).await;
-                            return Err(ConnError::Protocol(e.to_string()));
-                        }
-                    };
-                    if !session.may_receive(msg.message_type()) {
-                        let why = format!("unexpected {} from a client", msg.message_type());
-                        out.goodbye(GoodbyeReason::ProtocolError, &why).await;
-                        return Err(ConnError::Protocol(why));
-                    }
-                    match msg {
-                        Message::Pong(p) => {
-                            last_pong = Instant::now();
-                            if let Some((_, at)) = ping_sent.take_if(|(ts, _)| *ts == p.ping_timestamp_micros) {
-                                ctx.cache.metrics.ping_latency.observe(at.elapsed().as_secs_f64());
-                            }
-                        }
-                        Message::Ack(a) => {
-                            if let Some(c) = ctx.cache.get(a.seq) {
-                                ctx.cache.metrics.client_ack_lag_secs.observe(c.created.elapsed().as_secs_f64());
-                            }
-                        }
-                        Message::Goodbye(g) => {
-                            debug!(reason = %g.reason, message = %g.message, "client said goodbye");
-                            return Err(ConnError::PeerClosed);
-                        }
-                        other => {
-                            let why = format!("unexpected {} from a client", other.message_type());
-                            out.goodbye(GoodbyeReason::ProtocolError, &why).await;
-                            return Err(ConnError::Protocol(why));
-                        }
-                    }
-                }
+                inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent).await?;
             }
             () = sleep_until(next_ping) => {
+                let paused = out.writing.saturating_sub(writing_seen);
+                writing_seen = out.writing;
+                last_heard = (last_heard + paused).min(Instant::now());
+                if last_heard.elapsed() > ctx.cfg.pong_timeout {
+                    // While a long write to this client was in progress nothing was read: its
+                    // pongs may be waiting in the socket. Judge only after reading them.
+                    while let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await {
+                        match n {
+                            Ok(0) => return Err(ConnError::PeerClosed),
+                            Ok(_) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent).await?;
+                    }
+                }
                 let now = Instant::now();
-                if now.duration_since(last_pong) > ctx.cfg.pong_timeout {
+                if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
                     out.goodbye(GoodbyeReason::PingTimeout, "no pong in time").await;
                     return Err(ConnError::Closed(GoodbyeReason::PingTimeout));
                 }
@@ -399,6 +388,65 @@ where
                     ping_sent = Some((ts, now));
                 }
                 next_ping = now + jitter(ctx.cfg.ping_interval);
+            }
+        }
+    }
+}
+
+/// Handles every complete message in `rbuf`: pongs and acks; a goodbye or anything a client
+/// may not send ends the connection.
+async fn inbound<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    session: &Session,
+    dec: &mut FrameDecoder,
+    rbuf: &mut BytesMut,
+    out: &mut Out<W>,
+    last_heard: &mut Instant,
+    ping_sent: &mut Option<(u64, Instant)>,
+) -> Result<(), ConnError> {
+    loop {
+        let msg = match dec.decode(rbuf) {
+            Ok(Some(msg)) => msg,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
+                    .await;
+                return Err(ConnError::Protocol(e.to_string()));
+            }
+        };
+        if !session.may_receive(msg.message_type()) {
+            let why = format!("unexpected {} from a client", msg.message_type());
+            out.goodbye(GoodbyeReason::ProtocolError, &why).await;
+            return Err(ConnError::Protocol(why));
+        }
+        match msg {
+            Message::Pong(p) => {
+                *last_heard = Instant::now();
+                if let Some((_, at)) = ping_sent.take_if(|(ts, _)| *ts == p.ping_timestamp_micros) {
+                    ctx.cache
+                        .metrics
+                        .ping_latency
+                        .observe(at.elapsed().as_secs_f64());
+                }
+            }
+            Message::Ack(a) => {
+                // A client acknowledging what it applied is alive and reading.
+                *last_heard = Instant::now();
+                if let Some(c) = ctx.cache.get(a.seq) {
+                    ctx.cache
+                        .metrics
+                        .client_ack_lag_secs
+                        .observe(c.created.elapsed().as_secs_f64());
+                }
+            }
+            Message::Goodbye(g) => {
+                debug!(reason = %g.reason, message = %g.message, "client said goodbye");
+                return Err(ConnError::PeerClosed);
+            }
+            other => {
+                let why = format!("unexpected {} from a client", other.message_type());
+                out.goodbye(GoodbyeReason::ProtocolError, &why).await;
+                return Err(ConnError::Protocol(why));
             }
         }
     }

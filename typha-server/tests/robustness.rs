@@ -245,6 +245,102 @@ async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
     srv.shutdown().await;
 }
 
+/// `n` new resources of ~4.5 KB of barely compressible CIDRs each (distinct keys, so catch-up
+/// spans cannot coalesce them).
+fn noise(store: &typha_server::datastore::embedded::Embedded, n: usize) {
+    let mut rng = protocol::sample::Rng::new(5);
+    for i in 0..n {
+        let nets: Vec<String> = (0..300)
+            .map(|_| {
+                let a = rng.next_u64();
+                format!(
+                    "{}.{}.{}.{}/32",
+                    a & 0xff,
+                    (a >> 8) & 0xff,
+                    (a >> 16) & 0xff,
+                    (a >> 24) & 0xff
+                )
+            })
+            .collect();
+        store.put(
+            typha_server::datastore::v3::Resource::from_json(serde_json::json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+                "metadata": {"name": format!("noise-{i}")}, "spec": {"nets": nets}
+            }))
+            .unwrap(),
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_slow_but_steady_reader_is_not_dropped_for_pongs_our_own_writes_held_up() {
+    // Pongs due within 600 ms; the catch-up below takes seconds at this client's pace, and
+    // every ping waits behind megabytes in the socket. Its acks show it is alive.
+    let mut cfg = fast_pings();
+    // Small breadcrumbs: frames of ~20 KB, each acknowledged.
+    cfg.cache.max_batch = 5;
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(1, 1));
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let tcp = sock.connect(srv.addr).await.unwrap();
+    let mut slow = Peer::over(Box::new(tcp));
+    slow.hello(Peer::offer("slow", None)).await.unwrap();
+    slow.sync_to(&srv).await;
+    // Written from another thread, so this runtime's server and client run meanwhile.
+    let writer = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || noise(&store, 1500))
+    };
+    // Read a frame every few milliseconds (answering pings as they come) until in step.
+    let started = tokio::time::Instant::now();
+    let mut acks = 0;
+    while !writer.is_finished()
+        || srv.cache.latest().revision < store.revision()
+        || slow.seq != srv.cache.latest().seq
+    {
+        let m = slow.recv().await.unwrap_or_else(|e| {
+            panic!(
+                "{e} after {:?}, {acks} acks, seq {:?}; drops: {}",
+                started.elapsed(),
+                slow.seq,
+                [
+                    DropReason::ping_timeout,
+                    DropReason::write_timeout,
+                    DropReason::fell_behind
+                ]
+                .map(|r| srv.metrics.dropped_count(r))
+                .map(|n| n.to_string())
+                .join("/")
+            )
+        });
+        assert!(
+            !matches!(m, Message::Goodbye(_)),
+            "dropped after {:?}, {acks} acks: {m:?}",
+            started.elapsed()
+        );
+        let deltas = matches!(m, Message::Deltas(_));
+        slow.apply(m).await.unwrap();
+        if deltas {
+            // As typha-client does (every ack interval; here every frame).
+            let seq = slow.seq;
+            slow.send(&Message::Ack(protocol::message::Ack { seq }))
+                .await
+                .unwrap();
+            acks += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(
+        started.elapsed() > Duration::from_millis(600),
+        "the catch-up must outlast the pong timeout to test anything: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(srv.metrics.dropped_count(DropReason::ping_timeout), 0);
+    assert_eq!(slow.digest.combined(), expected_digest(&store).0);
+    srv.shutdown().await;
+}
+
 #[tokio::test]
 async fn shutdown_says_goodbye_to_every_client() {
     let (srv, store) = server(Config::for_tests()).await;
