@@ -90,6 +90,9 @@ pub struct Cli {
     /// Seconds a client may fall behind before it is dropped.
     #[arg(long, env = "TYPHA_SERVERMAXFALLBEHINDSECS", default_value_t = 300.0)]
     pub server_max_fall_behind_secs: f64,
+    /// Most initial syncs written at once; the others wait their turn (0: no limit).
+    #[arg(long, env = "TYPHA_MAXCONCURRENTSYNCS", default_value_t = 64)]
+    pub max_concurrent_syncs: usize,
     /// Extra seconds of fall-behind allowed right after a client's initial sync.
     #[arg(
         long,
@@ -226,6 +229,7 @@ impl Cli {
                 "TYPHA_SERVERNEWCLIENTFALLBEHINDGRACEPERIOD",
                 self.server_new_client_fall_behind_grace_period,
             )?,
+            max_concurrent_syncs: self.max_concurrent_syncs,
             ..ConnConfig::default()
         };
         if conn.ping_interval.is_zero() {

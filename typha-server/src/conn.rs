@@ -49,6 +49,12 @@ pub struct ConnConfig {
     pub new_client_grace: Duration,
     /// Most bytes per write when several frames are waiting.
     pub max_write: usize,
+    /// Most initial syncs written at once (TYPHA_MAXCONCURRENTSYNCS, 64; 0: no limit). When
+    /// thousands of agents connect together, the others wait their turn (pinged, so they do
+    /// not time out) instead of all sharing the CPU: handshakes keep finishing inside their
+    /// timeout, each sync finishes sooner, and per-connection buffers are held by a bounded
+    /// number of connections at a time.
+    pub max_concurrent_syncs: usize,
 }
 
 impl Default for ConnConfig {
@@ -61,6 +67,7 @@ impl Default for ConnConfig {
             max_fall_behind: Duration::from_secs(300),
             new_client_grace: Duration::from_secs(300),
             max_write: 16 << 10,
+            max_concurrent_syncs: 64,
         }
     }
 }
@@ -89,6 +96,29 @@ pub struct Ctx {
     pub started: Instant,
     /// Servers to suggest in a Goodbye.
     pub redirect: Vec<String>,
+    /// Initial syncs in progress ([`ConnConfig::max_concurrent_syncs`]; `None`: no limit).
+    pub sync_slots: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+impl Ctx {
+    /// Shared state for connections with these settings.
+    pub fn new(
+        cache: Arc<Cache>,
+        cfg: ConnConfig,
+        offer: ServerOffer,
+        redirect: Vec<String>,
+    ) -> Self {
+        let sync_slots = (cfg.max_concurrent_syncs > 0)
+            .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_syncs)));
+        Self {
+            cache,
+            cfg: cfg.normalized(),
+            offer,
+            started: Instant::now(),
+            redirect,
+            sync_slots,
+        }
+    }
 }
 
 /// Why a connection ended.
@@ -305,9 +335,11 @@ where
         out.flush().await?;
         wait_for_first_sync(&ctx, &mut out, &mut close).await?;
     }
+    let slot = wait_for_sync_slot(&ctx, &mut out, &mut close).await?;
     let sync_started = Instant::now();
     let mut cursor = initial_sync(&ctx, &session, accepted_hello.resume.as_ref(), &mut out).await?;
     out.flush().await?;
+    drop(slot);
     let m = &ctx.cache.metrics;
     m.client_snapshot_send_secs
         .observe(sync_started.elapsed().as_secs_f64());
@@ -447,6 +479,47 @@ async fn inbound<W: AsyncWrite + Unpin>(
                 let why = format!("unexpected {} from a client", other.message_type());
                 out.goodbye(GoodbyeReason::ProtocolError, &why).await;
                 return Err(ConnError::Protocol(why));
+            }
+        }
+    }
+}
+
+/// Waits for a turn to write an initial sync, pinging the client meanwhile; the turn lasts
+/// as long as the permit is held.
+async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    out: &mut Out<W>,
+    close: &mut oneshot::Receiver<GoodbyeReason>,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ConnError> {
+    let Some(slots) = &ctx.sync_slots else {
+        return Ok(None);
+    };
+    if let Ok(p) = slots.clone().try_acquire_owned() {
+        return Ok(Some(p));
+    }
+    let m = &ctx.cache.metrics;
+    m.syncs_waiting.inc();
+    let _waiting = scopeguard(|| {
+        ctx.cache.metrics.syncs_waiting.dec();
+    });
+    let acquire = slots.clone().acquire_owned();
+    tokio::pin!(acquire);
+    loop {
+        let ping = Instant::now() + jitter(ctx.cfg.ping_interval);
+        tokio::select! {
+            permit = &mut acquire => {
+                // The semaphore is never closed.
+                return Ok(permit.ok());
+            }
+            reason = &mut *close => {
+                let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
+                out.goodbye(reason, "server closing this connection").await;
+                return Err(ConnError::Closed(reason));
+            }
+            () = sleep_until(ping) => {
+                let ts = u64::try_from(ping.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
+                out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
+                out.flush().await?;
             }
         }
     }

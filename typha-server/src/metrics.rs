@@ -115,6 +115,8 @@ pub struct Metrics {
     pub connections_active: Gauge,
     /// `typha_connections_streaming`: past the handshake and initial sync.
     pub connections_streaming: Gauge,
+    /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
+    pub syncs_waiting: Gauge,
     /// `typha_connections_dropped{reason}`
     pub connections_dropped: Family<DropLabels, Counter>,
     /// `typha_client_snapshot_send_secs`
@@ -159,6 +161,7 @@ impl Metrics {
             connections_accepted: Counter::default(),
             connections_active: Gauge::default(),
             connections_streaming: Gauge::default(),
+            syncs_waiting: Gauge::default(),
             connections_dropped: Family::default(),
             client_snapshot_send_secs: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
             client_latency_secs: latency_buckets(),
@@ -235,6 +238,11 @@ impl Metrics {
             "typha_connections_streaming",
             "Connections past their initial sync",
             m.connections_streaming.clone(),
+        );
+        r.register(
+            "typha_syncs_waiting",
+            "Connections waiting for a turn to be synced (TYPHA_MAXCONCURRENTSYNCS)",
+            m.syncs_waiting.clone(),
         );
         r.register(
             "typha_connections_dropped",

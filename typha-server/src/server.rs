@@ -160,13 +160,12 @@ pub async fn start(
     let mut offer = ServerOffer::new(epoch);
     offer.timeout = cfg.conn.handshake_timeout;
     offer.info = format!("typha-server/{}", env!("CARGO_PKG_VERSION"));
-    let ctx = Arc::new(Ctx {
-        cache: cache.clone(),
-        cfg: cfg.conn.clone().normalized(),
+    let ctx = Arc::new(Ctx::new(
+        cache.clone(),
+        cfg.conn.clone(),
         offer,
-        started: Instant::now(),
-        redirect: cfg.redirect.clone(),
-    });
+        cfg.redirect.clone(),
+    ));
     let conns = Arc::new(Mutex::new(Registry_::default()));
     let conn_tasks = Arc::new(Mutex::new(Vec::new()));
     info!(%addr, epoch = %epoch, tls = tls.is_some(), "sync listener up");

@@ -342,6 +342,52 @@ async fn a_slow_but_steady_reader_is_not_dropped_for_pongs_our_own_writes_held_u
 }
 
 #[tokio::test]
+async fn initial_syncs_take_turns_and_waiting_clients_are_pinged() {
+    let mut cfg = fast_pings();
+    cfg.conn.max_concurrent_syncs = 1;
+    cfg.conn.write_timeout = Duration::from_millis(1500);
+    let (srv, store) = server(cfg).await;
+    noise(&store, 3000);
+    settle(&srv, &store).await;
+    // A client that takes the only turn and never reads its (megabytes of) snapshot.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut stuck = Peer::over(Box::new(sock.connect(srv.addr).await.unwrap()));
+    stuck.hello(Peer::offer("stuck", None)).await.unwrap();
+    common::eventually("the stuck client to hold the turn", || {
+        srv.metrics.snapshots_generated.get() == 1
+    })
+    .await;
+    let mut waiting = Vec::new();
+    for i in 0..2 {
+        let mut p = Peer::connect(srv.addr).await;
+        p.hello(Peer::offer(&format!("waiting-{i}"), None))
+            .await
+            .unwrap();
+        waiting.push(p);
+    }
+    common::eventually("two clients waiting their turn", || {
+        common::metric(&srv, "typha_syncs_waiting") == 2.0
+    })
+    .await;
+    // While they wait they are pinged (so their read timeouts do not fire), nothing else.
+    for p in &mut waiting {
+        let m = p.recv_within(Duration::from_millis(500)).await.unwrap();
+        assert!(matches!(m, Message::Ping(_)), "{m:?}");
+        p.apply(m).await.unwrap();
+    }
+    // The stuck one's write times out; the turn passes on and both get the whole state.
+    let want = expected_digest(&store).0;
+    for p in &mut waiting {
+        p.sync_to(&srv).await;
+        assert_eq!(p.digest.combined(), want);
+    }
+    assert_eq!(srv.metrics.dropped_count(DropReason::write_timeout), 1);
+    assert_eq!(common::metric(&srv, "typha_syncs_waiting"), 0.0);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
 async fn shutdown_says_goodbye_to_every_client() {
     let (srv, store) = server(Config::for_tests()).await;
     store.bulk_load(cluster(1, 1));
