@@ -336,14 +336,10 @@ fn now_ns() -> u128 {
 const MAX_BATCH: u64 = 2_000;
 
 /// Writes workload-endpoint updates to the write API at `api`, `rate` per second for `secs`
-/// seconds, over the cluster's `(nodes, pods per node)`. Updates that fall due while a request
+/// seconds: the generated cluster's own endpoints (`(nodes, pods per node)`), rewritten. Updates that fall due while a request
 /// is in flight go together in the next one; each is stamped with the time its request is sent.
 async fn churn(api: String, shape: (usize, usize), rate: f64, secs: f64) -> anyhow::Result<u64> {
-    let spec = typha_server::sample::Spec {
-        nodes: shape.0.max(1),
-        pods_per_node: shape.1.max(1),
-        ..typha_server::sample::Spec::default()
-    };
+    let spec = crate::harness::cluster_spec(shape.0, shape.1);
     let mut http = Http::new(&api);
     let total = (rate * secs).round() as u64;
     let started = tokio::time::Instant::now();
@@ -376,4 +372,17 @@ async fn churn(api: String, shape: (usize, usize), rate: f64, secs: f64) -> anyh
         written = due;
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn churn_rewrites_endpoints_the_cluster_has() {
+        let spec = crate::harness::cluster_spec(3, 4);
+        let ids: std::collections::HashSet<_> = spec.resources().iter().map(|r| r.id()).collect();
+        for (node, pod) in [(0, 0), (2, 3), (1, 2)] {
+            let r = spec.workload_endpoint(node, pod, 99);
+            assert!(ids.contains(&r.id()), "{}", r.id());
+        }
+    }
 }
