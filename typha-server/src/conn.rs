@@ -400,7 +400,11 @@ where
                 if last_heard.elapsed() > ctx.cfg.pong_timeout {
                     // While a long write to this client was in progress nothing was read: its
                     // pongs may be waiting in the socket. Judge only after reading them.
-                    while let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await {
+                    // (Bounded: a client that keeps sending cannot keep us here.)
+                    for _ in 0..64 {
+                        let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await else {
+                            break;
+                        };
                         match n {
                             Ok(0) => return Err(ConnError::PeerClosed),
                             Ok(_) => {}
