@@ -13,6 +13,10 @@ use protocol::message::{GoodbyeReason, Message};
 use typha_server::config::Config;
 use typha_server::metrics::DropReason;
 
+/// Tests that write megabytes and time the result take turns, so they do not starve each other
+/// on a small machine.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn fast_pings() -> Config {
     let mut cfg = Config::for_tests();
     cfg.conn.ping_interval = Duration::from_millis(100);
@@ -192,6 +196,7 @@ async fn a_client_that_never_reads_does_not_hold_back_the_others() {
 
 #[tokio::test]
 async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
+    let _turn = HEAVY.lock().await;
     let mut cfg = Config::for_tests();
     cfg.conn.write_timeout = Duration::from_millis(500);
     let (srv, store) = server(cfg).await;
@@ -274,6 +279,7 @@ fn noise(store: &typha_server::datastore::embedded::Embedded, n: usize) {
 
 #[tokio::test]
 async fn a_slow_but_steady_reader_is_not_dropped_for_pongs_our_own_writes_held_up() {
+    let _turn = HEAVY.lock().await;
     // Pongs due within 1.5 s (generous, so a loaded machine does not starve the test client
     // past it); the catch-up below takes longer at this client's pace, and every ping waits
     // behind megabytes in the socket. Its acks show it is alive.
@@ -346,6 +352,7 @@ async fn a_slow_but_steady_reader_is_not_dropped_for_pongs_our_own_writes_held_u
 
 #[tokio::test]
 async fn initial_syncs_take_turns_and_waiting_clients_are_pinged() {
+    let _turn = HEAVY.lock().await;
     let mut cfg = fast_pings();
     cfg.conn.max_concurrent_syncs = 1;
     cfg.conn.write_timeout = Duration::from_millis(1500);
