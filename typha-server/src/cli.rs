@@ -12,6 +12,7 @@ use crate::config::{Config, DatastoreConfig};
 use crate::conn::ConnConfig;
 use crate::datastore::Datastore;
 use crate::datastore::embedded::{DirSource, Embedded, api};
+use crate::datastore::etcd::{self, ClientCert, Etcd, EtcdError, EtcdTls};
 use crate::tls::TlsConfig;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser};
@@ -27,9 +28,28 @@ pub const EX_CONFIG: u8 = 64;
 #[derive(Debug, Parser)]
 #[command(name = "typha-server", version, about)]
 pub struct Cli {
-    /// Datastore: `embedded` (the in-process store fed from --embedded-dir).
+    /// Datastore: `embedded` (the in-process store fed from --embedded-dir) or `etcdv3`
+    /// (Calico's etcd v3 layout, at --etcd-endpoints).
     #[arg(long, env = "TYPHA_DATASTORETYPE", default_value = "embedded")]
     pub datastore_type: String,
+    /// etcd client URLs (comma-separated): all `http://`, or all `https://` with
+    /// --etcd-ca-file.
+    #[arg(
+        long,
+        env = "TYPHA_ETCDENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    pub etcd_endpoints: Vec<String>,
+    /// CA certificate that signs etcd's server certificate (PEM); needed for https endpoints.
+    #[arg(long, env = "TYPHA_ETCDCAFILE")]
+    pub etcd_ca_file: Option<PathBuf>,
+    /// Client certificate for etcd (PEM), for etcd's --client-cert-auth.
+    #[arg(long, env = "TYPHA_ETCDCERTFILE")]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// Private key of the etcd client certificate (PEM).
+    #[arg(long, env = "TYPHA_ETCDKEYFILE")]
+    pub etcd_key_file: Option<PathBuf>,
     /// Manifest directory for the embedded datastore (Calico v3 YAML/JSON), watched for changes.
     #[arg(long, env = "TYPHA_EMBEDDEDDIR")]
     pub embedded_dir: Option<PathBuf>,
@@ -199,10 +219,11 @@ impl Cli {
                     a => Some(resolve("TYPHA_EMBEDDEDAPIADDR", a)?),
                 },
             },
+            "etcdv3" => self.etcd()?,
             other => {
                 return Err(bad(
                     "TYPHA_DATASTORETYPE",
-                    format!("{other:?} is not supported (supported: embedded)"),
+                    format!("{other:?} is not supported (supported: embedded, etcdv3)"),
                 ));
             }
         };
@@ -348,6 +369,63 @@ impl Cli {
         }))
     }
 
+    /// The etcd endpoints and TLS files, checked: every file readable and of the right kind,
+    /// https endpoints with a CA, client certificate and key together.
+    fn etcd(&self) -> Result<DatastoreConfig, ConfigError> {
+        let endpoints: Vec<String> = self
+            .etcd_endpoints
+            .iter()
+            .map(|e| e.trim())
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let given = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
+        let (ca, cert, key) = (
+            given(&self.etcd_ca_file),
+            given(&self.etcd_cert_file),
+            given(&self.etcd_key_file),
+        );
+        let client = match (cert, key) {
+            (Some(cert_file), Some(key_file)) => Some(ClientCert {
+                cert_file,
+                key_file,
+            }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(bad("TYPHA_ETCDKEYFILE", "required with TYPHA_ETCDCERTFILE"));
+            }
+            (None, Some(_)) => {
+                return Err(bad("TYPHA_ETCDCERTFILE", "required with TYPHA_ETCDKEYFILE"));
+            }
+        };
+        let tls = match (ca, client) {
+            (Some(ca_file), client) => Some(EtcdTls { ca_file, client }),
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(bad(
+                    "TYPHA_ETCDCAFILE",
+                    "required with a client certificate (TLS to etcd needs https:// endpoints and the CA)",
+                ));
+            }
+        };
+        if tls.is_none() && endpoints.iter().any(|e| e.starts_with("https://")) {
+            return Err(bad("TYPHA_ETCDCAFILE", "required for https:// endpoints"));
+        }
+        if let Some(t) = &tls {
+            etcd::read_certificates(&t.ca_file)
+                .map_err(|e| bad("TYPHA_ETCDCAFILE", e.to_string()))?;
+            if let Some(c) = &t.client {
+                etcd::read_certificates(&c.cert_file)
+                    .map_err(|e| bad("TYPHA_ETCDCERTFILE", e.to_string()))?;
+                etcd::read_private_key(&c.key_file)
+                    .map_err(|e| bad("TYPHA_ETCDKEYFILE", e.to_string()))?;
+            }
+        }
+        etcd::check_endpoints(&endpoints, tls.is_some())
+            .map_err(|e| bad("TYPHA_ETCDENDPOINTS", e.to_string()))?;
+        Ok(DatastoreConfig::Etcd { endpoints, tls })
+    }
+
     /// The tracing filter for the log severity (Typha's level names, or a filter string).
     pub fn log_filter(&self) -> String {
         match self.log_severity_screen.to_ascii_lowercase().as_str() {
@@ -491,6 +569,21 @@ async fn run(cfg: Config) -> ExitCode {
             }
             Arc::new(store)
         }
+        DatastoreConfig::Etcd { endpoints, tls } => {
+            match Etcd::connect(endpoints, tls.as_ref()).await {
+                Ok(e) => {
+                    info!(?endpoints, tls = tls.is_some(), "etcd datastore");
+                    Arc::new(e)
+                }
+                Err(e) => {
+                    eprintln!(
+                        "typha-server: invalid configuration: {}: {e}",
+                        etcd_setting(&e, tls.as_ref())
+                    );
+                    return ExitCode::from(EX_CONFIG);
+                }
+            }
+        }
     };
     let server = match crate::server::start(cfg, datastore).await {
         Ok(s) => s,
@@ -507,6 +600,21 @@ async fn run(cfg: Config) -> ExitCode {
     }
     server.shutdown().await;
     ExitCode::SUCCESS
+}
+
+/// The setting an etcd set-up error is about.
+fn etcd_setting(e: &EtcdError, tls: Option<&EtcdTls>) -> &'static str {
+    let EtcdError::File { path, .. } = e else {
+        return "TYPHA_ETCDENDPOINTS";
+    };
+    let client = tls.and_then(|t| t.client.as_ref());
+    if client.is_some_and(|c| &c.key_file == path) {
+        "TYPHA_ETCDKEYFILE"
+    } else if client.is_some_and(|c| &c.cert_file == path) {
+        "TYPHA_ETCDCERTFILE"
+    } else {
+        "TYPHA_ETCDCAFILE"
+    }
 }
 
 async fn wait_for_signal() {
@@ -605,10 +713,9 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_setting() {
-        assert_eq!(
-            parse(&["--datastore-type", "consul"]).unwrap_err().setting,
-            "TYPHA_DATASTORETYPE"
-        );
+        let e = parse(&["--datastore-type", "consul"]).unwrap_err();
+        assert_eq!(e.setting, "TYPHA_DATASTORETYPE");
+        assert!(e.reason.contains("embedded, etcdv3"), "{e}");
         assert_eq!(
             parse(&["--server-ping-interval-secs=-1"])
                 .unwrap_err()
@@ -627,6 +734,155 @@ mod tests {
                 .setting,
             "TYPHA_HEALTHHOST"
         );
+    }
+
+    #[test]
+    fn etcd_settings() {
+        let c = parse(&["--datastore-type", "etcdv3"]).unwrap();
+        assert_eq!(
+            c.datastore,
+            DatastoreConfig::Etcd {
+                endpoints: vec!["http://127.0.0.1:2379".into()],
+                tls: None
+            }
+        );
+        let c = parse(&[
+            "--datastore-type",
+            "etcdv3",
+            "--etcd-endpoints",
+            "http://10.0.0.1:2379, http://10.0.0.2:2379,",
+        ])
+        .unwrap();
+        assert!(
+            matches!(c.datastore, DatastoreConfig::Etcd { endpoints, .. }
+            if endpoints == ["http://10.0.0.1:2379", "http://10.0.0.2:2379"])
+        );
+        // Calico's names, for the environment.
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        for (long, env) in [
+            ("etcd-endpoints", "TYPHA_ETCDENDPOINTS"),
+            ("etcd-ca-file", "TYPHA_ETCDCAFILE"),
+            ("etcd-cert-file", "TYPHA_ETCDCERTFILE"),
+            ("etcd-key-file", "TYPHA_ETCDKEYFILE"),
+        ] {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .unwrap();
+            assert_eq!(arg.get_env().unwrap(), env);
+        }
+        // The etcd settings do not matter to the embedded datastore.
+        assert!(matches!(
+            parse(&["--etcd-endpoints", "nonsense"]).unwrap().datastore,
+            DatastoreConfig::Embedded { .. }
+        ));
+    }
+
+    #[test]
+    fn etcd_tls_settings_are_checked_and_name_the_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::pki::write_bundle(dir.path(), &["localhost"], "typha").unwrap();
+        let f = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+        let (ca, cert, key) = (f("ca.crt"), f("client.crt"), f("client.key"));
+        let junk = f("junk");
+        std::fs::write(&junk, "not pem").unwrap();
+        let etcd = |extra: &[&str]| {
+            let mut args = vec![
+                "--datastore-type",
+                "etcdv3",
+                "--etcd-endpoints",
+                "https://127.0.0.1:2379",
+            ];
+            args.extend_from_slice(extra);
+            parse(&args)
+        };
+        let c = etcd(&[
+            "--etcd-ca-file",
+            &ca,
+            "--etcd-cert-file",
+            &cert,
+            "--etcd-key-file",
+            &key,
+        ])
+        .unwrap();
+        let DatastoreConfig::Etcd { tls: Some(tls), .. } = c.datastore else {
+            panic!("{:?}", c.datastore)
+        };
+        assert_eq!(tls.ca_file, PathBuf::from(&ca));
+        assert_eq!(tls.client.unwrap().key_file, PathBuf::from(&key));
+        // Server authentication only.
+        let c = etcd(&["--etcd-ca-file", &ca]).unwrap();
+        assert!(matches!(
+            c.datastore,
+            DatastoreConfig::Etcd {
+                tls: Some(EtcdTls { client: None, .. }),
+                ..
+            }
+        ));
+
+        let setting = |r: Result<Config, ConfigError>| r.unwrap_err().setting;
+        assert_eq!(setting(etcd(&[])), "TYPHA_ETCDCAFILE", "https needs the CA");
+        assert_eq!(
+            setting(etcd(&["--etcd-ca-file", &ca, "--etcd-cert-file", &cert])),
+            "TYPHA_ETCDKEYFILE"
+        );
+        assert_eq!(
+            setting(etcd(&["--etcd-ca-file", &ca, "--etcd-key-file", &key])),
+            "TYPHA_ETCDCERTFILE"
+        );
+        assert_eq!(
+            setting(etcd(&["--etcd-cert-file", &cert, "--etcd-key-file", &key])),
+            "TYPHA_ETCDCAFILE"
+        );
+        assert_eq!(
+            setting(etcd(&["--etcd-ca-file", &junk])),
+            "TYPHA_ETCDCAFILE"
+        );
+        assert_eq!(
+            setting(etcd(&["--etcd-ca-file", "/nonexistent/ca.crt"])),
+            "TYPHA_ETCDCAFILE"
+        );
+        assert_eq!(
+            setting(etcd(&[
+                "--etcd-ca-file",
+                &ca,
+                "--etcd-cert-file",
+                &junk,
+                "--etcd-key-file",
+                &key
+            ])),
+            "TYPHA_ETCDCERTFILE"
+        );
+        assert_eq!(
+            setting(etcd(&[
+                "--etcd-ca-file",
+                &ca,
+                "--etcd-cert-file",
+                &cert,
+                "--etcd-key-file",
+                &cert
+            ])),
+            "TYPHA_ETCDKEYFILE",
+            "a certificate is not a key"
+        );
+        for endpoints in [
+            "http://127.0.0.1:2379",                        // TLS files, plain endpoint
+            "https://127.0.0.1:2379,http://127.0.0.1:2380", // mixed
+            "ftp://127.0.0.1:2379",
+            "127.0.0.1:2379",
+            "",
+        ] {
+            let r = parse(&[
+                "--datastore-type",
+                "etcdv3",
+                "--etcd-endpoints",
+                endpoints,
+                "--etcd-ca-file",
+                &ca,
+            ]);
+            assert_eq!(setting(r), "TYPHA_ETCDENDPOINTS", "{endpoints:?}");
+        }
     }
 
     #[test]

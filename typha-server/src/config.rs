@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::cache::CacheConfig;
 use crate::conn::ConnConfig;
+use crate::datastore::etcd::EtcdTls;
 use crate::tls::TlsConfig;
 
 /// Where the state comes from.
@@ -22,6 +23,14 @@ pub enum DatastoreConfig {
         scan_interval: Duration,
         /// Where the write API listens (`TYPHA_EMBEDDEDAPIADDR`); `None`: off.
         api: Option<SocketAddr>,
+    },
+    /// etcd v3, in Calico's layout (`TYPHA_DATASTORETYPE=etcdv3`).
+    Etcd {
+        /// Client URLs (`TYPHA_ETCDENDPOINTS`): all `http://`, or all `https://` with `tls`.
+        endpoints: Vec<String>,
+        /// CA and optional client certificate (`TYPHA_ETCDCAFILE`, `TYPHA_ETCDCERTFILE`,
+        /// `TYPHA_ETCDKEYFILE`); `None`: plaintext.
+        tls: Option<EtcdTls>,
     },
 }
 

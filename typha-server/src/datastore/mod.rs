@@ -4,10 +4,12 @@
 //! revision. Everything that makes a watch correct across compaction, restarts and errors
 //! (relist on "too old", resume from the last revision after a transient error, back-off, the
 //! sync status) lives once, in [`run_syncer`], for every backend. Resources are Calico v3
-//! ([`v3`]); [`convert`] turns them into KVs, also once for every backend.
+//! ([`v3`]); [`convert`] turns them into KVs, also once for every backend. Backends:
+//! [`embedded`] (in-process, the default) and [`etcd`] (Calico's etcd v3 layout).
 
 pub mod convert;
 pub mod embedded;
+pub mod etcd;
 pub mod v3;
 
 use std::time::Duration;

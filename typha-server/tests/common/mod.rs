@@ -22,6 +22,8 @@ use typha_server::datastore::embedded::Embedded;
 use typha_server::datastore::v3::Resource;
 use typha_server::server::{RunningServer, start};
 
+pub mod etcd;
+
 pub const WAIT: Duration = Duration::from_secs(20);
 
 /// A server over a fresh embedded store.
@@ -50,6 +52,20 @@ pub fn expected_digest(store: &Embedded) -> (u64, usize) {
     let mut n = 0;
     for r in store.resources() {
         for (k, v) in typha_server::datastore::convert::convert(&r).expect("valid resource") {
+            d.insert(&k.to_string(), EncodedValue::encode(&v).as_bytes());
+            n += 1;
+        }
+    }
+    (d.combined(), n)
+}
+
+/// The combined digest (and KV count) a correct client must reach for these resources: the
+/// same fold as [`expected_digest`], for resources from any datastore.
+pub fn digest_of<'a>(resources: impl IntoIterator<Item = &'a Resource>) -> (u64, usize) {
+    let mut d = StateDigest::new();
+    let mut n = 0;
+    for r in resources {
+        for (k, v) in typha_server::datastore::convert::convert(r).expect("valid resource") {
             d.insert(&k.to_string(), EncodedValue::encode(&v).as_bytes());
             n += 1;
         }

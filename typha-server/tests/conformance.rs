@@ -1,0 +1,527 @@
+//! One suite, every backend: the same test functions run against the embedded store and a real
+//! etcd, through the real server to a raw protocol client (`Peer`, which checks sequence
+//! numbers and digests on every frame). Each test ends with the client's state digest equal to
+//! a fold of what the datastore holds, read back from the datastore itself, and to the test's
+//! own record of what it wrote: nothing lost, nothing left over.
+//!
+//! A backend is a [`Backend`]: how to write to it as its users do, read it back, compact it
+//! and take it away. Adding one (Kubernetes) is an impl and one line of [`conformance!`].
+
+// In tests a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::etcd::EtcdServer;
+use common::{Peer, digest_of};
+use futures_util::future::BoxFuture;
+use futures_util::stream::StreamExt;
+use protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus};
+use protocol::sample::Rng;
+use serde_json::json;
+use tokio::sync::watch;
+use typha_server::config::Config;
+use typha_server::datastore::embedded::Embedded;
+use typha_server::datastore::etcd::Etcd;
+use typha_server::datastore::v3::{Kind, Resource, ResourceId};
+use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
+use typha_server::server::{RunningServer, start};
+
+/// A datastore, driven the way its users drive it.
+trait Backend: Sized {
+    /// A fresh, empty datastore.
+    async fn new() -> Self;
+    /// The backend under test, as the server uses it.
+    fn datastore(&self) -> Arc<dyn Datastore>;
+    /// Creates or replaces a resource.
+    async fn put(&mut self, r: &Resource);
+    /// Deletes a resource.
+    async fn delete(&mut self, id: &ResourceId);
+    /// Every resource stored, read from the datastore directly (not through the backend
+    /// under test).
+    async fn contents(&mut self) -> Vec<Resource>;
+    /// Drops the change history up to now: a watch from before must relist.
+    async fn compact(&mut self);
+    /// The datastore goes away: connections break, requests fail. Nothing is written until
+    /// [`Backend::start`].
+    async fn stop(&mut self);
+    /// The datastore comes back, with its data.
+    async fn start(&mut self);
+}
+
+/// The embedded store. It runs in-process, so its outage is a [`Switch`]: listings and
+/// watches fail and watches in progress break, as they would if a network went away.
+struct EmbeddedBackend {
+    store: Embedded,
+    outage: Arc<Switch>,
+}
+
+impl Backend for EmbeddedBackend {
+    async fn new() -> Self {
+        let store = Embedded::new();
+        let outage = Switch::new(Arc::new(store.clone()));
+        Self { store, outage }
+    }
+    fn datastore(&self) -> Arc<dyn Datastore> {
+        self.outage.clone()
+    }
+    async fn put(&mut self, r: &Resource) {
+        self.store.put(r.clone());
+    }
+    async fn delete(&mut self, id: &ResourceId) {
+        self.store.delete(id);
+    }
+    async fn contents(&mut self) -> Vec<Resource> {
+        self.store.resources()
+    }
+    async fn compact(&mut self) {
+        self.store.compact();
+    }
+    async fn stop(&mut self) {
+        self.outage.set(false);
+    }
+    async fn start(&mut self) {
+        self.outage.set(true);
+    }
+}
+
+/// A real etcd process, written to in Calico's layout; its outage is SIGKILL and a restart on
+/// the same data directory and ports.
+struct EtcdBackend {
+    etcd: EtcdServer,
+    client: etcd_client::Client,
+    ds: Arc<Etcd>,
+}
+
+impl Backend for EtcdBackend {
+    async fn new() -> Self {
+        let etcd = EtcdServer::start().await;
+        let client = etcd.client().await;
+        let ds = Arc::new(Etcd::connect(&[etcd.endpoint()], None).await.unwrap());
+        Self { etcd, client, ds }
+    }
+    fn datastore(&self) -> Arc<dyn Datastore> {
+        self.ds.clone()
+    }
+    async fn put(&mut self, r: &Resource) {
+        common::etcd::put(&mut self.client, r).await;
+    }
+    async fn delete(&mut self, id: &ResourceId) {
+        common::etcd::delete(&mut self.client, id).await;
+    }
+    async fn contents(&mut self) -> Vec<Resource> {
+        common::etcd::resources(&mut self.client).await
+    }
+    async fn compact(&mut self) {
+        common::etcd::compact(&mut self.client).await;
+    }
+    async fn stop(&mut self) {
+        self.etcd.kill();
+    }
+    async fn start(&mut self) {
+        self.etcd.restart().await;
+        self.client = self.etcd.client().await;
+    }
+}
+
+/// A datastore that can be cut off: while off, listings and new watches fail and watches in
+/// progress end with an error. Counts the listings made through it.
+struct Switch {
+    inner: Arc<dyn Datastore>,
+    up: watch::Sender<bool>,
+    lists: AtomicUsize,
+}
+
+impl Switch {
+    fn new(inner: Arc<dyn Datastore>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            up: watch::channel(true).0,
+            lists: AtomicUsize::new(0),
+        })
+    }
+
+    fn set(&self, up: bool) {
+        self.up.send_replace(up);
+    }
+
+    fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
+    }
+
+    fn check(&self) -> Result<(), DatastoreError> {
+        if *self.up.borrow() {
+            Ok(())
+        } else {
+            Err(DatastoreError::Unavailable("switched off".into()))
+        }
+    }
+}
+
+impl Datastore for Switch {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Listing, DatastoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.lists.fetch_add(1, Ordering::SeqCst);
+            self.inner.list().await
+        })
+    }
+
+    fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            let events = self.inner.watch(from).await?;
+            let mut up = self.up.subscribe();
+            let cut = async move {
+                let _ = up.wait_for(|up| !*up).await;
+            };
+            let broken = futures_util::stream::once(async {
+                Err(DatastoreError::Unavailable("switched off".into()))
+            });
+            Ok(Box::pin(events.take_until(cut).chain(broken)) as WatchStream)
+        })
+    }
+}
+
+/// The kinds every backend must carry, each with a generator.
+const KINDS: [Kind; 9] = [
+    Kind::NetworkPolicy,
+    Kind::GlobalNetworkPolicy,
+    Kind::NetworkSet,
+    Kind::GlobalNetworkSet,
+    Kind::Profile,
+    Kind::WorkloadEndpoint,
+    Kind::HostEndpoint,
+    Kind::IpPool,
+    Kind::Node,
+];
+
+/// Resource `i` of `kind` at generation `g`: another `g` converts to other values, another
+/// `i` is another resource with keys of its own.
+fn resource(kind: Kind, i: usize, g: u64) -> Resource {
+    let ns = format!("ns-{}", i % 2);
+    let gen_label = g.to_string();
+    let encap = ["Never", "Always", "CrossSubnet"][(g % 3) as usize];
+    let mut doc = match kind {
+        Kind::NetworkPolicy => json!({
+            "metadata": {"name": format!("np-{i}"), "namespace": ns},
+            "spec": {"order": 100 + g, "selector": format!("app == 'a{g}'"), "types": ["Ingress"],
+                     "ingress": [{"action": "Allow", "protocol": "TCP",
+                                  "destination": {"ports": [1000 + g % 1000]}}]}}),
+        Kind::GlobalNetworkPolicy => json!({
+            "metadata": {"name": format!("gnp-{i}")},
+            "spec": {"order": g, "selector": "all()", "types": ["Egress"],
+                     "egress": [{"action": "Deny",
+                                 "destination": {"nets": [format!("192.0.2.{}/32", g % 256)]}}]}}),
+        Kind::NetworkSet => json!({
+            "metadata": {"name": format!("set-{i}"), "namespace": ns, "labels": {"gen": gen_label}},
+            "spec": {"nets": [format!("10.{}.{}.0/24", i % 256, g % 256)]}}),
+        Kind::GlobalNetworkSet => json!({
+            "metadata": {"name": format!("gset-{i}"), "labels": {"gen": gen_label}},
+            "spec": {"nets": [format!("198.51.100.{}/32", g % 256)]}}),
+        Kind::Profile => json!({
+            "metadata": {"name": format!("prof-{i}")},
+            "spec": {"ingress": [{"action": "Allow"}],
+                     "egress": [{"action": if g.is_multiple_of(2) { "Allow" } else { "Deny" }}],
+                     "labelsToApply": {"gen": gen_label}}}),
+        Kind::WorkloadEndpoint => {
+            return typha_server::sample::Spec::default().workload_endpoint(i % 3, i, g);
+        }
+        Kind::HostEndpoint => json!({
+            "metadata": {"name": format!("hep-{i}"), "labels": {"gen": gen_label}},
+            "spec": {"node": format!("host-{}", i % 3), "interfaceName": format!("eth{}", g % 4),
+                     "expectedIPs": [format!("192.0.2.{}", i % 256)]}}),
+        Kind::IpPool => json!({
+            "metadata": {"name": format!("pool-{i}")},
+            "spec": {"cidr": format!("10.{}.0.0/16", 100 + i % 100),
+                     "vxlanMode": encap,
+                     "natOutgoing": g.is_multiple_of(2)}}),
+        Kind::Node => json!({
+            "metadata": {"name": format!("host-{i}")},
+            "spec": {"bgp": {"ipv4Address": format!("172.16.{}.{}/24", i % 256, 1 + g % 250)},
+                     "addresses": [{"address": format!("172.16.{}.{}", i % 256, 1 + g % 250),
+                                    "type": "InternalIP"}]}}),
+        other => panic!("no generator for {other}"),
+    };
+    doc["apiVersion"] = "projectcalico.org/v3".into();
+    doc["kind"] = kind.as_str().into();
+    Resource::from_json(doc).unwrap()
+}
+
+/// A small cluster plus `per_kind` resources of every kind.
+fn seed(per_kind: usize) -> Vec<Resource> {
+    let mut rs = common::cluster(2, 4);
+    for kind in KINDS {
+        rs.extend((0..per_kind).map(|i| resource(kind, i, 0)));
+    }
+    rs
+}
+
+/// What a resource converts to, as a client holds it.
+fn kvs(r: &Resource) -> BTreeMap<KeyPath, EncodedValue> {
+    typha_server::datastore::convert::convert(r)
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (KeyPath::from(&k), EncodedValue::encode(&v)))
+        .collect()
+}
+
+/// A backend, the server over it (behind a [`Switch`] that can cut the server off), and the
+/// test's record of what it wrote.
+struct Run<B> {
+    b: B,
+    switch: Arc<Switch>,
+    srv: RunningServer,
+    model: BTreeMap<ResourceId, Resource>,
+}
+
+impl<B: Backend> Run<B> {
+    /// Writes `seed`, then starts the server.
+    async fn new(seed: &[Resource]) -> Self {
+        let mut b = B::new().await;
+        let mut model = BTreeMap::new();
+        for r in seed {
+            b.put(r).await;
+            model.insert(r.id(), r.clone());
+        }
+        let switch = Switch::new(b.datastore());
+        let srv = start(Config::for_tests(), switch.clone()).await.unwrap();
+        Self {
+            b,
+            switch,
+            srv,
+            model,
+        }
+    }
+
+    async fn put(&mut self, r: Resource) {
+        self.b.put(&r).await;
+        self.model.insert(r.id(), r);
+    }
+
+    async fn delete(&mut self, id: &ResourceId) {
+        self.b.delete(id).await;
+        self.model.remove(id);
+    }
+
+    async fn peer(&self, host: &str) -> Peer {
+        let mut p = Peer::connect(self.srv.addr).await;
+        p.hello(Peer::offer(host, None)).await.unwrap();
+        p
+    }
+
+    /// Waits until `p` holds exactly what the datastore holds, and checks that the datastore
+    /// holds what the test wrote and that the server's cache agrees.
+    async fn converge(&mut self, p: &mut Peer, what: &str) {
+        let want = digest_of(self.model.values());
+        let stored = self.b.contents().await;
+        assert_eq!(
+            digest_of(&stored),
+            want,
+            "{what}: the datastore holds what the test wrote"
+        );
+        p.until(what, |p| {
+            p.digest.combined() == want.0 && p.status == Some(SyncStatus::InSync)
+        })
+        .await;
+        assert_eq!(p.state.len(), want.1, "{what}");
+        assert_eq!(
+            self.srv.cache.latest().digest,
+            want.0,
+            "{what}: server cache"
+        );
+    }
+
+    /// `ops` seeded random creates, updates and deletes over every kind.
+    async fn churn(&mut self, rng: &mut Rng, ops: usize) {
+        for _ in 0..ops {
+            let kind = KINDS[rng.below(KINDS.len() as u64) as usize];
+            let i = rng.below(6) as usize;
+            let id = resource(kind, i, 0).id();
+            if self.model.contains_key(&id) && rng.below(3) == 0 {
+                self.delete(&id).await;
+            } else {
+                self.put(resource(kind, i, 1 + rng.below(1000))).await;
+            }
+        }
+    }
+
+    async fn finish(self) {
+        self.srv.shutdown().await;
+    }
+}
+
+async fn initial_sync_equals_the_datastore<B: Backend>() {
+    let mut run = Run::<B>::new(&seed(3)).await;
+    let mut p = run.peer("node-a").await;
+    run.converge(&mut p, "the initial sync").await;
+    assert_eq!(p.first_after_hello, Some("snapshot"));
+    run.finish().await;
+}
+
+async fn every_kind_is_created_updated_and_deleted<B: Backend>() {
+    let mut run = Run::<B>::new(&seed(1)).await;
+    let mut p = run.peer("node-a").await;
+    run.converge(&mut p, "the initial sync").await;
+    for kind in KINDS {
+        let (v1, v2) = (resource(kind, 7, 1), resource(kind, 7, 2));
+        let (kv1, kv2) = (kvs(&v1), kvs(&v2));
+        assert!(!kv1.is_empty(), "{kind} converts to something");
+        assert_ne!(kv1, kv2, "{kind}: the update changes what a client holds");
+
+        run.put(v1.clone()).await;
+        run.converge(&mut p, &format!("{kind} created")).await;
+        for (k, v) in &kv1 {
+            assert_eq!(p.state.get(k), Some(v), "{kind} created: {k}");
+        }
+
+        run.put(v2.clone()).await;
+        run.converge(&mut p, &format!("{kind} updated")).await;
+        for (k, v) in &kv2 {
+            assert_eq!(p.state.get(k), Some(v), "{kind} updated: {k}");
+        }
+        for k in kv1.keys().filter(|k| !kv2.contains_key(*k)) {
+            assert!(!p.state.contains_key(k), "{kind} updated: {k} left over");
+        }
+
+        run.delete(&v2.id()).await;
+        run.converge(&mut p, &format!("{kind} deleted")).await;
+        for k in kv2.keys() {
+            assert!(!p.state.contains_key(k), "{kind} deleted: {k} left over");
+        }
+    }
+    run.finish().await;
+}
+
+async fn compaction_while_behind_resyncs_without_lost_or_phantom_keys<B: Backend>() {
+    let mut run = Run::<B>::new(&seed(3)).await;
+    let mut p = run.peer("node-a").await;
+    run.converge(&mut p, "the initial sync").await;
+
+    // The server's watch breaks and stays away while everything changes, then the history
+    // it would resume from is compacted.
+    run.switch.set(false);
+    let mut gone = Vec::new();
+    for kind in KINDS {
+        run.put(resource(kind, 10, 1)).await;
+        run.put(resource(kind, 1, 5)).await;
+        let old = resource(kind, 0, 0);
+        run.delete(&old.id()).await;
+        gone.push(old);
+    }
+    run.b.compact().await;
+    let lists = run.switch.lists();
+    run.switch.set(true);
+
+    run.converge(&mut p, "the resync after compaction").await;
+    assert!(run.switch.lists() > lists, "the server relisted");
+    for old in &gone {
+        for k in kvs(old).keys() {
+            assert!(
+                !p.state.contains_key(k),
+                "phantom {k} of deleted {}",
+                old.id()
+            );
+        }
+    }
+    run.finish().await;
+}
+
+async fn seeded_churn_ends_exact<B: Backend>() {
+    let mut run = Run::<B>::new(&seed(2)).await;
+    let mut p = run.peer("node-a").await;
+    run.converge(&mut p, "the initial sync").await;
+    run.churn(&mut Rng::new(0x5eed), 300).await;
+    run.converge(&mut p, "the end of the churn").await;
+    // A client arriving now gets the same state in its snapshot.
+    let mut late = run.peer("node-b").await;
+    run.converge(&mut late, "a client arriving after the churn")
+        .await;
+    run.finish().await;
+}
+
+async fn outage_and_recovery_end_exact<B: Backend>() {
+    let mut run = Run::<B>::new(&seed(2)).await;
+    let mut p = run.peer("node-a").await;
+    run.converge(&mut p, "the initial sync").await;
+    run.churn(&mut Rng::new(1), 50).await;
+    run.converge(&mut p, "before the outage").await;
+    let lists = run.switch.lists();
+
+    run.b.stop().await;
+    let ds = run.b.datastore();
+    let r = tokio::time::timeout(Duration::from_secs(15), ds.list())
+        .await
+        .expect("a listing while the datastore is down fails instead of hanging");
+    assert!(matches!(r, Err(DatastoreError::Unavailable(_))), "{r:?}");
+
+    run.b.start().await;
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    while tokio::time::timeout(Duration::from_secs(15), ds.list())
+        .await
+        .expect("a listing does not hang")
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the datastore is back but listing still fails"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    run.churn(&mut Rng::new(2), 50).await;
+    run.converge(&mut p, "after the outage").await;
+    assert_eq!(
+        run.switch.lists(),
+        lists,
+        "the watch resumed where it was: no relist"
+    );
+    assert!(p.goodbye.is_none());
+    run.finish().await;
+}
+
+/// Runs every test function of the suite against one backend.
+macro_rules! conformance {
+    ($name:ident, $backend:ty) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test]
+            async fn initial_sync_equals_the_datastore() {
+                super::initial_sync_equals_the_datastore::<$backend>().await;
+            }
+
+            #[tokio::test]
+            async fn every_kind_is_created_updated_and_deleted() {
+                super::every_kind_is_created_updated_and_deleted::<$backend>().await;
+            }
+
+            #[tokio::test]
+            async fn compaction_while_behind_resyncs_without_lost_or_phantom_keys() {
+                super::compaction_while_behind_resyncs_without_lost_or_phantom_keys::<$backend>()
+                    .await;
+            }
+
+            #[tokio::test]
+            async fn seeded_churn_ends_exact() {
+                super::seeded_churn_ends_exact::<$backend>().await;
+            }
+
+            #[tokio::test]
+            async fn outage_and_recovery_end_exact() {
+                super::outage_and_recovery_end_exact::<$backend>().await;
+            }
+        }
+    };
+}
+
+conformance!(embedded, EmbeddedBackend);
+conformance!(etcd, EtcdBackend);

@@ -1,0 +1,401 @@
+//! The etcd backend against a real etcd (Debian's `etcd-server`), beyond what the conformance
+//! suite checks for every backend: listings that stay consistent across pages while etcd is
+//! written to, watches from compacted revisions and progress notifications, values that are
+//! not resources, TLS with client certificates, an etcd that hangs, and the `typha-server`
+//! program waiting for an etcd that is down when it starts.
+
+// In tests a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::etcd::{EtcdServer, pki_file};
+use common::{Peer, digest_of, metric};
+use etcd_client::GetOptions;
+use futures_util::StreamExt;
+use protocol::model::{Revision, SyncStatus};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use typha_server::config::Config;
+use typha_server::datastore::etcd::{Etcd, EtcdTls, PAGE_SIZE, PREFIX};
+use typha_server::datastore::v3::{Kind, Resource, ResourceId};
+use typha_server::datastore::{Datastore, DatastoreError, WatchEvent};
+use typha_server::server::start;
+
+fn network_set(i: usize, g: u64) -> Resource {
+    Resource::from_json(json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+        "metadata": {"name": format!("set-{i:05}"), "labels": {"gen": g.to_string()}},
+        "spec": {"nets": [format!("10.{}.{}.0/24", i / 256 % 256, i % 256)]},
+    }))
+    .unwrap()
+}
+
+async fn backend(etcd: &EtcdServer) -> Etcd {
+    Etcd::connect(&[etcd.endpoint()], etcd.client_tls().as_ref())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn listing_pages_are_pinned_to_one_revision_while_etcd_is_written() {
+    let etcd = EtcdServer::start().await;
+    let mut c = etcd.client().await;
+    let n = 2 * PAGE_SIZE as usize + 100;
+    common::etcd::put_many(
+        &mut c,
+        &(0..n).map(|i| network_set(i, 0)).collect::<Vec<_>>(),
+    )
+    .await;
+    // Small pages, so that writes certainly land between them.
+    let ds = backend(&etcd).await.with_page_size(25);
+    assert_eq!(
+        backend(&etcd).await.list().await.unwrap().items.len(),
+        n,
+        "{PAGE_SIZE}-key pages"
+    );
+
+    // A writer rewrites resources all over the keyspace while we list.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let stop = stop.clone();
+        let mut c = etcd.client().await;
+        async move {
+            let mut g = 1u64;
+            while !stop.load(Ordering::Relaxed) {
+                common::etcd::put(&mut c, &network_set((g as usize * 7919) % n, g)).await;
+                g += 1;
+            }
+        }
+    });
+    let mut raced = 0;
+    for _ in 0..50 {
+        let listing = ds.list().await.unwrap();
+        let after = common::etcd::revision(&mut c).await;
+        // What etcd held at the listing's revision, in one unpaged read.
+        let at = c
+            .get(
+                PREFIX,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_revision(listing.revision.0 as i64),
+                ),
+            )
+            .await
+            .unwrap();
+        let want: BTreeMap<String, String> = at
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let r = Resource::from_json_str(kv.value_str().unwrap()).unwrap();
+                (r.metadata.name.clone(), kv.mod_revision().to_string())
+            })
+            .collect();
+        let got: BTreeMap<String, String> = listing
+            .items
+            .iter()
+            .map(|i| {
+                let r = i.as_ref().unwrap();
+                (
+                    r.metadata.name.clone(),
+                    r.metadata.resource_version.clone().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got.len(), n);
+        assert_eq!(got, want, "the listing is etcd's state at its revision");
+        if after > listing.revision.0 as i64 {
+            raced += 1;
+            if raced >= 3 {
+                break;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    assert!(raced >= 3, "writes landed during only {raced} listings");
+}
+
+#[tokio::test]
+async fn watches_report_compaction_as_too_old_and_send_progress() {
+    let etcd = EtcdServer::start().await;
+    let mut c = etcd.client().await;
+    let first = common::etcd::put(&mut c, &network_set(1, 1)).await;
+    common::etcd::put(&mut c, &network_set(1, 2)).await;
+    let compacted = common::etcd::compact(&mut c).await;
+    let ds = backend(&etcd).await;
+
+    let too_old = match ds.watch(Revision(first as u64)).await {
+        Err(e) => e,
+        Ok(mut s) => tokio::time::timeout(common::WAIT, s.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_err(),
+    };
+    assert_eq!(
+        too_old,
+        DatastoreError::TooOld {
+            requested: Revision(first as u64),
+            oldest: Revision(compacted as u64),
+        }
+    );
+
+    // From the compaction revision on, changes arrive, then progress at the latest revision
+    // (this etcd notifies every second).
+    let mut s = ds.watch(Revision(compacted as u64 + 1)).await.unwrap();
+    let rev = common::etcd::delete(&mut c, &network_set(1, 0).id()).await;
+    let mut next = async || {
+        tokio::time::timeout(common::WAIT, s.next())
+            .await
+            .expect("an event")
+            .expect("the watch goes on")
+            .expect("not an error")
+    };
+    // Progress notified before the deletion (the timer is etcd's) is from before it.
+    let ev = loop {
+        match next().await {
+            WatchEvent::Progress(r) => assert!(r < Revision(rev as u64)),
+            ev => break ev,
+        }
+    };
+    assert_eq!(
+        ev,
+        WatchEvent::Delete {
+            revision: Revision(rev as u64),
+            id: ResourceId::global(Kind::GlobalNetworkSet, "set-00001"),
+        }
+    );
+    assert_eq!(next().await, WatchEvent::Progress(Revision(rev as u64)));
+}
+
+#[tokio::test]
+async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
+    let etcd = EtcdServer::start().await;
+    let mut c = etcd.client().await;
+    let good: Vec<Resource> = (0..5).map(|i| network_set(i, 0)).collect();
+    for r in &good {
+        common::etcd::put(&mut c, r).await;
+    }
+    let valid = network_set(9, 0).to_json().to_string();
+    // Not JSON; a namespaced kind without a namespace; a value naming another resource.
+    common::etcd::put_raw(&mut c, "globalnetworksets/broken", b"{not json").await;
+    common::etcd::put_raw(&mut c, "networkpolicies/no-namespace", valid.as_bytes()).await;
+    common::etcd::put_raw(&mut c, "globalnetworksets/impostor", valid.as_bytes()).await;
+    // A kind this server does not serve: skipped, not invalid.
+    common::etcd::put_raw(&mut c, "bgppeers/peer-1", b"{}").await;
+
+    let ds = Arc::new(backend(&etcd).await);
+    let srv = start(Config::for_tests(), ds).await.unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+    let want = digest_of(&good);
+    p.until("the valid resources", |p| {
+        p.digest.combined() == want.0 && p.status == Some(SyncStatus::InSync)
+    })
+    .await;
+    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 3.0);
+
+    // A resource overwritten with garbage is gone (and counted); fixed, it is back.
+    let victim = good[0].clone();
+    common::etcd::put_raw(&mut c, "globalnetworksets/set-00000", b"\x00garbage").await;
+    let without = digest_of(&good[1..]);
+    p.until("the broken resource to go", |p| {
+        p.digest.combined() == without.0
+    })
+    .await;
+    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 4.0);
+    common::etcd::put(&mut c, &victim).await;
+    p.until("the fixed resource to return", |p| {
+        p.digest.combined() == want.0
+    })
+    .await;
+    assert_eq!(p.state.len(), want.1);
+    assert!(p.goodbye.is_none());
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_with_client_certificates() {
+    let etcd = EtcdServer::start_tls().await;
+    let mut c = etcd.client().await;
+    let rs: Vec<Resource> = (0..10).map(|i| network_set(i, 0)).collect();
+    for r in &rs {
+        common::etcd::put(&mut c, r).await;
+    }
+    let ds = Arc::new(backend(&etcd).await);
+    assert_eq!(ds.list().await.unwrap().items.len(), 10);
+    let srv = start(Config::for_tests(), ds).await.unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+    let want = digest_of(&rs);
+    p.until("the resources over TLS", |p| p.digest.combined() == want.0)
+        .await;
+    common::etcd::put(&mut c, &network_set(10, 0)).await;
+    let want = digest_of(rs.iter().chain([&network_set(10, 0)]));
+    p.until("a change over TLS", |p| p.digest.combined() == want.0)
+        .await;
+    srv.shutdown().await;
+
+    // etcd requires a client certificate: without one, nothing is read.
+    let ca_only = EtcdTls {
+        client: None,
+        ..etcd.client_tls().unwrap()
+    };
+    let ds = Etcd::connect(&[etcd.endpoint()], Some(&ca_only))
+        .await
+        .unwrap();
+    assert!(matches!(
+        ds.list().await,
+        Err(DatastoreError::Unavailable(_))
+    ));
+    // Nor with a CA that did not sign etcd's certificate.
+    let other = tempfile::tempdir().unwrap();
+    typha_server::pki::write_bundle(other.path(), &["127.0.0.1"], "typha").unwrap();
+    let wrong_ca = EtcdTls {
+        ca_file: other.path().join("ca.crt"),
+        ..etcd.client_tls().unwrap()
+    };
+    let ds = Etcd::connect(&[etcd.endpoint()], Some(&wrong_ca))
+        .await
+        .unwrap();
+    assert!(matches!(
+        ds.list().await,
+        Err(DatastoreError::Unavailable(_))
+    ));
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` on the loopback; the status code.
+async fn get_status(port: u16, path: &str) -> Option<u16> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    buf.split(' ').nth(1)?.parse().ok()
+}
+
+/// Kills the child when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_program_waits_for_an_etcd_that_is_down_at_start_over_tls() {
+    let mut etcd = EtcdServer::stopped(true);
+    let pki = etcd.pki_dir();
+    let (port, health) = (free_port(), free_port());
+    let _server = Killed(
+        Command::new(BIN)
+            .env("TYPHA_DATASTORETYPE", "etcdv3")
+            .env("TYPHA_ETCDENDPOINTS", etcd.endpoint())
+            .env("TYPHA_ETCDCAFILE", pki_file(&pki, "ca.crt"))
+            .env("TYPHA_ETCDCERTFILE", pki_file(&pki, "client.crt"))
+            .env("TYPHA_ETCDKEYFILE", pki_file(&pki, "client.key"))
+            .env("TYPHA_SERVERHOST", "127.0.0.1")
+            .env("TYPHA_SERVERPORT", port.to_string())
+            .env("TYPHA_HEALTHHOST", "127.0.0.1")
+            .env("TYPHA_HEALTHPORT", health.to_string())
+            .env("TYPHA_PROMETHEUSMETRICSENABLED", "false")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Up, alive, not ready.
+    common::eventually("the health listener", || {
+        std::net::TcpStream::connect(("127.0.0.1", health)).is_ok()
+    })
+    .await;
+    assert_eq!(get_status(health, "/liveness").await, Some(200));
+    assert_eq!(get_status(health, "/readiness").await, Some(503));
+    let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+
+    etcd.restart().await;
+    let mut c = etcd.client().await;
+    let rs: Vec<Resource> = (0..10).map(|i| network_set(i, 0)).collect();
+    for r in &rs {
+        common::etcd::put(&mut c, r).await;
+    }
+    let want = digest_of(&rs);
+    p.until("etcd's content once it is up", |p| {
+        p.digest.combined() == want.0 && p.status == Some(SyncStatus::InSync)
+    })
+    .await;
+    assert_eq!(p.statuses.first(), Some(&SyncStatus::WaitForDatastore));
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    while get_status(health, "/readiness").await != Some(200) {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn a_bad_etcd_file_is_a_configuration_error_naming_the_setting() {
+    let out = Command::new(BIN)
+        .env("TYPHA_DATASTORETYPE", "etcdv3")
+        .env("TYPHA_ETCDENDPOINTS", "https://127.0.0.1:1")
+        .env("TYPHA_ETCDCAFILE", "/nonexistent/ca.crt")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("TYPHA_ETCDCAFILE"), "{err}");
+}
+
+/// The slowest test here (about 15 s): it waits out the request deadline and the HTTP/2
+/// keep-alive, which is the point.
+#[tokio::test]
+async fn a_hung_etcd_fails_requests_and_breaks_watches_instead_of_hanging() {
+    let etcd = EtcdServer::start().await;
+    let mut c = etcd.client().await;
+    let rev = common::etcd::put(&mut c, &network_set(1, 0)).await;
+    let ds = backend(&etcd).await;
+    let mut w = ds.watch(Revision(rev as u64 + 1)).await.unwrap();
+    etcd.freeze(true);
+    let r = tokio::time::timeout(Duration::from_secs(30), ds.list())
+        .await
+        .expect("a listing from a hung etcd times out");
+    assert!(matches!(r, Err(DatastoreError::Unavailable(_))), "{r:?}");
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), w.next())
+            .await
+            .expect("a watch on a hung etcd breaks")
+        {
+            Some(Ok(WatchEvent::Progress(_))) => {}
+            Some(Err(DatastoreError::Unavailable(_))) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    etcd.freeze(false);
+    assert_eq!(ds.list().await.unwrap().items.len(), 1);
+}
