@@ -134,8 +134,27 @@ impl Workdir {
             tls,
             log_dir: &self.path,
             bin: self.server_bin.as_deref(),
+            etcd: None,
         })
         .await
+    }
+
+    /// Starts a server over an etcd (client URL) and waits until its cache holds all of it.
+    pub(crate) async fn etcd_server(&self, name: &str, etcd: &str) -> anyhow::Result<Server> {
+        Server::spawn(Spawn {
+            name,
+            manifests: &self.manifests,
+            tls: self.tls.as_deref(),
+            log_dir: &self.path,
+            bin: self.server_bin.as_deref(),
+            etcd: Some(etcd),
+        })
+        .await
+    }
+
+    /// The work directory.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Applies the run's server settings: which server binary, and (for an external server)
@@ -319,8 +338,8 @@ pub(crate) struct Phase {
 
 /// Churns `rate` × `secs` and waits for every healthy node to receive it; the phase's numbers.
 pub(crate) async fn churn_phase(
-    server: &mut Server,
-    shape: (usize, usize),
+    watched_pid: u32,
+    churn: crate::server::Churn,
     swarms: &mut [Child],
     healthy: usize,
     rate: f64,
@@ -328,10 +347,9 @@ pub(crate) async fn churn_phase(
     what: &str,
 ) -> anyhow::Result<(Phase, hdrhistogram::Histogram<u64>)> {
     let rss = |pid| usage(pid).map(|u| u.rss).unwrap_or(0);
-    let rss_start = rss(server.pid());
+    let rss_start = rss(watched_pid);
     let mut rss_max = rss_start;
     let got0 = sum(swarms, "churn_updates");
-    let churn = server.churn(shape, rate, secs);
     let want = (rate * secs).round() as u64 * healthy as u64;
     let b = bar(want, what);
     let started = Instant::now();
@@ -339,7 +357,7 @@ pub(crate) async fn churn_phase(
     loop {
         let got = sum(swarms, "churn_updates") - got0;
         b.set_position(got);
-        rss_max = rss_max.max(rss(server.pid()));
+        rss_max = rss_max.max(rss(watched_pid));
         if got >= want || started.elapsed() > limit {
             break;
         }
@@ -349,7 +367,7 @@ pub(crate) async fn churn_phase(
     let updates = churn.wait().await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let h = phase_histogram(swarms).await?;
-    let rss_end = rss(server.pid());
+    let rss_end = rss(watched_pid);
     let p = Phase {
         latency_ms: Percentiles::of(&h),
         updates,

@@ -8,7 +8,7 @@
 //! reads CPU and memory from /proc, reads the server only through `/status` and `/metrics`,
 //! and checks that every node ends with the server's exact state.
 //!
-//! Scenarios: `steady` (the default), `storm`, `failover`, `slow`, `ceiling`; see
+//! Scenarios: `steady` (the default), `storm`, `failover`, `slow`, `ceiling`, `direct`; see
 //! docs/loadtest.md.
 
 // Indexing here is into serde_json::Value, which yields Null for a missing field instead of
@@ -18,6 +18,8 @@
 mod broadcast;
 mod ceiling;
 mod child;
+mod direct;
+mod etcd;
 mod failover;
 mod harness;
 mod http;
@@ -54,6 +56,8 @@ enum Cmd {
     Slow(slow::SlowArgs),
     /// Our delivery rate against a bare broadcaster's, over TLS and plain TCP.
     Ceiling(ceiling::CeilingArgs),
+    /// The same nodes and churn on a real etcd: every node watching etcd, then through us.
+    Direct(direct::DirectArgs),
     /// Internal: the ceiling scenario's bare broadcaster.
     #[command(name = "__broadcast", hide = true)]
     Broadcast(broadcast::BroadcastArgs),
@@ -117,6 +121,10 @@ fn main() -> ExitCode {
             Cmd::Ceiling(a) => {
                 let c = a.common.clone();
                 finish(ceiling::run(a).await?, &c)
+            }
+            Cmd::Direct(a) => {
+                let c = a.common.clone();
+                finish(direct::run(a).await?, &c)
             }
         }
     });

@@ -79,6 +79,8 @@ pub(crate) struct Spawn<'a> {
     pub(crate) log_dir: &'a Path,
     /// `None`: the built-in program.
     pub(crate) bin: Option<&'a Path>,
+    /// Serve from this etcd (client URL) instead of the embedded datastore.
+    pub(crate) etcd: Option<&'a str>,
 }
 
 /// A free TCP port on the loopback.
@@ -106,6 +108,10 @@ const OWNED: &[&str] = &[
     "TYPHA_CAFILE",
     "TYPHA_CLIENTCN",
     "TYPHA_CLIENTURISAN",
+    "TYPHA_ETCDENDPOINTS",
+    "TYPHA_ETCDCAFILE",
+    "TYPHA_ETCDCERTFILE",
+    "TYPHA_ETCDKEYFILE",
 ];
 
 /// Defaults for a load test that the caller's environment may override.
@@ -139,10 +145,16 @@ impl Server {
         }
         let http = format!("127.0.0.1:{http_port}");
         let api = format!("127.0.0.1:{api_port}");
-        cmd.env("TYPHA_DATASTORETYPE", "embedded")
-            .env("TYPHA_EMBEDDEDDIR", s.manifests)
-            .env("TYPHA_EMBEDDEDAPIADDR", &api)
-            .env("TYPHA_SERVERHOST", "127.0.0.1")
+        match s.etcd {
+            None => cmd
+                .env("TYPHA_DATASTORETYPE", "embedded")
+                .env("TYPHA_EMBEDDEDDIR", s.manifests)
+                .env("TYPHA_EMBEDDEDAPIADDR", &api),
+            Some(endpoint) => cmd
+                .env("TYPHA_DATASTORETYPE", "etcdv3")
+                .env("TYPHA_ETCDENDPOINTS", endpoint),
+        };
+        cmd.env("TYPHA_SERVERHOST", "127.0.0.1")
             .env("TYPHA_SERVERPORT", port.to_string())
             .env("TYPHA_HEALTHHOST", "127.0.0.1")
             .env("TYPHA_HEALTHPORT", http_port.to_string())
@@ -306,10 +318,7 @@ impl Server {
 
     /// Starts writing `rate` updates per second for `secs` seconds into its datastore.
     pub(crate) fn churn(&self, shape: (usize, usize), rate: f64, secs: f64) -> Churn {
-        let api = self.api.clone();
-        Churn {
-            task: tokio::spawn(churn(api, shape, rate, secs)),
-        }
+        Churn::spawn(churn(self.api.clone(), shape, rate, secs))
     }
 }
 
@@ -319,13 +328,23 @@ pub(crate) struct Churn {
 }
 
 impl Churn {
+    /// Runs a writer; it returns how many updates it wrote.
+    pub(crate) fn spawn(
+        writer: impl std::future::Future<Output = anyhow::Result<u64>> + Send + 'static,
+    ) -> Churn {
+        Churn {
+            task: tokio::spawn(writer),
+        }
+    }
+
     /// Waits for the writer to finish; how many updates it wrote.
     pub(crate) async fn wait(self) -> anyhow::Result<u64> {
         self.task.await.context("churn task")?
     }
 }
 
-fn now_ns() -> u128 {
+/// Wall-clock time, Unix nanoseconds (the churn stamp).
+pub(crate) fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())

@@ -70,8 +70,8 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
     harness::wait_for(&swarms, "in_sync", healthy as u64, "in sync", limit).await?;
     harness::phase_histogram(&mut swarms).await?;
     let (baseline, _) = churn_phase(
-        &mut server,
-        wd.shape(),
+        server.pid(),
+        server.churn(wd.shape(), a.rate, a.secs),
         &mut swarms,
         healthy,
         a.rate,
@@ -100,8 +100,8 @@ pub(crate) async fn run(a: SlowArgs) -> anyhow::Result<Outcome> {
     // Let the server fill their buffers with the snapshot.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (with_stalled, latency) = churn_phase(
-        &mut server,
-        wd.shape(),
+        server.pid(),
+        server.churn(wd.shape(), a.rate, a.secs),
         &mut swarms,
         healthy,
         a.rate,

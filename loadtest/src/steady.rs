@@ -111,8 +111,8 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
     let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
     let (cpu0, swarm_cpu0) = (harness::cpu(&[server.pid()]), harness::cpu(&swarm_pids));
     let (churn, latency) = harness::churn_phase(
-        &mut server,
-        wd.shape(),
+        server.pid(),
+        server.churn(wd.shape(), a.rate, a.secs),
         &mut swarms,
         a.nodes,
         a.rate,

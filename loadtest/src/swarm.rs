@@ -2,7 +2,8 @@
 //! (TLS, handshake, the full store with its digest, or a light store), with light callbacks
 //! that count updates and measure, for every churn update, the time from its datastore write to
 //! its receipt. Optionally some nodes are stalled (hello, then never read), or every node is a
-//! bare reader of the ceiling broadcaster (see `raw`).
+//! bare reader of the ceiling broadcaster (see `raw`), or every node watches etcd directly
+//! (`--etcd`, the `direct` scenario's baseline: see `etcd::direct_node`).
 //!
 //! Prints a JSON progress line every half second; on `finish` (stdin) it stops every node and
 //! prints the latency histogram (HdrHistogram V2, hex) and how many nodes ended with each
@@ -54,12 +55,17 @@ pub(crate) struct SwarmArgs {
     /// Every node is a bare reader of the ceiling broadcaster, not a typha-client.
     #[arg(long)]
     pub(crate) raw: bool,
+    /// Every node lists and watches this etcd (client URL) itself, not a typha-client.
+    #[arg(long)]
+    pub(crate) etcd: Option<String>,
 }
 
 const SHARDS: usize = 16;
 
 struct Shared {
     in_sync: AtomicUsize,
+    /// Direct (etcd) nodes connected.
+    direct_connected: AtomicU64,
     updates: AtomicU64,
     churn_updates: AtomicU64,
     churn_frames: AtomicU64,
@@ -146,6 +152,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         .context("histogram")?;
     let shared = Arc::new(Shared {
         in_sync: AtomicUsize::new(0),
+        direct_connected: AtomicU64::new(0),
         updates: AtomicU64::new(0),
         churn_updates: AtomicU64::new(0),
         churn_frames: AtomicU64::new(0),
@@ -172,12 +179,25 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     let raw = Arc::new(RawCounters::default());
     let mut tasks = Vec::with_capacity(a.nodes);
     let mut raw_tasks = Vec::new();
+    let mut direct_tasks = Vec::new();
+    if let Some(endpoint) = &a.etcd {
+        for i in 0..a.nodes {
+            direct_tasks.push(tokio::spawn(direct(
+                endpoint.clone(),
+                shared.clone(),
+                i % SHARDS,
+                stop_rx.clone(),
+            )));
+        }
+    }
     let real = if a.raw {
         0
     } else {
         a.nodes.saturating_sub(a.stalled)
     };
-    for i in 0..a.nodes {
+    // Direct nodes replace the typha-clients (and stalled or raw ones).
+    let simulated = if a.etcd.is_some() { 0 } else { a.nodes };
+    for i in 0..simulated {
         let name = format!("sim-{}", a.first + i);
         if i >= real {
             let addr = a
@@ -217,7 +237,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                     "{}",
                     json!({
                         "event": "progress",
-                        "connected": metrics.connected.get(),
+                        "connected": metrics.connected.get() + shared.direct_connected.load(Ordering::Relaxed) as i64,
                         "in_sync": shared.in_sync.load(Ordering::Relaxed),
                         "updates": shared.updates.load(Ordering::Relaxed),
                         "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
@@ -254,6 +274,15 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         }
     }
     let mut digests: BTreeMap<String, usize> = BTreeMap::new();
+    // A direct node's "digest" is the last etcd revision it saw.
+    for t in direct_tasks {
+        let d = match t.await {
+            Ok(Ok(r)) => format!("rev-{}", r.revision),
+            Ok(Err(e)) => format!("error: {e:#}"),
+            Err(e) => format!("error: {e}"),
+        };
+        *digests.entry(d).or_default() += 1;
+    }
     let mut full_digests: BTreeMap<String, usize> = BTreeMap::new();
     for (i, t) in tasks.into_iter().enumerate() {
         if let Ok((_, store)) = t.await {
@@ -280,6 +309,40 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         })
     );
     Ok(())
+}
+
+/// A node watching etcd itself; latency and counts go where a typha-client node's do.
+async fn direct(
+    endpoint: String,
+    shared: Arc<Shared>,
+    shard: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<crate::etcd::DirectReport> {
+    shared.direct_connected.fetch_add(1, Ordering::Relaxed);
+    let s2 = shared.clone();
+    crate::etcd::direct_node(
+        endpoint,
+        |listed| {
+            s2.updates.fetch_add(listed as u64, Ordering::Relaxed);
+            s2.in_sync.fetch_add(1, Ordering::Relaxed);
+        },
+        |value| {
+            shared.updates.fetch_add(1, Ordering::Relaxed);
+            let Some(sent) = value.and_then(crate::etcd::sent_ns_json) else {
+                return;
+            };
+            let us = u64::try_from(now_ns().saturating_sub(sent) / 1000).unwrap_or(u64::MAX);
+            shared.churn_updates.fetch_add(1, Ordering::Relaxed);
+            shared.churn_frames.fetch_add(1, Ordering::Relaxed);
+            if let Some(h) = shared.latency.get(shard) {
+                h.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .saturating_record(us);
+            }
+        },
+        stop,
+    )
+    .await
 }
 
 /// The merged latency histogram of every shard (HdrHistogram V2, hex), and resets the shards.

@@ -268,3 +268,27 @@ fn scenarios_that_need_their_own_server_refuse_an_external_one() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("steady only"), "{e}");
 }
+
+#[test]
+fn a_small_direct_run_compares_nodes_on_etcd_with_nodes_through_the_server() {
+    // Needs Debian's etcd-server (installed by .ci/run).
+    let r = run(&[
+        "direct",
+        "--nodes",
+        "6",
+        "--pods-per-node",
+        "2",
+        "--rate",
+        "20",
+        "--secs",
+        "2",
+        "--nodes-per-swarm",
+        "3",
+    ]);
+    for side in ["direct", "via_server"] {
+        assert_eq!(r[side]["nodes_exact"], 6, "{side}: {r}");
+        assert_eq!(r[side]["deliveries"], 240, "{side}: {r}");
+        assert!(r[side]["etcd_cpu_churn_secs"].as_f64().is_some(), "{r}");
+    }
+    assert!(r["via_server"]["server_cpu_churn_secs"].as_f64().unwrap() > 0.0);
+}

@@ -1,0 +1,248 @@
+//! A real etcd for the `direct` scenario: the Debian `etcd` binary on free loopback ports with
+//! its data in the run's work directory, seeded with the generated cluster in Calico's layout,
+//! and churned with stamped workload endpoints, the same churn the other scenarios write
+//! through the embedded store's API.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use etcd_client::{Client, Txn, TxnOp};
+use tokio::process::Command;
+use typha_server::datastore::etcd::key_of;
+
+use crate::server::{Churn, SENT_LABEL, free_port, now_ns};
+
+/// etcd's default limit on operations per transaction.
+const TXN_OPS: usize = 128;
+
+/// An etcd process, killed when dropped.
+pub(crate) struct EtcdProc {
+    proc: tokio::process::Child,
+    /// Client URL.
+    pub(crate) endpoint: String,
+}
+
+impl EtcdProc {
+    /// Starts etcd (`LOADTEST_ETCD` or `etcd` on the PATH) with its data under `dir`.
+    pub(crate) async fn start(dir: &Path) -> anyhow::Result<EtcdProc> {
+        let bin = std::env::var("LOADTEST_ETCD").unwrap_or_else(|_| "etcd".into());
+        let (client, peer) = (free_port()?, free_port()?);
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let data = dir.join("etcd-data");
+        let log = std::fs::File::create(dir.join("etcd.log"))?;
+        let proc = Command::new(&bin)
+            .arg("--name=loadtest")
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls={endpoint}"))
+            .arg(format!("--advertise-client-urls={endpoint}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=loadtest={peer_url}"))
+            // Room for the seeded cluster and the churn's history.
+            .arg("--quota-backend-bytes=8589934592")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {bin} (Debian package etcd-server)"))?;
+        let e = EtcdProc { proc, endpoint };
+        let started = Instant::now();
+        loop {
+            if let Ok(mut c) = e.client().await
+                && c.get("/", None).await.is_ok()
+            {
+                return Ok(e);
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "etcd did not answer within 30 s; see {}",
+                    dir.join("etcd.log").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A client.
+    pub(crate) async fn client(&self) -> anyhow::Result<Client> {
+        Client::connect([self.endpoint.as_str()], None)
+            .await
+            .context("connecting to etcd")
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.proc.id().unwrap_or(0)
+    }
+}
+
+/// Writes the generated cluster (`(nodes, pods per node)`) into etcd.
+pub(crate) async fn seed(e: &EtcdProc, shape: (usize, usize)) -> anyhow::Result<usize> {
+    let mut c = e.client().await?;
+    let resources = crate::harness::cluster_spec(shape.0, shape.1).resources();
+    for chunk in resources.chunks(TXN_OPS) {
+        let ops = chunk
+            .iter()
+            .map(|r| {
+                Ok(TxnOp::put(
+                    key_of(&r.id()),
+                    serde_json::to_vec(&r.to_json())?,
+                    None,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        c.txn(Txn::new().and_then(ops))
+            .await
+            .context("seeding etcd")?;
+    }
+    Ok(resources.len())
+}
+
+/// Writes `rate` stamped workload-endpoint updates per second for `secs` seconds into etcd,
+/// each its own put (as an API server or calicoctl would), in order.
+pub(crate) fn churn(endpoint: String, shape: (usize, usize), rate: f64, secs: f64) -> Churn {
+    Churn::spawn(async move {
+        let mut c = Client::connect([endpoint.as_str()], None)
+            .await
+            .context("connecting to etcd")?;
+        let spec = crate::harness::cluster_spec(shape.0, shape.1);
+        let total = (rate * secs).round() as u64;
+        let started = tokio::time::Instant::now();
+        let per = Duration::from_secs_f64(1.0 / rate.max(0.001));
+        for i in 0..total {
+            tokio::time::sleep_until(started + per.mul_f64(i as f64)).await;
+            let node = (i as usize) % spec.nodes;
+            let pod = (i as usize / spec.nodes) % spec.pods_per_node;
+            let mut r = spec.workload_endpoint(node, pod, i + 1);
+            r.metadata
+                .labels
+                .insert(SENT_LABEL.into(), now_ns().to_string());
+            c.put(key_of(&r.id()), serde_json::to_vec(&r.to_json())?, None)
+                .await
+                .context("writing churn to etcd")?;
+        }
+        Ok(total)
+    })
+}
+
+/// The end of the key range under `prefix`.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
+}
+
+/// The write time in a churned resource's JSON (`"loadtest.sent-unix-ns":"<digits>"`), found
+/// without parsing the document.
+pub(crate) fn sent_ns_json(value: &[u8]) -> Option<u128> {
+    let needle = format!("\"{SENT_LABEL}\":\"");
+    let at = value
+        .windows(needle.len())
+        .position(|w| w == needle.as_bytes())?;
+    let rest = value.get(at + needle.len()..)?;
+    let end = rest.iter().position(|b| *b == b'"')?;
+    std::str::from_utf8(rest.get(..end)?).ok()?.parse().ok()
+}
+
+/// What a direct node reports.
+pub(crate) struct DirectReport {
+    /// The last revision it saw.
+    pub(crate) revision: i64,
+}
+
+/// One node watching etcd itself, as Felix does without Typha: a paged listing of Calico's
+/// prefix pinned to one revision, then a watch from the next. `on_listed` runs once the
+/// listing is complete; `on_event` gets each watched value (or `None` for a deletion).
+pub(crate) async fn direct_node(
+    endpoint: String,
+    mut on_listed: impl FnMut(usize) + Send,
+    mut on_event: impl FnMut(Option<&[u8]>) + Send,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<DirectReport> {
+    use etcd_client::{EventType, GetOptions, WatchOptions};
+    use typha_server::datastore::etcd::PREFIX;
+    let mut c = loop {
+        match Client::connect([endpoint.as_str()], None).await {
+            Ok(c) => break c,
+            Err(_) if !*stop.borrow() => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => return Err(e).context("connecting to etcd"),
+        }
+    };
+    let end = prefix_end(PREFIX);
+    let mut from = PREFIX.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut listed = 0;
+    loop {
+        let mut opts = GetOptions::new().with_range(end.clone()).with_limit(500);
+        if revision > 0 {
+            opts = opts.with_revision(revision);
+        }
+        let resp = c.get(from.clone(), Some(opts)).await.context("listing")?;
+        if revision == 0 {
+            revision = resp.header().map_or(0, |h| h.revision());
+        }
+        listed += resp.kvs().len();
+        match resp.kvs().last() {
+            Some(last) if resp.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    on_listed(listed);
+    let mut stream = c
+        .watch(
+            PREFIX,
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(revision + 1),
+            ),
+        )
+        .await
+        .context("watching")?;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            msg = futures_util::StreamExt::next(&mut stream) => {
+                let Some(resp) = msg else {
+                    anyhow::bail!("etcd ended the watch");
+                };
+                let resp = resp.context("watch")?;
+                for ev in resp.events() {
+                    if let Some(kv) = ev.kv() {
+                        revision = revision.max(kv.mod_revision());
+                        match ev.event_type() {
+                            EventType::Put => on_event(Some(kv.value())),
+                            EventType::Delete => on_event(None),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(DirectReport { revision })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn finds_the_stamp_in_json() {
+        let spec = crate::harness::cluster_spec(2, 2);
+        let mut r = spec.workload_endpoint(1, 1, 7);
+        let plain = serde_json::to_vec(&r.to_json()).unwrap_or_default();
+        assert_eq!(super::sent_ns_json(&plain), None);
+        r.metadata
+            .labels
+            .insert(super::SENT_LABEL.into(), "1763780000123456789".into());
+        let json = serde_json::to_vec(&r.to_json()).unwrap_or_default();
+        assert_eq!(super::sent_ns_json(&json), Some(1_763_780_000_123_456_789));
+    }
+}
