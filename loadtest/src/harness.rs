@@ -336,7 +336,8 @@ pub(crate) struct Phase {
     pub(crate) rss_max: u64,
 }
 
-/// Churns `rate` × `secs` and waits for every healthy node to receive it; the phase's numbers.
+/// Runs `churn` (`rate` × `secs` updates) and waits until every healthy node has received
+/// them, sampling the RSS of `watched_pid` (the server, or etcd); the phase's numbers.
 pub(crate) async fn churn_phase(
     watched_pid: u32,
     churn: crate::server::Churn,
