@@ -28,9 +28,15 @@ pub const EX_CONFIG: u8 = 64;
 #[derive(Debug, Parser)]
 #[command(name = "typha-server", version, about)]
 pub struct Cli {
-    /// Datastore: `embedded` (the in-process store fed from --embedded-dir) or `etcdv3`
-    /// (Calico's etcd v3 layout, at --etcd-endpoints).
-    #[arg(long, env = "TYPHA_DATASTORETYPE", default_value = "embedded")]
+    /// Datastore: `embedded` (the in-process store fed from --embedded-dir), `etcdv3`
+    /// (Calico's etcd v3 layout, at --etcd-endpoints) or `typha` (another typha server, at
+    /// --upstream: tiered fan-out).
+    #[arg(
+        long,
+        alias = "datastore",
+        env = "TYPHA_DATASTORETYPE",
+        default_value = "embedded"
+    )]
     pub datastore_type: String,
     /// etcd client URLs (comma-separated): all `http://`, or all `https://` with
     /// --etcd-ca-file.
@@ -50,6 +56,25 @@ pub struct Cli {
     /// Private key of the etcd client certificate (PEM).
     #[arg(long, env = "TYPHA_ETCDKEYFILE")]
     pub etcd_key_file: Option<PathBuf>,
+    /// Upstream typha servers (`host:port`, comma-separated) for `TYPHA_DATASTORETYPE=typha`:
+    /// this server is fed by them instead of a datastore (tiered fan-out).
+    #[arg(long, env = "TYPHA_UPSTREAMADDR", value_delimiter = ',')]
+    pub upstream: Vec<String>,
+    /// CA that signs the upstream's certificate (PEM): mutual TLS to the upstream.
+    #[arg(long, env = "TYPHA_UPSTREAMCAFILE")]
+    pub upstream_ca_file: Option<PathBuf>,
+    /// This server's client certificate for the upstream (PEM).
+    #[arg(long, env = "TYPHA_UPSTREAMCERTFILE")]
+    pub upstream_cert_file: Option<PathBuf>,
+    /// The key of that certificate (PEM).
+    #[arg(long, env = "TYPHA_UPSTREAMKEYFILE")]
+    pub upstream_key_file: Option<PathBuf>,
+    /// Required CN of the upstream's certificate.
+    #[arg(long, env = "TYPHA_UPSTREAMCN")]
+    pub upstream_cn: Option<String>,
+    /// Required URI SAN of the upstream's certificate.
+    #[arg(long, env = "TYPHA_UPSTREAMURISAN")]
+    pub upstream_uri_san: Option<String>,
     /// Manifest directory for the embedded datastore (Calico v3 YAML/JSON), watched for changes.
     #[arg(long, env = "TYPHA_EMBEDDEDDIR")]
     pub embedded_dir: Option<PathBuf>,
@@ -220,10 +245,11 @@ impl Cli {
                 },
             },
             "etcdv3" => self.etcd()?,
+            "typha" => self.upstream_config()?,
             other => {
                 return Err(bad(
                     "TYPHA_DATASTORETYPE",
-                    format!("{other:?} is not supported (supported: embedded, etcdv3)"),
+                    format!("{other:?} is not supported (supported: embedded, etcdv3, typha)"),
                 ));
             }
         };
@@ -367,6 +393,67 @@ impl Cli {
             client_cns,
             client_uri_sans,
         }))
+    }
+
+    /// The upstream servers and the TLS files to reach them, checked.
+    fn upstream_config(&self) -> Result<DatastoreConfig, ConfigError> {
+        let addrs: Vec<String> = self
+            .upstream
+            .iter()
+            .map(|a| a.trim().to_owned())
+            .filter(|a| !a.is_empty())
+            .collect();
+        if addrs.is_empty() {
+            return Err(bad(
+                "TYPHA_UPSTREAMADDR",
+                "required with TYPHA_DATASTORETYPE=typha (host:port of the upstream servers)",
+            ));
+        }
+        let files = [
+            ("TYPHA_UPSTREAMCAFILE", &self.upstream_ca_file),
+            ("TYPHA_UPSTREAMCERTFILE", &self.upstream_cert_file),
+            ("TYPHA_UPSTREAMKEYFILE", &self.upstream_key_file),
+        ];
+        let given = files.iter().filter(|(_, f)| f.is_some()).count();
+        let tls = match given {
+            0 => None,
+            3 => {
+                for (setting, f) in files {
+                    if let Some(f) = f
+                        && !f.is_file()
+                    {
+                        return Err(bad(
+                            setting,
+                            format!("{} is not a readable file", f.display()),
+                        ));
+                    }
+                }
+                Some(typha_client::tls::ClientTls {
+                    ca_file: self.upstream_ca_file.clone().unwrap_or_default(),
+                    cert_file: self.upstream_cert_file.clone().unwrap_or_default(),
+                    key_file: self.upstream_key_file.clone().unwrap_or_default(),
+                    server_cn: self.upstream_cn.clone().filter(|s| !s.is_empty()),
+                    server_uri_san: self.upstream_uri_san.clone().filter(|s| !s.is_empty()),
+                })
+            }
+            _ => {
+                let missing = files
+                    .iter()
+                    .find(|(_, f)| f.is_none())
+                    .map_or("TYPHA_UPSTREAMCAFILE", |(s, _)| *s);
+                return Err(bad(
+                    missing,
+                    "mutual TLS to the upstream needs the CA, certificate and key together",
+                ));
+            }
+        };
+        Ok(DatastoreConfig::Upstream(
+            crate::datastore::upstream::UpstreamConfig {
+                addrs,
+                tls,
+                hostname: hostname(),
+            },
+        ))
     }
 
     /// The etcd endpoints and TLS files, checked: every file readable and of the right kind,
@@ -533,8 +620,39 @@ where
     rt.block_on(run(cfg))
 }
 
+/// This machine's name (what an upstream server is told).
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "typha-server".into())
+}
+
 async fn run(cfg: Config) -> ExitCode {
     let mut api_server = None;
+    if let DatastoreConfig::Upstream(u) = &cfg.datastore {
+        info!(upstream = ?u.addrs, tls = u.tls.is_some(), "fed by upstream typha servers");
+        let u = u.clone();
+        return match crate::server::start_with(cfg, move |tx| {
+            Box::pin(crate::datastore::upstream::run(u, tx))
+        })
+        .await
+        {
+            Ok(server) => {
+                wait_for_signal().await;
+                info!("shutdown signal received");
+                server.shutdown().await;
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                error!("cannot start: {e}");
+                eprintln!("typha-server: cannot start: {e}");
+                ExitCode::from(EX_CONFIG)
+            }
+        };
+    }
     let datastore: Arc<dyn Datastore> = match &cfg.datastore {
         DatastoreConfig::Embedded {
             dir,
@@ -584,6 +702,8 @@ async fn run(cfg: Config) -> ExitCode {
                 }
             }
         }
+        // Handled above: it feeds the cache without a datastore.
+        DatastoreConfig::Upstream(_) => return ExitCode::FAILURE,
     };
     let server = match crate::server::start(cfg, datastore).await {
         Ok(s) => s,
@@ -640,6 +760,57 @@ mod tests {
         Cli::try_parse_from(std::iter::once("typha-server").chain(args.iter().copied()))
             .expect("flags parse")
             .into_config()
+    }
+
+    #[test]
+    fn upstream_settings() {
+        let e = parse(&["--datastore", "typha"]).unwrap_err();
+        assert_eq!(e.setting, "TYPHA_UPSTREAMADDR");
+        let c = parse(&[
+            "--datastore-type",
+            "typha",
+            "--upstream",
+            "typha-a:5473, typha-b:5473",
+        ])
+        .unwrap();
+        let DatastoreConfig::Upstream(u) = c.datastore else {
+            panic!("not upstream")
+        };
+        assert_eq!(u.addrs, ["typha-a:5473", "typha-b:5473"]);
+        assert!(u.tls.is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x.pem");
+        std::fs::write(&f, "x").unwrap();
+        let f = f.to_str().unwrap();
+        let e = parse(&[
+            "--datastore",
+            "typha",
+            "--upstream",
+            "a:1",
+            "--upstream-ca-file",
+            f,
+        ])
+        .unwrap_err();
+        assert_eq!(e.setting, "TYPHA_UPSTREAMCERTFILE");
+        let c = parse(&[
+            "--datastore",
+            "typha",
+            "--upstream",
+            "a:1",
+            "--upstream-ca-file",
+            f,
+            "--upstream-cert-file",
+            f,
+            "--upstream-key-file",
+            f,
+            "--upstream-cn",
+            "typha-server",
+        ])
+        .unwrap();
+        let DatastoreConfig::Upstream(u) = c.datastore else {
+            panic!("not upstream")
+        };
+        assert_eq!(u.tls.unwrap().server_cn.as_deref(), Some("typha-server"));
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub enum DatastoreConfig {
         /// `TYPHA_ETCDKEYFILE`); `None`: plaintext.
         tls: Option<EtcdTls>,
     },
+    /// Another typha server (`TYPHA_DATASTORETYPE=typha`, `TYPHA_UPSTREAMADDR`): tiered fan-out.
+    Upstream(crate::datastore::upstream::UpstreamConfig),
 }
 
 /// Everything the server needs to run.

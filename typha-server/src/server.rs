@@ -22,10 +22,11 @@ use tracing::{debug, info, warn};
 use crate::cache::{Cache, CacheWriter};
 use crate::config::Config;
 use crate::conn::{self, Ctx};
-use crate::datastore::{Datastore, run_syncer};
+use crate::datastore::{Datastore, SyncerEvent, run_syncer};
 use crate::http::{self, Heartbeat, HttpState};
 use crate::metrics::{DropReason, Metrics};
 use crate::tls;
+use futures_util::future::BoxFuture;
 
 /// A server that failed to start.
 #[derive(Debug, thiserror::Error)]
@@ -78,16 +79,23 @@ pub async fn start(
     cfg: Config,
     datastore: Arc<dyn Datastore>,
 ) -> Result<RunningServer, StartError> {
+    start_with(cfg, move |tx| Box::pin(run_syncer(datastore, tx))).await
+}
+
+/// Starts a server whose cache is fed by `feed` (given the cache writer's channel; it runs
+/// until the channel closes): [`run_syncer`] over a datastore, or an upstream server
+/// ([`crate::datastore::upstream`]).
+pub async fn start_with(
+    cfg: Config,
+    feed: impl FnOnce(mpsc::Sender<SyncerEvent>) -> BoxFuture<'static, ()>,
+) -> Result<RunningServer, StartError> {
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
     let registry = Arc::new(registry);
     let epoch = Epoch(rand::random());
     let (writer, cache) = CacheWriter::new(cfg.cache.clone(), epoch, metrics.clone());
     let (tx, rx) = mpsc::channel(1024);
-    let mut background = vec![
-        tokio::spawn(run_syncer(datastore, tx)),
-        tokio::spawn(writer.run(rx)),
-    ];
+    let mut background = vec![tokio::spawn(feed(tx)), tokio::spawn(writer.run(rx))];
 
     let tls = match &cfg.tls {
         Some(t) => Some((

@@ -248,3 +248,78 @@ async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() 
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+#[tokio::test]
+async fn a_second_tier_binary_serves_what_the_first_serves() {
+    let (a_port, a_health, b_port, b_health) = (free_port(), free_port(), free_port(), free_port());
+    let spawn = |args: Vec<String>| {
+        Command::new(BIN)
+            .args(args)
+            .args(["--prometheus-metrics-enabled", "false"])
+            .args(["--shutdown-timeout-secs", "1"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let a = spawn(
+        [
+            "--server-host",
+            "127.0.0.1",
+            "--server-port",
+            &a_port.to_string(),
+            "--health-port",
+            &a_health.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let b = spawn(
+        [
+            "--datastore",
+            "typha",
+            "--upstream",
+            &format!("127.0.0.1:{a_port}"),
+            "--server-host",
+            "127.0.0.1",
+            "--server-port",
+            &b_port.to_string(),
+            "--health-port",
+            &b_health.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !matches!(get(b_health, "/readiness").await, Some((200, _))) {
+        assert!(tokio::time::Instant::now() < deadline, "tier B never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let store = Embedded::new();
+    DirSource::new(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster"),
+        store.clone(),
+    )
+    .scan();
+    let (want, n) = common::expected_digest(&store);
+    let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], b_port))).await;
+    p.hello(Peer::offer("worker-1", None)).await.unwrap();
+    p.until("the sample cluster through tier B", |p| {
+        p.state.len() == n && p.status == Some(protocol::model::SyncStatus::InSync)
+    })
+    .await;
+    assert_eq!(p.digest.combined(), want);
+    let (_, status) = get(b_health, "/status").await.unwrap();
+    assert!(status.contains(&format!("{want:016x}")), "{status}");
+    for mut c in [b, a] {
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let code = tokio::task::spawn_blocking(move || c.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(code.code(), Some(0));
+    }
+}

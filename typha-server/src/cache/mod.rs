@@ -294,6 +294,14 @@ impl CacheWriter {
                 self.pipeline.delete(revision, &id)
             }
             SyncerEvent::Change(WatchEvent::Progress(_)) => return,
+            SyncerEvent::Kvs(updates) => updates
+                .into_iter()
+                .map(|u| pipeline::KvChange {
+                    key: u.key,
+                    value: u.value,
+                    revision: u.revision,
+                })
+                .collect(),
         };
         self.cache
             .metrics

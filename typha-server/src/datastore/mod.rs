@@ -10,6 +10,7 @@
 pub mod convert;
 pub mod embedded;
 pub mod etcd;
+pub mod upstream;
 pub mod v3;
 
 use std::time::Duration;
@@ -113,6 +114,8 @@ pub enum SyncerEvent {
     Resync(Listing),
     /// A change.
     Change(WatchEvent),
+    /// Changes that are already KVs (from an upstream server: converted and validated there).
+    Kvs(Vec<protocol::model::Update>),
 }
 
 /// Back-off between failed attempts: doubles from 100 ms to 5 s.

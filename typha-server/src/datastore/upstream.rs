@@ -1,0 +1,74 @@
+//! Tiered fan-out: a server whose cache is fed by another server (`TYPHA_DATASTORETYPE=typha`,
+//! `TYPHA_UPSTREAMADDR`), through `typha-client`, so one datastore watch can fan out to a very
+//! large fleet in layers. The upstream has already converted and validated every value, so its
+//! KVs go into the cache as they are ([`SyncerEvent::Kvs`]); the sync status is passed on.
+//!
+//! The client keeps the full store with its digest, so when the upstream restarts or another
+//! replica takes over it resumes by deltas or digest buckets and hands on only what changed:
+//! this server's own clients see a few deltas, not a resync.
+
+use protocol::model::{SyncStatus, Update};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+use typha_client::metrics::ClientMetrics;
+use typha_client::tls::ClientTls;
+use typha_client::{ClientConfig, Discovery, SyncClient, SyncerCallbacks};
+
+use super::SyncerEvent;
+
+/// Where the upstream is and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// Upstream servers, `host:port` (shuffled and failed over as any client does).
+    pub addrs: Vec<String>,
+    /// Mutual TLS to the upstream; `None`: plaintext.
+    pub tls: Option<ClientTls>,
+    /// The name this server gives the upstream (its hostname).
+    pub hostname: String,
+}
+
+/// Passes the client's callbacks on to the cache writer (callbacks cannot wait; the forwarder
+/// task does).
+struct Forward {
+    tx: mpsc::UnboundedSender<SyncerEvent>,
+}
+
+impl SyncerCallbacks for Forward {
+    fn on_status_updated(&mut self, status: SyncStatus) {
+        let _ = self.tx.send(SyncerEvent::Status(status));
+    }
+
+    fn on_updates(&mut self, updates: Vec<Update>) {
+        let _ = self.tx.send(SyncerEvent::Kvs(updates));
+    }
+}
+
+/// Feeds the cache writer from the upstream until the writer's channel closes. A TLS setting
+/// that cannot be used is logged and ends the feed (the server stays not ready).
+pub async fn run(cfg: UpstreamConfig, out: mpsc::Sender<SyncerEvent>) {
+    let mut client_cfg = ClientConfig::new(cfg.hostname.clone(), Discovery::addresses(cfg.addrs));
+    client_cfg.tls = cfg.tls;
+    client_cfg.info = format!("typha-server {} (tier)", env!("CARGO_PKG_VERSION"));
+    client_cfg.light_store = false;
+    let client = match SyncClient::new(client_cfg, ClientMetrics::unregistered()) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("upstream TLS settings cannot be used: {e}");
+            return;
+        }
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let closed = out.clone();
+    let forward = tokio::spawn(async move {
+        while let Some(ev) = rx.recv().await {
+            if out.send(ev).await.is_err() {
+                return;
+            }
+        }
+    });
+    info!("feeding the cache from the upstream server");
+    let _ = client
+        .run(Forward { tx }, async move { closed.closed().await })
+        .await;
+    forward.abort();
+}
