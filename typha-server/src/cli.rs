@@ -56,6 +56,10 @@ pub struct Cli {
     /// Private key of the etcd client certificate (PEM).
     #[arg(long, env = "TYPHA_ETCDKEYFILE")]
     pub etcd_key_file: Option<PathBuf>,
+    /// Kubernetes API server URL for `TYPHA_DATASTORETYPE=kubernetes` (default: the in-cluster
+    /// service account, else `$KUBECONFIG` / `~/.kube/config`).
+    #[arg(long, env = "TYPHA_K8SAPIENDPOINT")]
+    pub k8s_api_endpoint: Option<String>,
     /// Upstream typha servers (`host:port`, comma-separated) for `TYPHA_DATASTORETYPE=typha`:
     /// this server is fed by them instead of a datastore (tiered fan-out).
     #[arg(long, env = "TYPHA_UPSTREAMADDR", value_delimiter = ',')]
@@ -246,10 +250,23 @@ impl Cli {
             },
             "etcdv3" => self.etcd()?,
             "typha" => self.upstream_config()?,
+            "kubernetes" => DatastoreConfig::Kubernetes {
+                api_endpoint: match self.k8s_api_endpoint.as_deref().map(str::trim) {
+                    None | Some("") => None,
+                    Some(url) => {
+                        url.parse::<axum::http::Uri>().map_err(|e| {
+                            bad("TYPHA_K8SAPIENDPOINT", format!("{url:?} is not a URL: {e}"))
+                        })?;
+                        Some(url.to_owned())
+                    }
+                },
+            },
             other => {
                 return Err(bad(
                     "TYPHA_DATASTORETYPE",
-                    format!("{other:?} is not supported (supported: embedded, etcdv3, typha)"),
+                    format!(
+                        "{other:?} is not supported (supported: embedded, etcdv3, kubernetes, typha)"
+                    ),
                 ));
             }
         };
@@ -697,6 +714,29 @@ async fn run(cfg: Config) -> ExitCode {
                     eprintln!(
                         "typha-server: invalid configuration: {}: {e}",
                         etcd_setting(&e, tls.as_ref())
+                    );
+                    return ExitCode::from(EX_CONFIG);
+                }
+            }
+        }
+        DatastoreConfig::Kubernetes { api_endpoint } => {
+            let client = match api_endpoint {
+                Some(url) => url
+                    .parse::<axum::http::Uri>()
+                    .map_err(|e| e.to_string())
+                    .and_then(|u| {
+                        kube::Client::try_from(kube::Config::new(u)).map_err(|e| e.to_string())
+                    }),
+                None => kube::Client::try_default().await.map_err(|e| e.to_string()),
+            };
+            match client {
+                Ok(c) => {
+                    info!(api = ?api_endpoint, "kubernetes datastore");
+                    Arc::new(crate::datastore::kubernetes::Kubernetes::new(c).await)
+                }
+                Err(e) => {
+                    eprintln!(
+                        "typha-server: invalid configuration: TYPHA_K8SAPIENDPOINT: no usable Kubernetes client configuration (in-cluster or kubeconfig): {e}"
                     );
                     return ExitCode::from(EX_CONFIG);
                 }

@@ -32,6 +32,13 @@ pub enum DatastoreConfig {
         /// `TYPHA_ETCDKEYFILE`); `None`: plaintext.
         tls: Option<EtcdTls>,
     },
+    /// The Kubernetes API (`TYPHA_DATASTORETYPE=kubernetes`): Calico's CRDs and Kubernetes'
+    /// own objects.
+    Kubernetes {
+        /// API server URL (`TYPHA_K8SAPIENDPOINT`); `None`: the in-cluster service account, else
+        /// `$KUBECONFIG` / `~/.kube/config`.
+        api_endpoint: Option<String>,
+    },
     /// Another typha server (`TYPHA_DATASTORETYPE=typha`, `TYPHA_UPSTREAMADDR`): tiered fan-out.
     Upstream(crate::datastore::upstream::UpstreamConfig),
 }

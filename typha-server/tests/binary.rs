@@ -182,6 +182,14 @@ fn bad_settings_exit_64_with_one_line_naming_the_setting() {
     assert!(e.contains("TYPHA_DATASTORETYPE"), "{e}");
     let e = run_expecting_config_error(&["--embedded-dir", "/nonexistent/dir"], &[]);
     assert!(e.contains("TYPHA_EMBEDDEDDIR"), "{e}");
+    let e = run_expecting_config_error(
+        &[],
+        &[
+            ("TYPHA_DATASTORETYPE", "kubernetes"),
+            ("TYPHA_K8SAPIENDPOINT", "not a url"),
+        ],
+    );
+    assert!(e.contains("TYPHA_K8SAPIENDPOINT"), "{e}");
     let e = run_expecting_config_error(&[], &[("TYPHA_EMBEDDEDAPIADDR", "no port")]);
     assert!(e.contains("TYPHA_EMBEDDEDAPIADDR"), "{e}");
 }
@@ -322,4 +330,48 @@ async fn a_second_tier_binary_serves_what_the_first_serves() {
             .unwrap();
         assert_eq!(code.code(), Some(0));
     }
+}
+
+#[tokio::test]
+async fn the_binary_serves_the_kubernetes_api_with_datastore_type_kubernetes() {
+    // A fixture API server (tests/common/k8s_fixture.rs): there is no kube-apiserver here.
+    let api = common::k8s_fixture::ApiServer::start().await;
+    api.put(
+        "namespaces",
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": "prod", "labels": {"team": "web"}}}),
+    );
+    let (port, health) = (free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .env("TYPHA_DATASTORETYPE", "kubernetes")
+        .env("TYPHA_K8SAPIENDPOINT", format!("http://{}", api.addr))
+        .env("TYPHA_SERVERHOST", "127.0.0.1")
+        .env("TYPHA_SERVERPORT", port.to_string())
+        .env("TYPHA_HEALTHHOST", "127.0.0.1")
+        .env("TYPHA_HEALTHPORT", health.to_string())
+        .env("TYPHA_PROMETHEUSMETRICSENABLED", "false")
+        .env("TYPHA_SHUTDOWNTIMEOUTSECS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !matches!(get(health, "/readiness").await, Some((200, _))) {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    p.hello(Peer::offer("worker-1", None)).await.unwrap();
+    p.until("the namespace's profile", |p| {
+        p.state.keys().any(|k| k.to_string().contains("kns.prod"))
+    })
+    .await;
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
 }

@@ -5,11 +5,14 @@
 //! (relist on "too old", resume from the last revision after a transient error, back-off, the
 //! sync status) lives once, in [`run_syncer`], for every backend. Resources are Calico v3
 //! ([`v3`]); [`convert`] turns them into KVs, also once for every backend. Backends:
-//! [`embedded`] (in-process, the default) and [`etcd`] (Calico's etcd v3 layout).
+//! [`embedded`] (in-process, the default), [`etcd`] (Calico's etcd v3 layout) and
+//! [`kubernetes`] (Calico's CRDs and Kubernetes' own objects). [`upstream`] is not a backend
+//! but another feed: a server fed by another server (tiered fan-out), with KVs already made.
 
 pub mod convert;
 pub mod embedded;
 pub mod etcd;
+pub mod kubernetes;
 pub mod upstream;
 pub mod v3;
 

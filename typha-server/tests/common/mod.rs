@@ -23,6 +23,7 @@ use typha_server::datastore::v3::Resource;
 use typha_server::server::{RunningServer, start};
 
 pub mod etcd;
+pub mod k8s_fixture;
 
 pub const WAIT: Duration = Duration::from_secs(20);
 

@@ -1,0 +1,647 @@
+//! The Kubernetes datastore: Calico's CRDs and Kubernetes' own objects, read through the API
+//! server with kube's [`Client`].
+//!
+//! Each source (one resource type) is listed with [`Api::list`] and watched with
+//! [`Api::watch`], with bookmarks. What is read becomes Calico v3 [`Resource`]s, as Calico's
+//! Kubernetes datastore driver makes them:
+//!
+//! - `crd.projectcalico.org/v1` objects ([`CRD_KINDS`]) carry the v3 spec as it is;
+//! - a namespace becomes profile `kns.<ns>` (labels `pcns.`-prefixed, rules allow all);
+//! - a service account becomes profile `ksa.<ns>.<sa>` (labels `pcsa.`-prefixed);
+//! - a pod becomes a workload endpoint `<node>-k8s-<pod>-eth0` (addresses from Calico's
+//!   `cni.projectcalico.org/podIPs` annotation, else `status.podIPs`; interface `cali` + 11 hex
+//!   digits of SHA-1 of `<ns>.<pod>`; profiles `kns.<ns>`, `ksa.<ns>.<sa>`); a pod that is
+//!   host-networked, unscheduled, finished or without an address is not one (and an update
+//!   that makes it so deletes the endpoint);
+//! - a node becomes a Calico node: calico-node's `projectcalico.org/*` annotations (BGP
+//!   addresses, AS number, tunnel addresses) and its InternalIP/ExternalIP addresses;
+//! - a `networking.k8s.io/v1` NetworkPolicy becomes KubernetesNetworkPolicy
+//!   `knp.default.<name>`: order 1000, one Allow rule per (port, peer).
+//!
+//! An object that does not convert is an [`Invalid`] item, never an error.
+//!
+//! # One revision for every type
+//!
+//! The [`Datastore`] trait has one revision, Kubernetes has a resourceVersion per object and
+//! per list. resourceVersions are documented as opaque, but every API server in use stores in
+//! etcd and uses etcd's revision, shared by all types it serves; this backend relies on that
+//! and parses them as `u64` (one that does not parse makes the operation fail as
+//! [`DatastoreError::Unavailable`]). Types are listed one after the other, so their lists are
+//! at different revisions, and their watches deliver independently: a listing's revision is the
+//! *lowest* of its lists', and every watch event carries the lowest revision that every type's
+//! watch has reached (the highest it has delivered, or a bookmark). Everything at or below
+//! that revision has been delivered for every type, so resuming after it loses nothing. The
+//! backend also remembers how far each type got, so a resume from exactly that point restarts
+//! each type where it stopped instead of replaying what a faster type already delivered.
+//!
+//! 410 Gone (a watch error event or response, or the reason `Expired`/`Gone`) is
+//! [`DatastoreError::TooOld`]; any other failure is [`DatastoreError::Unavailable`].
+//!
+//! Build the client from the environment with `kube::Client::try_default().await` (in-cluster
+//! service account, else `$KUBECONFIG` / `~/.kube/config`), or from a URL with
+//! `kube::Client::try_from(kube::Config::new(url))`.
+//!
+//! Lists are paged ([`PAGE_SIZE`]); an expired continue token fails the listing, which the
+//! syncer retries.
+//!
+//! Not done yet: Kubernetes Services and
+//! EndpointSlices (service-based rules), `AdminNetworkPolicy`, staged policies and Calico's
+//! tiers are not read; a NetworkPolicy's named ports are passed on as names, as Calico does,
+//! but its rules are not merged by protocol as Calico's are (same effect, more rules).
+
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::{self, BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy as K8sNetworkPolicy;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchParams};
+use kube::core::{GroupVersionKind, WatchEvent as KubeEvent};
+use kube::{Client, Resource as _};
+use protocol::model::Revision;
+use serde_json::{Map, Value, json};
+use tracing::debug;
+
+use super::v3::{Kind, Resource, ResourceId};
+use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
+
+mod convert;
+pub use convert::interface_name;
+use convert::*;
+
+/// The API group of Calico's CRDs.
+pub const CRD_GROUP: &str = "crd.projectcalico.org";
+
+/// The Calico kinds stored as CRDs in [`CRD_GROUP`]`/v1`.
+pub const CRD_KINDS: [Kind; 10] = [
+    Kind::NetworkPolicy,
+    Kind::GlobalNetworkPolicy,
+    Kind::NetworkSet,
+    Kind::GlobalNetworkSet,
+    Kind::HostEndpoint,
+    Kind::IpPool,
+    Kind::IpamBlock,
+    Kind::BlockAffinity,
+    Kind::FelixConfiguration,
+    Kind::ClusterInformation,
+];
+
+/// Objects per list page (what Calico's Kubernetes driver asks for too).
+pub const PAGE_SIZE: u32 = 500;
+
+/// Server-side watch timeout: the API server ends a watch after this long, and the syncer
+/// resumes it.
+const WATCH_TIMEOUT_SECS: u32 = 290;
+
+/// How an object of one source becomes a resource.
+#[derive(Debug, Clone, Copy)]
+enum Conversion {
+    /// A Calico CRD of this kind.
+    Crd(Kind),
+    /// A namespace: profile `kns.<ns>`.
+    Namespace,
+    /// A service account: profile `ksa.<ns>.<sa>`.
+    ServiceAccount,
+    /// A pod: its workload endpoint.
+    Pod,
+    /// A node: Calico's node (addresses, and what calico-node annotated).
+    Node,
+    /// A `networking.k8s.io/v1` NetworkPolicy: Calico's `knp.default.<name>`.
+    NetworkPolicy,
+}
+
+/// One resource type read from the API server.
+#[derive(Debug, Clone)]
+struct Source {
+    resource: ApiResource,
+    conversion: Conversion,
+}
+
+/// The Kubernetes backend.
+pub struct Kubernetes {
+    client: Client,
+    sources: Arc<[Source]>,
+    /// How far each source's watch (or list) got: its revision, per source.
+    marks: Arc<Mutex<Vec<u64>>>,
+    page_size: u32,
+}
+
+impl std::fmt::Debug for Kubernetes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubernetes")
+            .field("sources", &self.sources.len())
+            .finish()
+    }
+}
+
+impl Kubernetes {
+    /// A backend reading through `client`. Nothing is requested until the first listing.
+    pub async fn new(client: Client) -> Self {
+        let mut sources: Vec<Source> = CRD_KINDS
+            .into_iter()
+            .map(|kind| Source {
+                resource: ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(CRD_GROUP, "v1", kind.as_str()),
+                    kind.plural(),
+                ),
+                conversion: Conversion::Crd(kind),
+            })
+            .collect();
+        sources.push(Source {
+            resource: ApiResource::erase::<Namespace>(&()),
+            conversion: Conversion::Namespace,
+        });
+        sources.push(Source {
+            resource: ApiResource::erase::<ServiceAccount>(&()),
+            conversion: Conversion::ServiceAccount,
+        });
+        sources.push(Source {
+            resource: ApiResource::erase::<Pod>(&()),
+            conversion: Conversion::Pod,
+        });
+        sources.push(Source {
+            resource: ApiResource::erase::<Node>(&()),
+            conversion: Conversion::Node,
+        });
+        sources.push(Source {
+            resource: ApiResource::erase::<K8sNetworkPolicy>(&()),
+            conversion: Conversion::NetworkPolicy,
+        });
+        let marks = Arc::new(Mutex::new(vec![0; sources.len()]));
+        Self {
+            client,
+            sources: sources.into(),
+            marks,
+            page_size: PAGE_SIZE,
+        }
+    }
+
+    /// Lists in pages of `n` objects instead of [`PAGE_SIZE`].
+    pub fn with_page_size(mut self, n: u32) -> Self {
+        self.page_size = n.max(1);
+        self
+    }
+
+    fn api(&self, s: &Source) -> Api<DynamicObject> {
+        Api::all_with(self.client.clone(), &s.resource)
+    }
+
+    fn marks(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        // A poisoned lock only means a panic elsewhere; the marks are still plain numbers.
+        self.marks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn list_all(&self) -> Result<Listing, DatastoreError> {
+        let mut items = Vec::new();
+        let mut revs = Vec::with_capacity(self.sources.len());
+        for s in self.sources.iter() {
+            // Pages after the first are served at the first one's resourceVersion: one
+            // consistent list per type.
+            let api = self.api(s);
+            let mut params = ListParams::default().limit(self.page_size);
+            let mut rv = None;
+            loop {
+                let page = api.list(&params).await.map_err(|e| error(e, Revision(0)))?;
+                if rv.is_none() {
+                    let v = page.metadata.resource_version.as_deref().unwrap_or("");
+                    rv = Some(parse_rv(v)?);
+                }
+                items.extend(page.items.iter().filter_map(|o| convert(s.conversion, o).1));
+                match page.metadata.continue_.as_deref() {
+                    Some(token) if !token.is_empty() => params = params.continue_token(token),
+                    _ => break,
+                }
+            }
+            revs.push(rv.unwrap_or(0));
+        }
+        let revision = revs.iter().copied().min().unwrap_or(0);
+        *self.marks() = revs;
+        Ok(Listing {
+            revision: Revision(revision),
+            items,
+        })
+    }
+
+    async fn open_watch(&self, from: Revision) -> Result<WatchStream, DatastoreError> {
+        let after = from.0.saturating_sub(1);
+        let marks: Vec<u64> = {
+            let m = self.marks();
+            // Resuming exactly where the last watch (or list) left off: each source from its
+            // own point. Otherwise every source from `after`.
+            if m.iter().copied().min() == Some(after) {
+                m.clone()
+            } else {
+                vec![after; self.sources.len()]
+            }
+        };
+        // Bookmarks are on by default.
+        let wp = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
+        let mut streams = Vec::with_capacity(self.sources.len());
+        for (i, (s, mark)) in self.sources.iter().zip(&marks).enumerate() {
+            let events = self
+                .api(s)
+                .watch(&wp, &mark.to_string())
+                .await
+                .map_err(|e| error(e, from))?;
+            // Tagged with the source, and ended with `None` so that the end of one watch ends
+            // the merged stream (the syncer then resumes all of them).
+            let tagged = events
+                .map(move |e| (i, Some(e)))
+                .chain(stream::once(async move { (i, None) }));
+            streams.push(tagged.boxed());
+        }
+        let merge = Merge {
+            events: stream::select_all(streams),
+            sources: self.sources.clone(),
+            marks,
+            shared: self.marks.clone(),
+            reported: after,
+            from,
+            done: false,
+        };
+        Ok(stream::unfold(merge, |mut m| async move {
+            let ev = m.next().await?;
+            Some((ev, m))
+        })
+        .boxed())
+    }
+}
+
+/// One source's watch, its events tagged with the source's index; `None` when it ends.
+type Tagged = BoxStream<'static, (usize, Option<Result<KubeEvent<DynamicObject>, kube::Error>>)>;
+
+/// The watches of every source, merged into one stream of events at a safe revision.
+struct Merge {
+    events: stream::SelectAll<Tagged>,
+    sources: Arc<[Source]>,
+    marks: Vec<u64>,
+    shared: Arc<Mutex<Vec<u64>>>,
+    reported: u64,
+    from: Revision,
+    done: bool,
+}
+
+impl Merge {
+    /// The revision every source has reached.
+    fn safe(&self) -> Revision {
+        Revision(self.marks.iter().copied().min().unwrap_or(0))
+    }
+
+    fn advance(&mut self, i: usize, rv: u64) {
+        if let Some(m) = self.marks.get_mut(i) {
+            *m = (*m).max(rv);
+        }
+        *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.marks.clone();
+    }
+
+    fn fail(&mut self, e: DatastoreError) -> Option<Result<WatchEvent, DatastoreError>> {
+        self.done = true;
+        Some(Err(e))
+    }
+
+    async fn next(&mut self) -> Option<Result<WatchEvent, DatastoreError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let (i, ev) = self.events.next().await?;
+            let Some(source) = self.sources.get(i) else {
+                continue;
+            };
+            let conversion = source.conversion;
+            let ev = match ev {
+                None => {
+                    debug!(source = i, "kubernetes watch ended");
+                    self.done = true;
+                    return None;
+                }
+                Some(Err(e)) => {
+                    let e = error(e, self.from);
+                    return self.fail(e);
+                }
+                Some(Ok(ev)) => ev,
+            };
+            match ev {
+                KubeEvent::Added(o) | KubeEvent::Modified(o) => {
+                    let rv = match object_rv(&o) {
+                        Ok(rv) => rv,
+                        Err(e) => return self.fail(e),
+                    };
+                    self.advance(i, rv);
+                    let revision = self.safe();
+                    self.reported = revision.0;
+                    match convert(conversion, &o) {
+                        (_, Some(item)) => return Some(Ok(WatchEvent::Put { revision, item })),
+                        (Some(id), None) => return Some(Ok(WatchEvent::Delete { revision, id })),
+                        (None, None) => continue,
+                    }
+                }
+                KubeEvent::Deleted(o) => {
+                    let rv = match object_rv(&o) {
+                        Ok(rv) => rv,
+                        Err(e) => return self.fail(e),
+                    };
+                    self.advance(i, rv);
+                    let revision = self.safe();
+                    self.reported = revision.0;
+                    match convert(conversion, &o).0 {
+                        Some(id) => return Some(Ok(WatchEvent::Delete { revision, id })),
+                        None => continue,
+                    }
+                }
+                KubeEvent::Bookmark(b) => {
+                    let rv = match parse_rv(&b.metadata.resource_version) {
+                        Ok(rv) => rv,
+                        Err(e) => return self.fail(e),
+                    };
+                    self.advance(i, rv);
+                    let safe = self.safe();
+                    if safe.0 > self.reported {
+                        self.reported = safe.0;
+                        return Some(Ok(WatchEvent::Progress(safe)));
+                    }
+                }
+                KubeEvent::Error(status) => {
+                    let e = status_error(status.code, &status.reason, &status.message, self.from);
+                    return self.fail(e);
+                }
+            }
+        }
+    }
+}
+
+impl Datastore for Kubernetes {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Listing, DatastoreError>> {
+        Box::pin(self.list_all())
+    }
+
+    fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
+        Box::pin(self.open_watch(from))
+    }
+}
+
+fn parse_rv(rv: &str) -> Result<u64, DatastoreError> {
+    rv.parse().map_err(|_| {
+        DatastoreError::Unavailable(format!(
+            "resourceVersion {rv:?} is not a number: this backend needs an etcd-backed API server"
+        ))
+    })
+}
+
+fn object_rv(o: &DynamicObject) -> Result<u64, DatastoreError> {
+    parse_rv(o.meta().resource_version.as_deref().unwrap_or(""))
+}
+
+fn status_error(code: u16, reason: &str, message: &str, from: Revision) -> DatastoreError {
+    if code == 410 || reason == "Expired" || reason == "Gone" {
+        DatastoreError::TooOld {
+            requested: from,
+            oldest: from,
+        }
+    } else {
+        DatastoreError::Unavailable(format!("kubernetes API: {code} {reason}: {message}"))
+    }
+}
+
+fn error(e: kube::Error, from: Revision) -> DatastoreError {
+    match e {
+        kube::Error::Api(s) => status_error(s.code, &s.reason, &s.message, from),
+        other => DatastoreError::Unavailable(format!("kubernetes API: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use super::*;
+    use crate::datastore::v3::Spec;
+
+    fn object(v: Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_crd_becomes_its_v3_resource() {
+        let o = object(json!({
+            "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+            "metadata": {"name": "set", "labels": {"a": "b"}, "resourceVersion": "7"},
+            "spec": {"nets": ["10.0.0.0/8"]}}));
+        let (id, item) = convert(Conversion::Crd(Kind::GlobalNetworkSet), &o);
+        let r = item.unwrap().unwrap();
+        assert_eq!(Some(r.id()), id);
+        assert_eq!(r.metadata.labels.get("a").map(String::as_str), Some("b"));
+        assert!(matches!(r.spec, Spec::GlobalNetworkSet(_)));
+    }
+
+    #[test]
+    fn a_bad_crd_is_invalid_not_an_error() {
+        let o = object(json!({
+            "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+            "metadata": {"name": "set"}, "spec": {"nets": 5}}));
+        let (id, item) = convert(Conversion::Crd(Kind::GlobalNetworkSet), &o);
+        let invalid = item.unwrap().unwrap_err();
+        assert_eq!(invalid.id, id);
+    }
+
+    #[test]
+    fn namespaces_and_service_accounts_become_profiles() {
+        let ns = object(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "web", "labels": {"team": "a"}}}));
+        let r = convert(Conversion::Namespace, &ns).1.unwrap().unwrap();
+        assert_eq!(r.metadata.name, "kns.web");
+        let Spec::Profile(p) = &r.spec else {
+            panic!("{r:?}")
+        };
+        assert_eq!(p.labels_to_apply["pcns.team"], "a");
+        assert_eq!(p.labels_to_apply["pcns.projectcalico.org/name"], "web");
+        assert_eq!(p.ingress.len(), 1);
+
+        let sa = object(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "api", "namespace": "web", "labels": {"x": "y"}}}));
+        let r = convert(Conversion::ServiceAccount, &sa).1.unwrap().unwrap();
+        assert_eq!(r.metadata.name, "ksa.web.api");
+        let Spec::Profile(p) = &r.spec else {
+            panic!("{r:?}")
+        };
+        assert_eq!(p.labels_to_apply["pcsa.x"], "y");
+        assert_eq!(p.labels_to_apply["pcsa.projectcalico.org/name"], "api");
+        assert!(p.ingress.is_empty());
+    }
+
+    fn pod(extra: Value) -> DynamicObject {
+        let mut v = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "api-7d9f-x2k4q", "namespace": "web", "labels": {"app": "api"}},
+            "spec": {"nodeName": "node-1", "serviceAccountName": "api",
+                     "containers": [{"name": "c", "ports": [
+                         {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                         {"containerPort": 9090}]}]},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}]}});
+        json_merge(&mut v, extra);
+        object(v)
+    }
+
+    fn json_merge(a: &mut Value, b: Value) {
+        match (a, b) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, v) in b {
+                    json_merge(a.entry(k).or_insert(Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    #[test]
+    fn interface_names_are_calicos() {
+        // From Python: "cali" + hashlib.sha1(b"web.api-7d9f-x2k4q").hexdigest()[:11]
+        assert_eq!(interface_name("web", "api-7d9f-x2k4q"), "calif32b024f777");
+    }
+
+    #[test]
+    fn a_pod_becomes_its_workload_endpoint() {
+        let r = convert(Conversion::Pod, &pod(json!({})))
+            .1
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.metadata.name, "node--1-k8s-api--7d9f--x2k4q-eth0");
+        assert_eq!(r.metadata.labels["projectcalico.org/namespace"], "web");
+        assert_eq!(r.metadata.labels["projectcalico.org/serviceaccount"], "api");
+        assert_eq!(r.metadata.labels["app"], "api");
+        let Spec::WorkloadEndpoint(w) = &r.spec else {
+            panic!("{r:?}")
+        };
+        assert_eq!(w.node, "node-1");
+        assert_eq!(w.pod, "api-7d9f-x2k4q");
+        assert_eq!(w.ip_networks, ["10.0.0.5/32", "fd00::5/128"]);
+        assert_eq!(w.profiles, ["kns.web", "ksa.web.api"]);
+        assert_eq!(w.interface_name, "calif32b024f777");
+        assert_eq!(w.ports.len(), 1, "named ports only");
+
+        // Calico's CNI annotation wins over the status.
+        let annotated = pod(json!({"metadata": {"annotations":
+            {"cni.projectcalico.org/podIPs": "10.9.9.9/32"}}}));
+        let r = convert(Conversion::Pod, &annotated).1.unwrap().unwrap();
+        let Spec::WorkloadEndpoint(w) = &r.spec else {
+            panic!("{r:?}")
+        };
+        assert_eq!(w.ip_networks, ["10.9.9.9/32"]);
+    }
+
+    #[test]
+    fn pods_calico_does_not_network_are_skipped_by_id() {
+        for extra in [
+            json!({"spec": {"hostNetwork": true}}),
+            json!({"status": {"podIPs": []}}),
+            json!({"status": {"phase": "Succeeded"}}),
+            json!({"spec": {"nodeName": null}}),
+        ] {
+            let (id, item) = convert(Conversion::Pod, &pod(extra.clone()));
+            assert!(item.is_none(), "{extra}");
+            assert_eq!(id.unwrap().kind, Kind::WorkloadEndpoint);
+        }
+    }
+
+    #[test]
+    fn a_node_takes_its_addresses_and_calicos_annotations() {
+        let node = object(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-1", "labels": {"zone": "a"}, "annotations": {
+                "projectcalico.org/IPv4Address": "172.16.0.5/24",
+                "projectcalico.org/ASNumber": "64512",
+                "projectcalico.org/IPv4VXLANTunnelAddr": "10.244.1.0"}},
+            "status": {"addresses": [{"type": "InternalIP", "address": "172.16.0.5"},
+                                     {"type": "Hostname", "address": "node-1"}]}}));
+        let r = convert(Conversion::Node, &node).1.unwrap().unwrap();
+        assert_eq!(r.id(), ResourceId::global(Kind::Node, "node-1"));
+        let Spec::Node(n) = &r.spec else {
+            panic!("{r:?}")
+        };
+        let bgp = n.bgp.as_ref().unwrap();
+        assert_eq!(bgp.ipv4_address, "172.16.0.5/24");
+        assert_eq!(bgp.as_number, Some(64512));
+        assert_eq!(n.ipv4_vxlan_tunnel_addr, "10.244.1.0");
+        let addrs: Vec<_> = n
+            .addresses
+            .iter()
+            .map(|a| (a.address.as_str(), a.address_type.as_str()))
+            .collect();
+        assert_eq!(
+            addrs,
+            [
+                ("172.16.0.5/24", "CalicoNodeIP"),
+                ("172.16.0.5", "InternalIP")
+            ]
+        );
+
+        // A node calico-node has not annotated yet: its addresses, no BGP.
+        let bare = object(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-2"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "172.16.0.6"}]}}));
+        let r = convert(Conversion::Node, &bare).1.unwrap().unwrap();
+        let Spec::Node(n) = &r.spec else {
+            panic!("{r:?}")
+        };
+        assert!(n.bgp.is_none());
+        assert_eq!(n.addresses.len(), 1);
+    }
+
+    #[test]
+    fn a_kubernetes_network_policy_becomes_calicos_knp() {
+        let np = object(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "allow-web", "namespace": "web"},
+            "spec": {
+                "podSelector": {"matchLabels": {"app": "api"},
+                                "matchExpressions": [{"key": "tier", "operator": "In",
+                                                      "values": ["a", "b"]}]},
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "fe"}}},
+                                      {"namespaceSelector": {}},
+                                      {"ipBlock": {"cidr": "10.0.0.0/8",
+                                                   "except": ["10.1.0.0/16"]}}],
+                             "ports": [{"port": 8080}, {"protocol": "UDP", "port": "dns"},
+                                       {"port": 9000, "endPort": 9010}]}],
+                "egress": [{}]}}),
+        );
+        let r = convert(Conversion::NetworkPolicy, &np).1.unwrap().unwrap();
+        assert_eq!(r.metadata.name, "knp.default.allow-web");
+        assert_eq!(r.metadata.namespace.as_deref(), Some("web"));
+        let Spec::KubernetesNetworkPolicy(p) = &r.spec else {
+            panic!("{r:?}")
+        };
+        assert_eq!(
+            p.selector,
+            "app == 'api' && tier in { 'a', 'b' } && projectcalico.org/orchestrator == 'k8s'"
+        );
+        assert_eq!(p.order, Some(1000.0));
+        assert_eq!(p.types, ["Ingress", "Egress"]);
+        assert_eq!(p.ingress.len(), 9, "3 ports x 3 peers");
+        assert_eq!(
+            p.ingress[0].source.selector,
+            "role == 'fe' && projectcalico.org/orchestrator == 'k8s'"
+        );
+        assert_eq!(p.ingress[1].source.namespace_selector, "all()");
+        assert_eq!(p.ingress[2].source.nets, ["10.0.0.0/8"]);
+        assert_eq!(p.ingress[2].source.not_nets, ["10.1.0.0/16"]);
+        assert_eq!(p.egress.len(), 1, "an empty egress rule allows everything");
+        // And the pipeline accepts it.
+        let kvs = crate::datastore::convert::convert(&r).unwrap();
+        assert_eq!(kvs.len(), 1);
+    }
+
+    #[test]
+    fn gone_is_too_old_and_the_rest_unavailable() {
+        assert!(matches!(
+            status_error(410, "Expired", "too old resource version", Revision(3)),
+            DatastoreError::TooOld { .. }
+        ));
+        assert!(matches!(
+            status_error(500, "InternalError", "", Revision(3)),
+            DatastoreError::Unavailable(_)
+        ));
+        assert!(parse_rv("abc").is_err());
+    }
+}

@@ -1,0 +1,414 @@
+//! Kubernetes objects as Calico v3 resources, the way Calico's Kubernetes datastore driver
+//! makes them (see the parent module for the list).
+
+use super::*;
+
+/// What an object is, and the resource it becomes (`None`: nothing to serve).
+pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, Option<Item>) {
+    let meta = o.meta();
+    let Some(name) = meta.name.clone() else {
+        let item = Err(Invalid {
+            id: None,
+            reason: "object without a name".into(),
+        });
+        return (None, Some(item));
+    };
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let labels: Map<String, Value> = meta
+        .labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    let (id, doc) = match c {
+        Conversion::Crd(kind) => {
+            let id = if kind.is_namespaced() {
+                ResourceId::namespaced(kind, namespace.clone(), name.clone())
+            } else {
+                ResourceId::global(kind, name.clone())
+            };
+            let metadata = if kind.is_namespaced() {
+                json!({"name": name, "namespace": namespace, "labels": labels})
+            } else {
+                json!({"name": name, "labels": labels})
+            };
+            let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
+            (id, v3_doc(kind, metadata, spec))
+        }
+        Conversion::Namespace => {
+            let mut apply: Map<String, Value> = labels
+                .into_iter()
+                .map(|(k, v)| (format!("pcns.{k}"), v))
+                .collect();
+            apply.insert("pcns.projectcalico.org/name".into(), name.clone().into());
+            let profile = format!("kns.{name}");
+            let spec = json!({
+                "ingress": [{"action": "Allow"}],
+                "egress": [{"action": "Allow"}],
+                "labelsToApply": apply,
+            });
+            let id = ResourceId::global(Kind::Profile, profile.clone());
+            (id, v3_doc(Kind::Profile, json!({"name": profile}), spec))
+        }
+        Conversion::ServiceAccount => {
+            let mut apply: Map<String, Value> = labels
+                .into_iter()
+                .map(|(k, v)| (format!("pcsa.{k}"), v))
+                .collect();
+            apply.insert("pcsa.projectcalico.org/name".into(), name.clone().into());
+            let profile = format!("ksa.{namespace}.{name}");
+            let id = ResourceId::global(Kind::Profile, profile.clone());
+            let spec = json!({"labelsToApply": apply});
+            (id, v3_doc(Kind::Profile, json!({"name": profile}), spec))
+        }
+        Conversion::Pod => {
+            let node = at(&o.data, "/spec/nodeName").as_str().unwrap_or_default();
+            let id = ResourceId::namespaced(
+                Kind::WorkloadEndpoint,
+                namespace.clone(),
+                workload_endpoint_name(node, &name),
+            );
+            match pod_spec(o, &namespace, &name, labels) {
+                Some((metadata, spec)) => (id, v3_doc(Kind::WorkloadEndpoint, metadata, spec)),
+                // Not networked by Calico (yet, or any more): nothing to serve.
+                None => return (Some(id), None),
+            }
+        }
+        Conversion::Node => {
+            let id = ResourceId::global(Kind::Node, name.clone());
+            let spec = node_spec(o);
+            let metadata = json!({"name": name, "labels": labels});
+            (id, v3_doc(Kind::Node, metadata, spec))
+        }
+        Conversion::NetworkPolicy => {
+            let full = format!("knp.default.{name}");
+            let kind = Kind::KubernetesNetworkPolicy;
+            let id = ResourceId::namespaced(kind, namespace.clone(), full.clone());
+            let metadata = json!({"name": full, "namespace": namespace});
+            (id, v3_doc(kind, metadata, k8s_policy_spec(o)))
+        }
+    };
+    let item = Resource::from_json(doc).map_err(|e| Invalid {
+        id: Some(id.clone()),
+        reason: e.to_string(),
+    });
+    (Some(id), Some(item))
+}
+
+/// Calico's workload endpoint name: `<node>-k8s-<pod>-eth0`, with `-` doubled in each part.
+pub(super) fn workload_endpoint_name(node: &str, pod: &str) -> String {
+    format!(
+        "{}-k8s-{}-eth0",
+        node.replace('-', "--"),
+        pod.replace('-', "--")
+    )
+}
+
+/// Calico's host-side interface name for a pod: `cali` and the first 11 hex digits of the
+/// SHA-1 of `<namespace>.<pod>`.
+pub fn interface_name(namespace: &str, pod: &str) -> String {
+    let d = ring::digest::digest(
+        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        format!("{namespace}.{pod}").as_bytes(),
+    );
+    let hex: String = d.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("cali{}", hex.get(..11).unwrap_or_default())
+}
+
+/// The pod's addresses as CIDRs: Calico's CNI annotations first, else `status.podIPs`.
+pub(super) fn pod_networks(o: &DynamicObject) -> Vec<String> {
+    let annotations = o.meta().annotations.as_ref();
+    let annotated = annotations.and_then(|a| {
+        a.get("cni.projectcalico.org/podIPs")
+            .or_else(|| a.get("cni.projectcalico.org/podIP"))
+    });
+    let ips: Vec<String> = match annotated {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        None => at(&o.data, "/status/podIPs")
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| at(p, "/ip").as_str())
+            .map(String::from)
+            .collect(),
+    };
+    ips.into_iter()
+        .map(|ip| {
+            if ip.contains('/') {
+                ip
+            } else if ip.contains(':') {
+                format!("{ip}/128")
+            } else {
+                format!("{ip}/32")
+            }
+        })
+        .collect()
+}
+
+/// A pod's workload endpoint (metadata, spec), or `None` when Calico does not network it:
+/// host-networked, not scheduled, finished, or without an address.
+pub(super) fn pod_spec(
+    o: &DynamicObject,
+    namespace: &str,
+    name: &str,
+    mut labels: Map<String, Value>,
+) -> Option<(Value, Value)> {
+    let spec = at(&o.data, "/spec");
+    if at(spec, "/hostNetwork").as_bool() == Some(true) {
+        return None;
+    }
+    let node = at(spec, "/nodeName").as_str().filter(|n| !n.is_empty())?;
+    if matches!(
+        at(&o.data, "/status/phase").as_str(),
+        Some("Succeeded" | "Failed")
+    ) {
+        return None;
+    }
+    let nets = pod_networks(o);
+    if nets.is_empty() {
+        return None;
+    }
+    let sa = at(spec, "/serviceAccountName").as_str().unwrap_or_default();
+    let mut profiles = vec![format!("kns.{namespace}")];
+    labels.insert("projectcalico.org/namespace".into(), namespace.into());
+    labels.insert("projectcalico.org/orchestrator".into(), "k8s".into());
+    if !sa.is_empty() {
+        profiles.push(format!("ksa.{namespace}.{sa}"));
+        labels.insert("projectcalico.org/serviceaccount".into(), sa.into());
+    }
+    let ports: Vec<Value> = at(spec, "/containers")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| at(c, "/ports").as_array().into_iter().flatten())
+        .filter_map(|p| {
+            let name = at(p, "/name").as_str().filter(|n| !n.is_empty())?;
+            Some(json!({
+                "name": name,
+                "protocol": at(p, "/protocol").as_str().unwrap_or("TCP"),
+                "port": at(p, "/containerPort"),
+            }))
+        })
+        .collect();
+    let metadata = json!({
+        "name": workload_endpoint_name(node, name),
+        "namespace": namespace,
+        "labels": labels,
+    });
+    let spec = json!({
+        "orchestrator": "k8s",
+        "node": node,
+        "pod": name,
+        "endpoint": "eth0",
+        "serviceAccountName": sa,
+        "interfaceName": interface_name(namespace, name),
+        "ipNetworks": nets,
+        "profiles": profiles,
+        "ports": ports,
+    });
+    Some((metadata, spec))
+}
+
+/// A Kubernetes node's Calico spec, as calico-node's annotations and the node's status give
+/// it: BGP addresses and AS number, tunnel addresses, and the node's addresses (plus
+/// `CalicoNodeIP` from the BGP IPv4 address).
+pub(super) fn node_spec(o: &DynamicObject) -> Value {
+    let annotations = o.meta().annotations.clone().unwrap_or_default();
+    let get = |k: &str| {
+        annotations
+            .get(&format!("projectcalico.org/{k}"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut spec = Map::new();
+    let (v4, v6) = (get("IPv4Address"), get("IPv6Address"));
+    if !v4.is_empty() || !v6.is_empty() {
+        let mut bgp = json!({
+            "ipv4Address": v4,
+            "ipv6Address": v6,
+            "ipv4IPIPTunnelAddr": get("IPv4IPIPTunnelAddr"),
+        });
+        if let Ok(asn) = get("ASNumber").parse::<u32>()
+            && let Some(b) = bgp.as_object_mut()
+        {
+            b.insert("asNumber".into(), asn.into());
+        }
+        spec.insert("bgp".into(), bgp);
+    }
+    spec.insert(
+        "ipv4VXLANTunnelAddr".into(),
+        get("IPv4VXLANTunnelAddr").into(),
+    );
+    spec.insert(
+        "vxlanTunnelMACAddr".into(),
+        get("VXLANTunnelMACAddr").into(),
+    );
+    let mut addresses: Vec<Value> = Vec::new();
+    if !v4.is_empty() {
+        addresses.push(json!({"address": v4, "type": "CalicoNodeIP"}));
+    }
+    addresses.extend(
+        at(&o.data, "/status/addresses")
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| matches!(at(a, "/type").as_str(), Some("InternalIP" | "ExternalIP")))
+            .map(|a| json!({"address": at(a, "/address"), "type": at(a, "/type")})),
+    );
+    spec.insert("addresses".into(), addresses.into());
+    Value::Object(spec)
+}
+
+/// Calico's label on every Kubernetes workload endpoint.
+const K8S_ONLY: &str = "projectcalico.org/orchestrator == 'k8s'";
+
+/// A Kubernetes label selector as a Calico selector (`""` for an empty one).
+pub(super) fn label_selector(sel: &Value) -> String {
+    let mut parts: Vec<String> = at(sel, "/matchLabels")
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k} == '{}'", v.as_str().unwrap_or_default()))
+        .collect();
+    for e in at(sel, "/matchExpressions")
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let key = at(e, "/key").as_str().unwrap_or_default();
+        let values: Vec<String> = at(e, "/values")
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| format!("'{}'", v.as_str().unwrap_or_default()))
+            .collect();
+        let values = values.join(", ");
+        parts.push(match at(e, "/operator").as_str().unwrap_or_default() {
+            "In" => format!("{key} in {{ {values} }}"),
+            "NotIn" => format!("{key} not in {{ {values} }}"),
+            "Exists" => format!("has({key})"),
+            "DoesNotExist" => format!("! has({key})"),
+            // Not a valid operator: a selector that does not parse, so the policy is invalid
+            // rather than wider than written.
+            other => format!("<unknown operator {other:?}>"),
+        });
+    }
+    parts.join(" && ")
+}
+
+/// `a && b`, where either may be empty.
+pub(super) fn and(a: String, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a,
+        _ => format!("{a} && {b}"),
+    }
+}
+
+/// A NetworkPolicy peer as a Calico entity (without ports).
+pub(super) fn peer_entity(peer: &Value) -> Value {
+    if let Some(block) = peer.get("ipBlock") {
+        return json!({
+            "nets": [at(block, "/cidr")],
+            "notNets": at(block, "/except").as_array().cloned().unwrap_or_default(),
+        });
+    }
+    let pods = peer.get("podSelector").map(label_selector);
+    match peer.get("namespaceSelector") {
+        Some(ns) => {
+            let ns = label_selector(ns);
+            let ns = if ns.is_empty() { "all()".into() } else { ns };
+            json!({"selector": and(pods.unwrap_or_default(), K8S_ONLY), "namespaceSelector": ns})
+        }
+        None => json!({"selector": and(pods.unwrap_or_default(), K8S_ONLY)}),
+    }
+}
+
+/// The rules of one NetworkPolicy rule: one Calico rule per (port, peer), all Allow.
+pub(super) fn k8s_rules(rule: &Value, peers_field: &str, ingress: bool) -> Vec<Value> {
+    let peers: Vec<Value> = match at(rule, peers_field).as_array() {
+        Some(ps) if !ps.is_empty() => ps.iter().map(peer_entity).collect(),
+        _ => vec![json!({})],
+    };
+    let ports: Vec<Option<(String, Value)>> = match at(rule, "/ports").as_array() {
+        Some(ps) if !ps.is_empty() => ps
+            .iter()
+            .map(|p| {
+                let proto = at(p, "/protocol").as_str().unwrap_or("TCP").to_string();
+                let port = match (at(p, "/port"), at(p, "/endPort").as_u64()) {
+                    (Value::Number(n), Some(end)) => json!([format!("{n}:{end}")]),
+                    (Value::Null, _) => json!([]),
+                    (port, _) => json!([port]),
+                };
+                Some((proto, port))
+            })
+            .collect(),
+        _ => vec![None],
+    };
+    let mut out = Vec::new();
+    for port in &ports {
+        for peer in &peers {
+            let mut dest = if ingress { json!({}) } else { peer.clone() };
+            let mut rule = Map::new();
+            rule.insert("action".into(), "Allow".into());
+            if let (Some((proto, ports)), Some(d)) = (port, dest.as_object_mut()) {
+                rule.insert("protocol".into(), proto.as_str().into());
+                d.insert("ports".into(), ports.clone());
+            }
+            if ingress {
+                rule.insert("source".into(), peer.clone());
+            }
+            rule.insert("destination".into(), dest);
+            out.push(Value::Object(rule));
+        }
+    }
+    out
+}
+
+/// A NetworkPolicy's spec in Calico's form (order 1000, Allow rules).
+pub(super) fn k8s_policy_spec(o: &DynamicObject) -> Value {
+    let spec = at(&o.data, "/spec");
+    let selector = and(label_selector(at(spec, "/podSelector")), K8S_ONLY);
+    let rules = |field: &str, peers: &str, ingress: bool| -> Vec<Value> {
+        at(spec, field)
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| k8s_rules(r, peers, ingress))
+            .collect()
+    };
+    let types: Vec<Value> = match at(spec, "/policyTypes").as_array() {
+        Some(t) if !t.is_empty() => t.clone(),
+        _ if spec.get("egress").is_some() => json!(["Ingress", "Egress"])
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+        _ => vec!["Ingress".into()],
+    };
+    json!({
+        "order": 1000.0,
+        "selector": selector,
+        "types": types,
+        "ingress": rules("/ingress", "/from", true),
+        "egress": rules("/egress", "/to", false),
+    })
+}
+
+/// The value at a JSON pointer, `null` when absent.
+pub(super) fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
+    v.pointer(pointer).unwrap_or(&Value::Null)
+}
+
+pub(super) fn v3_doc(kind: Kind, metadata: Value, spec: Value) -> Value {
+    json!({
+        "apiVersion": "projectcalico.org/v3",
+        "kind": kind.as_str(),
+        "metadata": metadata,
+        "spec": spec,
+    })
+}
