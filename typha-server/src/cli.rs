@@ -720,15 +720,19 @@ async fn run(cfg: Config) -> ExitCode {
             }
         }
         DatastoreConfig::Kubernetes { api_endpoint } => {
-            let client = match api_endpoint {
+            let config = match api_endpoint {
                 Some(url) => url
                     .parse::<axum::http::Uri>()
-                    .map_err(|e| e.to_string())
-                    .and_then(|u| {
-                        kube::Client::try_from(kube::Config::new(u)).map_err(|e| e.to_string())
-                    }),
-                None => kube::Client::try_default().await.map_err(|e| e.to_string()),
+                    .map(kube::Config::new)
+                    .map_err(|e| e.to_string()),
+                None => kube::Config::infer().await.map_err(|e| e.to_string()),
             };
+            // kube retries 429/503/504 on its own, up to 15 times: an API server that is down
+            // would stall the syncer for minutes instead of being reported and retried by it.
+            let client = config.and_then(|mut c| {
+                c.default_retry = false;
+                kube::Client::try_from(c).map_err(|e| e.to_string())
+            });
             match client {
                 Ok(c) => {
                     info!(api = ?api_endpoint, "kubernetes datastore");

@@ -1,11 +1,20 @@
-//! One suite, every backend: the same test functions run against the embedded store and a real
-//! etcd, through the real server to a raw protocol client (`Peer`, which checks sequence
-//! numbers and digests on every frame). Each test ends with the client's state digest equal to
-//! a fold of what the datastore holds, read back from the datastore itself, and to the test's
-//! own record of what it wrote: nothing lost, nothing left over.
+//! One suite, every backend: the same test functions run against the embedded store, a real
+//! etcd and the Kubernetes backend, through the real server to a raw protocol client (`Peer`,
+//! which checks sequence numbers and digests on every frame). Each test ends with the client's
+//! state digest equal to a fold of what the datastore holds, read back from the datastore
+//! itself, and to the test's own record of what it wrote: nothing lost, nothing left over.
+//!
+//! Kubernetes is covered through the fixture API server (`common::k8s_fixture`): there is no
+//! kube-apiserver binary on the machine, so the backend's real kube `Client` talks HTTP to a fake
+//! that lists, watches, compacts (410 Gone) and goes down as the real one does. The suite
+//! writes Calico resources to it as their `crd.projectcalico.org/v1` CRDs, so it tests only the
+//! kinds stored as CRDs ([`Backend::supports`]): Profiles, WorkloadEndpoints and Nodes come
+//! from namespaces, service accounts, pods and nodes there, and `tests/kubernetes.rs` covers
+//! those conversions.
 //!
 //! A backend is a [`Backend`]: how to write to it as its users do, read it back, compact it
-//! and take it away. Adding one (Kubernetes) is an impl and one line of [`conformance!`].
+//! and take it away, and which kinds it can be written. Adding one is an impl and one line of
+//! [`conformance!`].
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -18,6 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::etcd::EtcdServer;
+use common::k8s_fixture::ApiServer;
 use common::{Peer, digest_of};
 use futures_util::future::BoxFuture;
 use futures_util::stream::StreamExt;
@@ -28,12 +38,19 @@ use tokio::sync::watch;
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::datastore::etcd::Etcd;
+use typha_server::datastore::kubernetes::{CRD_GROUP, CRD_KINDS, Kubernetes};
 use typha_server::datastore::v3::{Kind, Resource, ResourceId};
 use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
 use typha_server::server::{RunningServer, start};
 
 /// A datastore, driven the way its users drive it.
 trait Backend: Sized {
+    /// Whether resources of `kind` can be written to this backend as they are (as v3
+    /// resources of that kind). The suite writes, seeds and churns only these kinds; every
+    /// backend supports every kind unless it says otherwise.
+    fn supports(_kind: Kind) -> bool {
+        true
+    }
     /// A fresh, empty datastore.
     async fn new() -> Self;
     /// The backend under test, as the server uses it.
@@ -129,6 +146,70 @@ impl Backend for EtcdBackend {
     }
 }
 
+/// The fixture API server (there is no kube-apiserver binary here), written to as Calico's
+/// CRDs; its outage is the fixture going down (503 to every request, watches end).
+struct KubernetesBackend {
+    api: ApiServer,
+    ds: Arc<Kubernetes>,
+}
+
+/// The apiVersion of Calico's CRDs.
+fn crd_api_version() -> String {
+    format!("{CRD_GROUP}/v1")
+}
+
+impl Backend for KubernetesBackend {
+    /// Only CRD kinds: in Kubernetes, Profiles, WorkloadEndpoints and Nodes are not written as
+    /// themselves but made from namespaces and service accounts, pods and nodes.
+    fn supports(kind: Kind) -> bool {
+        CRD_KINDS.contains(&kind)
+    }
+    async fn new() -> Self {
+        let api = ApiServer::start().await;
+        // kube's default client retries a 503 for minutes; the outage must reach the backend.
+        let ds = Arc::new(Kubernetes::new(api.client_without_retries()).await);
+        Self { api, ds }
+    }
+    fn datastore(&self) -> Arc<dyn Datastore> {
+        self.ds.clone()
+    }
+    async fn put(&mut self, r: &Resource) {
+        assert!(Self::supports(r.kind()), "{} is not a CRD", r.kind());
+        let mut crd = r.to_json();
+        crd["apiVersion"] = crd_api_version().into();
+        crd["kind"] = r.kind().as_str().into();
+        self.api.put(r.kind().plural(), crd);
+    }
+    async fn delete(&mut self, id: &ResourceId) {
+        let ns = id.namespace.clone().unwrap_or_default();
+        self.api
+            .delete(&crd_api_version(), id.kind.plural(), &ns, &id.name);
+    }
+    async fn contents(&mut self) -> Vec<Resource> {
+        // Read back from the fixture, undoing what `put` did: the v3 resources written.
+        let mut out = Vec::new();
+        for kind in CRD_KINDS {
+            for mut o in self.api.objects(&crd_api_version(), kind.plural()) {
+                o["apiVersion"] = "projectcalico.org/v3".into();
+                if let Some(m) = o["metadata"].as_object_mut() {
+                    m.remove("resourceVersion");
+                }
+                out.push(Resource::from_json(o).unwrap());
+            }
+        }
+        out
+    }
+    async fn compact(&mut self) {
+        self.api.compact();
+    }
+    async fn stop(&mut self) {
+        self.api.set_down(true);
+    }
+    async fn start(&mut self) {
+        self.api.set_down(false);
+    }
+}
+
 /// A datastore that can be cut off: while off, listings and new watches fail and watches in
 /// progress end with an error. Counts the listings made through it.
 struct Switch {
@@ -192,8 +273,9 @@ impl Datastore for Switch {
     }
 }
 
-/// The kinds every backend must carry, each with a generator.
-const KINDS: [Kind; 9] = [
+/// Every kind with a generator in [`resource`]: a backend is tested with those it
+/// [`Backend::supports`] ([`kinds`]).
+const GENERATED: [Kind; 12] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
     Kind::NetworkSet,
@@ -203,7 +285,17 @@ const KINDS: [Kind; 9] = [
     Kind::HostEndpoint,
     Kind::IpPool,
     Kind::Node,
+    Kind::IpamBlock,
+    Kind::BlockAffinity,
+    Kind::FelixConfiguration,
 ];
+
+/// The kinds the suite writes to backend `B`.
+fn kinds<B: Backend>() -> Vec<Kind> {
+    let kinds: Vec<Kind> = GENERATED.into_iter().filter(|k| B::supports(*k)).collect();
+    assert!(!kinds.is_empty(), "a backend supports some kind");
+    kinds
+}
 
 /// Resource `i` of `kind` at generation `g`: another `g` converts to other values, another
 /// `i` is another resource with keys of its own.
@@ -211,6 +303,8 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
     let ns = format!("ns-{}", i % 2);
     let gen_label = g.to_string();
     let encap = ["Never", "Always", "CrossSubnet"][(g % 3) as usize];
+    let state = ["confirmed", "pending", "pendingDeletion"][(g % 3) as usize];
+    let severity = ["Info", "Debug", "Warning"][(g % 3) as usize];
     let mut doc = match kind {
         Kind::NetworkPolicy => json!({
             "metadata": {"name": format!("np-{i}"), "namespace": ns},
@@ -250,6 +344,22 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
             "spec": {"bgp": {"ipv4Address": format!("172.16.{}.{}/24", i % 256, 1 + g % 250)},
                      "addresses": [{"address": format!("172.16.{}.{}", i % 256, 1 + g % 250),
                                     "type": "InternalIP"}]}}),
+        // Blocks and affinities in 10.64.0.0/16, away from the seeded cluster's.
+        Kind::IpamBlock => json!({
+            "metadata": {"name": format!("10-64-{}-0-26", i % 256)},
+            "spec": {"cidr": format!("10.64.{}.0/26", i % 256),
+                     "affinity": format!("host:host-{}", i % 3),
+                     "allocations": (0..64u64).map(|a| if a <= g % 64 { Some(a) } else { None })
+                         .collect::<Vec<_>>()}}),
+        Kind::BlockAffinity => json!({
+            "metadata": {"name": format!("host-{}-10-64-{}-0-26", i % 3, i % 256)},
+            "spec": {"state": state,
+                     "node": format!("host-{}", i % 3), "cidr": format!("10.64.{}.0/26", i % 256),
+                     "deleted": "false"}}),
+        Kind::FelixConfiguration => json!({
+            "metadata": {"name": format!("node.host-{i}")},
+            "spec": {"logSeverityScreen": severity,
+                     "reportingInterval": format!("{}s", g % 100)}}),
         other => panic!("no generator for {other}"),
     };
     doc["apiVersion"] = "projectcalico.org/v3".into();
@@ -257,10 +367,11 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
     Resource::from_json(doc).unwrap()
 }
 
-/// A small cluster plus `per_kind` resources of every kind.
-fn seed(per_kind: usize) -> Vec<Resource> {
+/// A small cluster plus `per_kind` resources of every kind, as far as `B` supports them.
+fn seed<B: Backend>(per_kind: usize) -> Vec<Resource> {
     let mut rs = common::cluster(2, 4);
-    for kind in KINDS {
+    rs.retain(|r| B::supports(r.kind()));
+    for kind in kinds::<B>() {
         rs.extend((0..per_kind).map(|i| resource(kind, i, 0)));
     }
     rs
@@ -343,8 +454,9 @@ impl<B: Backend> Run<B> {
 
     /// `ops` seeded random creates, updates and deletes over every kind.
     async fn churn(&mut self, rng: &mut Rng, ops: usize) {
+        let kinds = kinds::<B>();
         for _ in 0..ops {
-            let kind = KINDS[rng.below(KINDS.len() as u64) as usize];
+            let kind = kinds[rng.below(kinds.len() as u64) as usize];
             let i = rng.below(6) as usize;
             let id = resource(kind, i, 0).id();
             if self.model.contains_key(&id) && rng.below(3) == 0 {
@@ -361,7 +473,7 @@ impl<B: Backend> Run<B> {
 }
 
 async fn initial_sync_equals_the_datastore<B: Backend>() {
-    let mut run = Run::<B>::new(&seed(3)).await;
+    let mut run = Run::<B>::new(&seed::<B>(3)).await;
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
     assert_eq!(p.first_after_hello, Some("snapshot"));
@@ -369,10 +481,10 @@ async fn initial_sync_equals_the_datastore<B: Backend>() {
 }
 
 async fn every_kind_is_created_updated_and_deleted<B: Backend>() {
-    let mut run = Run::<B>::new(&seed(1)).await;
+    let mut run = Run::<B>::new(&seed::<B>(1)).await;
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
-    for kind in KINDS {
+    for kind in kinds::<B>() {
         let (v1, v2) = (resource(kind, 7, 1), resource(kind, 7, 2));
         let (kv1, kv2) = (kvs(&v1), kvs(&v2));
         assert!(!kv1.is_empty(), "{kind} converts to something");
@@ -403,7 +515,7 @@ async fn every_kind_is_created_updated_and_deleted<B: Backend>() {
 }
 
 async fn compaction_while_behind_resyncs_without_lost_or_phantom_keys<B: Backend>() {
-    let mut run = Run::<B>::new(&seed(3)).await;
+    let mut run = Run::<B>::new(&seed::<B>(3)).await;
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
 
@@ -411,7 +523,7 @@ async fn compaction_while_behind_resyncs_without_lost_or_phantom_keys<B: Backend
     // it would resume from is compacted.
     run.switch.set(false);
     let mut gone = Vec::new();
-    for kind in KINDS {
+    for kind in kinds::<B>() {
         run.put(resource(kind, 10, 1)).await;
         run.put(resource(kind, 1, 5)).await;
         let old = resource(kind, 0, 0);
@@ -437,7 +549,7 @@ async fn compaction_while_behind_resyncs_without_lost_or_phantom_keys<B: Backend
 }
 
 async fn seeded_churn_ends_exact<B: Backend>() {
-    let mut run = Run::<B>::new(&seed(2)).await;
+    let mut run = Run::<B>::new(&seed::<B>(2)).await;
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
     run.churn(&mut Rng::new(0x5eed), 300).await;
@@ -450,7 +562,7 @@ async fn seeded_churn_ends_exact<B: Backend>() {
 }
 
 async fn outage_and_recovery_end_exact<B: Backend>() {
-    let mut run = Run::<B>::new(&seed(2)).await;
+    let mut run = Run::<B>::new(&seed::<B>(2)).await;
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
     run.churn(&mut Rng::new(1), 50).await;
@@ -525,3 +637,4 @@ macro_rules! conformance {
 
 conformance!(embedded, EmbeddedBackend);
 conformance!(etcd, EtcdBackend);
+conformance!(kubernetes, KubernetesBackend);

@@ -399,3 +399,81 @@ async fn a_hung_etcd_fails_requests_and_breaks_watches_instead_of_hanging() {
     etcd.freeze(false);
     assert_eq!(ds.list().await.unwrap().items.len(), 1);
 }
+
+#[tokio::test]
+async fn etcd_killed_and_restarted_in_the_middle_of_churn_ends_exact() {
+    let mut etcd = EtcdServer::start().await;
+    let mut c = etcd.client().await;
+    common::etcd::put_many(
+        &mut c,
+        &(0..100).map(|i| network_set(i, 0)).collect::<Vec<_>>(),
+    )
+    .await;
+    let srv = start(Config::for_tests(), Arc::new(backend(&etcd).await))
+        .await
+        .unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+    p.sync_to(&srv).await;
+
+    // A writer that keeps going through the outage, retrying each write until etcd takes it
+    // (as an API server or calicoctl user would).
+    let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let writer = {
+        let (endpoint, written) = (etcd.endpoint(), written.clone());
+        tokio::spawn(async move {
+            let mut c: Option<etcd_client::Client> = None;
+            for i in 0..400u64 {
+                let r = network_set((i % 150) as usize, i + 1);
+                loop {
+                    if c.is_none() {
+                        c = etcd_client::Client::connect([endpoint.as_str()], None)
+                            .await
+                            .ok();
+                    }
+                    let ok = match c.as_mut() {
+                        Some(cl) => tokio::time::timeout(
+                            Duration::from_secs(2),
+                            cl.put(
+                                typha_server::datastore::etcd::key_of(&r.id()),
+                                serde_json::to_vec(&r.to_json()).unwrap(),
+                                None,
+                            ),
+                        )
+                        .await
+                        .is_ok_and(|r| r.is_ok()),
+                        None => false,
+                    };
+                    if ok {
+                        break;
+                    }
+                    c = None;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                written.store(i + 1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    // Kill etcd while the writes are flowing, and bring it back on the same data.
+    common::eventually("the churn to be under way", || {
+        written.load(Ordering::Relaxed) >= 100
+    })
+    .await;
+    etcd.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    etcd.restart().await;
+    writer.await.unwrap();
+    assert_eq!(written.load(Ordering::Relaxed), 400);
+
+    let mut c = etcd.client().await;
+    let contents = common::etcd::resources(&mut c).await;
+    let (want, n) = digest_of(&contents);
+    p.until("etcd's content after the outage", |p| {
+        p.digest.combined() == want && p.status == Some(SyncStatus::InSync)
+    })
+    .await;
+    assert_eq!(p.state.len(), n);
+    assert!(p.goodbye.is_none(), "the client was never dropped");
+    srv.shutdown().await;
+}

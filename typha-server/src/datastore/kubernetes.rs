@@ -37,9 +37,11 @@
 //! 410 Gone (a watch error event or response, or the reason `Expired`/`Gone`) is
 //! [`DatastoreError::TooOld`]; any other failure is [`DatastoreError::Unavailable`].
 //!
-//! Build the client from the environment with `kube::Client::try_default().await` (in-cluster
-//! service account, else `$KUBECONFIG` / `~/.kube/config`), or from a URL with
-//! `kube::Client::try_from(kube::Config::new(url))`.
+//! Build the client from a `kube::Config` (`Config::infer().await`: in-cluster service
+//! account, else `$KUBECONFIG` / `~/.kube/config`; or `Config::new(url)`) with
+//! `default_retry = false`: kube's own retries of 429/503/504 (up to 15) would hold a listing
+//! for minutes while the API server is down, where the syncer should see `Unavailable` and
+//! back off itself. `cli.rs` does this.
 //!
 //! Lists are paged ([`PAGE_SIZE`]); an expired continue token fails the listing, which the
 //! syncer retries.

@@ -115,6 +115,16 @@ impl ApiServer {
         kube::Client::try_from(kube::Config::new(url)).unwrap()
     }
 
+    /// A kube client for this server that does not retry 429/503/504 itself (kube's default
+    /// client does, with backoff growing to minutes, so a 503 from [`ApiServer::set_down`]
+    /// would reach the backend only after that): the backend sees the outage at once.
+    pub fn client_without_retries(&self) -> kube::Client {
+        let url = format!("http://{}", self.addr).parse().unwrap();
+        let mut config = kube::Config::new(url);
+        config.default_retry = false;
+        kube::Client::try_from(config).unwrap()
+    }
+
     fn notify(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
@@ -214,6 +224,19 @@ impl ApiServer {
     /// The current revision.
     pub fn revision(&self) -> u64 {
         self.db.lock().unwrap().rev
+    }
+
+    /// Every object currently held in collection `plural` of `api_version`, as stored (with
+    /// the resourceVersion the fixture gave it).
+    pub fn objects(&self, api_version: &str, plural: &str) -> Vec<Value> {
+        let path = collection(api_version, plural);
+        self.db
+            .lock()
+            .unwrap()
+            .objects
+            .get(&path)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
