@@ -651,9 +651,16 @@ async fn run(cfg: Config) -> ExitCode {
     let mut api_server = None;
     if let DatastoreConfig::Upstream(u) = &cfg.datastore {
         info!(upstream = ?u.addrs, tls = u.tls.is_some(), "fed by upstream typha servers");
+        if let Some(t) = &u.tls
+            && let Err(e) = crate::datastore::upstream::check_tls(t)
+        {
+            eprintln!("typha-server: invalid configuration: TYPHA_UPSTREAMCERTFILE: {e}");
+            return ExitCode::from(EX_CONFIG);
+        }
         let u = u.clone();
-        return match crate::server::start_with(cfg, move |tx| {
-            Box::pin(crate::datastore::upstream::run(u, tx))
+        return match crate::server::start_with(cfg, move |tx, registry| {
+            let metrics = typha_client::metrics::ClientMetrics::new(registry);
+            Box::pin(crate::datastore::upstream::run(u, metrics, tx))
         })
         .await
         {

@@ -79,23 +79,24 @@ pub async fn start(
     cfg: Config,
     datastore: Arc<dyn Datastore>,
 ) -> Result<RunningServer, StartError> {
-    start_with(cfg, move |tx| Box::pin(run_syncer(datastore, tx))).await
+    start_with(cfg, move |tx, _| Box::pin(run_syncer(datastore, tx))).await
 }
 
-/// Starts a server whose cache is fed by `feed` (given the cache writer's channel; it runs
-/// until the channel closes): [`run_syncer`] over a datastore, or an upstream server
-/// ([`crate::datastore::upstream`]).
+/// Starts a server whose cache is fed by `feed` (given the cache writer's channel, and the
+/// metrics registry for metrics of its own; it runs until the channel closes): [`run_syncer`]
+/// over a datastore, or an upstream server ([`crate::datastore::upstream`]).
 pub async fn start_with(
     cfg: Config,
-    feed: impl FnOnce(mpsc::Sender<SyncerEvent>) -> BoxFuture<'static, ()>,
+    feed: impl FnOnce(mpsc::Sender<SyncerEvent>, &mut Registry) -> BoxFuture<'static, ()>,
 ) -> Result<RunningServer, StartError> {
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
+    let (tx, rx) = mpsc::channel(1024);
+    let feed = feed(tx, &mut registry);
     let registry = Arc::new(registry);
     let epoch = Epoch(rand::random());
     let (writer, cache) = CacheWriter::new(cfg.cache.clone(), epoch, metrics.clone());
-    let (tx, rx) = mpsc::channel(1024);
-    let mut background = vec![tokio::spawn(feed(tx)), tokio::spawn(writer.run(rx))];
+    let mut background = vec![tokio::spawn(feed), tokio::spawn(writer.run(rx))];
 
     let tls = match &cfg.tls {
         Some(t) => Some((

@@ -185,6 +185,17 @@ fn bad_settings_exit_64_with_one_line_naming_the_setting() {
     let e = run_expecting_config_error(
         &[],
         &[
+            ("TYPHA_DATASTORETYPE", "typha"),
+            ("TYPHA_UPSTREAMADDR", "127.0.0.1:1"),
+            ("TYPHA_UPSTREAMCAFILE", "/etc/hostname"),
+            ("TYPHA_UPSTREAMCERTFILE", "/etc/hostname"),
+            ("TYPHA_UPSTREAMKEYFILE", "/etc/hostname"),
+        ],
+    );
+    assert!(e.contains("TYPHA_UPSTREAM"), "{e}");
+    let e = run_expecting_config_error(
+        &[],
+        &[
             ("TYPHA_DATASTORETYPE", "kubernetes"),
             ("TYPHA_K8SAPIENDPOINT", "not a url"),
         ],

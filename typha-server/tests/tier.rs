@@ -22,8 +22,9 @@ async fn tier(upstream_addr: std::net::SocketAddr) -> RunningServer {
         tls: None,
         hostname: "tier-b".into(),
     };
-    start_with(Config::for_tests(), move |tx| {
-        Box::pin(upstream::run(u, tx))
+    start_with(Config::for_tests(), move |tx, registry| {
+        let m = typha_client::metrics::ClientMetrics::new(registry);
+        Box::pin(upstream::run(u, m, tx))
     })
     .await
     .unwrap()
@@ -74,6 +75,8 @@ async fn agents_of_a_second_tier_end_with_the_datastores_exact_state() {
     assert_eq!(agent.state.len(), n);
     // Both tiers hold the same state, so their digests agree too.
     assert_eq!(b.cache.latest().digest, a.cache.latest().digest);
+    // The tier's /metrics shows its upstream connection.
+    assert_eq!(common::metric(&b, "typha_client_connected"), 1.0);
     b.shutdown().await;
     a.shutdown().await;
 }

@@ -7,6 +7,8 @@
 //! replica takes over it resumes by deltas or digest buckets and hands on only what changed:
 //! this server's own clients see a few deltas, not a resync.
 
+use std::sync::Arc;
+
 use protocol::model::{SyncStatus, Update};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -43,14 +45,16 @@ impl SyncerCallbacks for Forward {
     }
 }
 
-/// Feeds the cache writer from the upstream until the writer's channel closes. A TLS setting
-/// that cannot be used is logged and ends the feed (the server stays not ready).
-pub async fn run(cfg: UpstreamConfig, out: mpsc::Sender<SyncerEvent>) {
+/// Feeds the cache writer from the upstream until the writer's channel closes; the client's
+/// metrics (`typha_client_*`, registered by the caller) show the upstream connection. TLS
+/// settings are checked before the server starts ([`check_tls`]); if they still cannot be
+/// used the feed logs it and ends (the server stays not ready).
+pub async fn run(cfg: UpstreamConfig, metrics: Arc<ClientMetrics>, out: mpsc::Sender<SyncerEvent>) {
     let mut client_cfg = ClientConfig::new(cfg.hostname.clone(), Discovery::addresses(cfg.addrs));
     client_cfg.tls = cfg.tls;
     client_cfg.info = format!("typha-server {} (tier)", env!("CARGO_PKG_VERSION"));
     client_cfg.light_store = false;
-    let client = match SyncClient::new(client_cfg, ClientMetrics::unregistered()) {
+    let client = match SyncClient::new(client_cfg, metrics) {
         Ok(c) => c,
         Err(e) => {
             warn!("upstream TLS settings cannot be used: {e}");
@@ -71,4 +75,12 @@ pub async fn run(cfg: UpstreamConfig, out: mpsc::Sender<SyncerEvent>) {
         .run(Forward { tx }, async move { closed.closed().await })
         .await;
     forward.abort();
+}
+
+/// Whether the upstream TLS files make a usable client configuration (readable PEM, a key
+/// that matches); the reason if not.
+pub fn check_tls(tls: &ClientTls) -> Result<(), String> {
+    typha_client::tls::client_config(tls)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
