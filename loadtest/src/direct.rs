@@ -71,6 +71,48 @@ pub(crate) struct DirectResult {
     pub(crate) via_server: Side,
 }
 
+/// One side, once its nodes are started: waits until all are in sync, then churns etcd and
+/// waits for every delivery. `cpu_before` is etcd's CPU when the side started. The server's
+/// CPU (side 2) and the exact count are the caller's.
+async fn side(
+    e: &EtcdProc,
+    wd: &Workdir,
+    a: &DirectArgs,
+    swarms: &mut [crate::child::Child],
+    cpu_before: f64,
+    what: &str,
+) -> anyhow::Result<(Side, hdrhistogram::Histogram<u64>)> {
+    let n = a.nodes as u64;
+    let etcd_cpu = || harness::cpu(&[e.pid()]);
+    let sync_secs =
+        harness::wait_for(swarms, "in_sync", n, "in sync", Duration::from_secs(1800)).await?;
+    let etcd_cpu_sync_secs = etcd_cpu() - cpu_before;
+    harness::phase_histogram(swarms).await?;
+    let cpu = etcd_cpu();
+    let (phase, latency) = harness::churn_phase(
+        e.pid(),
+        etcd::churn(e.endpoint.clone(), wd.shape(), a.rate, a.secs),
+        swarms,
+        a.nodes,
+        a.rate,
+        a.secs,
+        what,
+    )
+    .await?;
+    let side = Side {
+        sync_secs,
+        etcd_cpu_sync_secs,
+        etcd_cpu_churn_secs: etcd_cpu() - cpu,
+        etcd_rss_peak: usage(e.pid()).map_or(phase.rss_max, |u| u.rss.max(phase.rss_max)),
+        latency_ms: phase.latency_ms,
+        deliveries: phase.deliveries,
+        deliveries_expected: phase.updates * n,
+        server_cpu_churn_secs: 0.0,
+        nodes_exact: 0,
+    };
+    Ok((side, latency))
+}
+
 fn ratio(ours: f64, theirs: f64) -> String {
     if theirs > 0.0 {
         format!("{:.3}×", ours / theirs)
@@ -86,13 +128,9 @@ pub(crate) async fn run(a: DirectArgs) -> anyhow::Result<Outcome> {
     let resources = etcd::seed(&e, wd.shape()).await?;
     let timeline = Timeline::start();
     timeline.add_server(e.pid());
-    let n = a.nodes as u64;
-    let limit = Duration::from_secs(1800);
     let etcd_cpu = || harness::cpu(&[e.pid()]);
-    let etcd_peak = |since: u64| usage(e.pid()).map_or(since, |u| u.rss.max(since));
 
     // Side 1: every node lists and watches etcd.
-    let mut direct = Side::default();
     let cpu0 = etcd_cpu();
     let endpoint = e.endpoint.clone();
     let mut swarms = wd.swarms(
@@ -103,25 +141,7 @@ pub(crate) async fn run(a: DirectArgs) -> anyhow::Result<Outcome> {
         &["--etcd".into(), endpoint.clone()],
     )?;
     timeline.add_swarms(&swarms);
-    direct.sync_secs = harness::wait_for(&swarms, "in_sync", n, "listed", limit).await?;
-    direct.etcd_cpu_sync_secs = etcd_cpu() - cpu0;
-    harness::phase_histogram(&mut swarms).await?;
-    let cpu1 = etcd_cpu();
-    let (phase, _) = harness::churn_phase(
-        e.pid(),
-        etcd::churn(endpoint.clone(), wd.shape(), a.rate, a.secs),
-        &mut swarms,
-        a.nodes,
-        a.rate,
-        a.secs,
-        "direct",
-    )
-    .await?;
-    direct.etcd_cpu_churn_secs = etcd_cpu() - cpu1;
-    direct.etcd_rss_peak = etcd_peak(phase.rss_max);
-    direct.latency_ms = phase.latency_ms;
-    direct.deliveries = phase.deliveries;
-    direct.deliveries_expected = phase.updates * n;
+    let (mut direct, _) = side(&e, &wd, &a, &mut swarms, cpu0, "direct").await?;
     let revision = e
         .client()
         .await?
@@ -134,32 +154,14 @@ pub(crate) async fn run(a: DirectArgs) -> anyhow::Result<Outcome> {
     let direct_ok = done.nodes == a.nodes && done.exact == a.nodes;
 
     // Side 2: the same nodes through our server, which holds the one watch.
-    let mut via = Side::default();
-    let cpu2 = etcd_cpu();
+    let cpu1 = etcd_cpu();
     let mut server = wd.etcd_server("server", &endpoint).await?;
     timeline.add_server(server.pid());
     let mut swarms = wd.swarms(&[&server.addr], a.nodes, 0, &a.common, &[])?;
     timeline.add_swarms(&swarms);
-    via.sync_secs = harness::wait_for(&swarms, "in_sync", n, "in sync", limit).await?;
-    via.etcd_cpu_sync_secs = etcd_cpu() - cpu2;
-    harness::phase_histogram(&mut swarms).await?;
-    let (cpu3, scpu3) = (etcd_cpu(), harness::cpu(&[server.pid()]));
-    let (phase, latency) = harness::churn_phase(
-        e.pid(),
-        etcd::churn(endpoint.clone(), wd.shape(), a.rate, a.secs),
-        &mut swarms,
-        a.nodes,
-        a.rate,
-        a.secs,
-        "via server",
-    )
-    .await?;
-    via.etcd_cpu_churn_secs = etcd_cpu() - cpu3;
-    via.server_cpu_churn_secs = harness::cpu(&[server.pid()]) - scpu3;
-    via.etcd_rss_peak = etcd_peak(phase.rss_max);
-    via.latency_ms = phase.latency_ms;
-    via.deliveries = phase.deliveries;
-    via.deliveries_expected = phase.updates * n;
+    let scpu = harness::cpu(&[server.pid()]);
+    let (mut via, latency) = side(&e, &wd, &a, &mut swarms, cpu1, "via server").await?;
+    via.server_cpu_churn_secs = harness::cpu(&[server.pid()]) - scpu;
     let state = server.state().await?;
     let digest = state["digest"].as_str().unwrap_or_default().to_owned();
     let done_via = harness::finish(swarms, &digest).await?;

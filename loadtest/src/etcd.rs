@@ -141,10 +141,11 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
 /// The write time in a churned resource's JSON (`"loadtest.sent-unix-ns":"<digits>"`), found
 /// without parsing the document.
 pub(crate) fn sent_ns_json(value: &[u8]) -> Option<u128> {
-    let needle = format!("\"{SENT_LABEL}\":\"");
-    let at = value
-        .windows(needle.len())
-        .position(|w| w == needle.as_bytes())?;
+    // Built once: this runs for every (node, update) pair.
+    static NEEDLE: std::sync::LazyLock<Vec<u8>> =
+        std::sync::LazyLock::new(|| format!("\"{SENT_LABEL}\":\"").into_bytes());
+    let needle = NEEDLE.as_slice();
+    let at = value.windows(needle.len()).position(|w| w == needle)?;
     let rest = value.get(at + needle.len()..)?;
     let end = rest.iter().position(|b| *b == b'"')?;
     std::str::from_utf8(rest.get(..end)?).ok()?.parse().ok()

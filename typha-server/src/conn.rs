@@ -488,33 +488,19 @@ async fn inbound<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Waits for a turn to write an initial sync, pinging the client meanwhile; the turn lasts
-/// as long as the permit is held.
-async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
+/// Waits for `until`, pinging the client meanwhile (so its read timeout does not fire); a
+/// close request ends the wait with a Goodbye.
+async fn pinging<W: AsyncWrite + Unpin, T>(
     ctx: &Arc<Ctx>,
     out: &mut Out<W>,
     close: &mut oneshot::Receiver<GoodbyeReason>,
-) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ConnError> {
-    let Some(slots) = &ctx.sync_slots else {
-        return Ok(None);
-    };
-    if let Ok(p) = slots.clone().try_acquire_owned() {
-        return Ok(Some(p));
-    }
-    let m = &ctx.cache.metrics;
-    m.syncs_waiting.inc();
-    let _waiting = scopeguard(|| {
-        ctx.cache.metrics.syncs_waiting.dec();
-    });
-    let acquire = slots.clone().acquire_owned();
-    tokio::pin!(acquire);
+    until: impl std::future::Future<Output = T>,
+) -> Result<T, ConnError> {
+    tokio::pin!(until);
     loop {
         let ping = Instant::now() + jitter(ctx.cfg.ping_interval);
         tokio::select! {
-            permit = &mut acquire => {
-                // The semaphore is never closed.
-                return Ok(permit.ok());
-            }
+            v = &mut until => return Ok(v),
             reason = &mut *close => {
                 let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
                 out.goodbye(reason, "server closing this connection").await;
@@ -529,6 +515,28 @@ async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
     }
 }
 
+/// Waits for a turn to write an initial sync, pinging the client meanwhile; the turn lasts
+/// as long as the permit is held.
+async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    out: &mut Out<W>,
+    close: &mut oneshot::Receiver<GoodbyeReason>,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ConnError> {
+    let Some(slots) = &ctx.sync_slots else {
+        return Ok(None);
+    };
+    if let Ok(p) = slots.clone().try_acquire_owned() {
+        return Ok(Some(p));
+    }
+    ctx.cache.metrics.syncs_waiting.inc();
+    let _waiting = scopeguard(|| {
+        ctx.cache.metrics.syncs_waiting.dec();
+    });
+    // The semaphore is never closed.
+    let permit = pinging(ctx, out, close, slots.clone().acquire_owned()).await?;
+    Ok(permit.ok())
+}
+
 /// Waits until the cache has been in sync once, pinging the client meanwhile.
 async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
@@ -536,27 +544,19 @@ async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
     close: &mut oneshot::Receiver<GoodbyeReason>,
 ) -> Result<(), ConnError> {
     let mut crumbs = ctx.cache.subscribe();
-    while !ctx.cache.ever_in_sync() {
-        let ping = Instant::now() + jitter(ctx.cfg.ping_interval);
-        tokio::select! {
-            reason = &mut *close => {
-                let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
-                out.goodbye(reason, "server closing this connection").await;
-                return Err(ConnError::Closed(reason));
-            }
-            changed = crumbs.changed() => {
-                if changed.is_err() {
-                    return Err(ConnError::Closed(GoodbyeReason::Shutdown));
-                }
-            }
-            () = sleep_until(ping) => {
-                let ts = u64::try_from(ping.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
-                out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
-                out.flush().await?;
+    let in_sync = async {
+        while !ctx.cache.ever_in_sync() {
+            if crumbs.changed().await.is_err() {
+                return false;
             }
         }
+        true
+    };
+    if pinging(ctx, out, close, in_sync).await? {
+        Ok(())
+    } else {
+        Err(ConnError::Closed(GoodbyeReason::Shutdown))
     }
-    Ok(())
 }
 
 /// Brings a newly connected client to a position in the cache: by deltas, by digest buckets,

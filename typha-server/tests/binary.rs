@@ -55,6 +55,30 @@ async fn request(port: u16, method: &str, path: &str, body: &str) -> Option<(u16
     Some((status, body))
 }
 
+/// Waits (up to 20 s) until `/readiness` on `health` answers 200; its body.
+async fn until_ready(health: u16) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((200, body)) = get(health, "/readiness").await {
+            return body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends SIGTERM and checks that the process exits 0.
+async fn sigterm_exits_cleanly(mut child: std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
 #[tokio::test]
 async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm() {
     let (port, health, metrics) = (free_port(), free_port(), free_port());
@@ -84,15 +108,8 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
         .spawn()
         .unwrap();
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some((200, body)) = get(health, "/readiness").await {
-            assert!(body.contains("in sync"), "{body}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let body = until_ready(health).await;
+    assert!(body.contains("in sync"), "{body}");
     assert_eq!(get(health, "/liveness").await.unwrap().0, 200);
 
     // A client gets exactly the shipped sample cluster.
@@ -209,7 +226,7 @@ fn bad_settings_exit_64_with_one_line_naming_the_setting() {
 async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() {
     let (port, health, api) = (free_port(), free_port(), free_port());
     let empty = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .env("TYPHA_SERVERHOST", "127.0.0.1")
         .env("TYPHA_SERVERPORT", port.to_string())
         .env("TYPHA_HEALTHHOST", "127.0.0.1")
@@ -222,11 +239,7 @@ async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !matches!(get(health, "/readiness").await, Some((200, _))) {
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_ready(health).await;
     let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
     p.hello(Peer::offer("worker-1", None)).await.unwrap();
 
@@ -258,14 +271,7 @@ async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() 
     assert_eq!(status, 200, "{body}");
     p.until("the deletion", |p| p.state.is_empty()).await;
 
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    sigterm_exits_cleanly(child).await;
 }
 
 #[tokio::test]
@@ -310,11 +316,7 @@ async fn a_second_tier_binary_serves_what_the_first_serves() {
         .map(String::from)
         .to_vec(),
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !matches!(get(b_health, "/readiness").await, Some((200, _))) {
-        assert!(tokio::time::Instant::now() < deadline, "tier B never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_ready(b_health).await;
     let store = Embedded::new();
     DirSource::new(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cluster"),
@@ -331,15 +333,8 @@ async fn a_second_tier_binary_serves_what_the_first_serves() {
     assert_eq!(p.digest.combined(), want);
     let (_, status) = get(b_health, "/status").await.unwrap();
     assert!(status.contains(&format!("{want:016x}")), "{status}");
-    for mut c in [b, a] {
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let code = tokio::task::spawn_blocking(move || c.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(code.code(), Some(0));
+    for c in [b, a] {
+        sigterm_exits_cleanly(c).await;
     }
 }
 
@@ -353,7 +348,7 @@ async fn the_binary_serves_the_kubernetes_api_with_datastore_type_kubernetes() {
                            "metadata": {"name": "prod", "labels": {"team": "web"}}}),
     );
     let (port, health) = (free_port(), free_port());
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .env("TYPHA_DATASTORETYPE", "kubernetes")
         .env("TYPHA_K8SAPIENDPOINT", format!("http://{}", api.addr))
         .env("TYPHA_SERVERHOST", "127.0.0.1")
@@ -366,23 +361,12 @@ async fn the_binary_serves_the_kubernetes_api_with_datastore_type_kubernetes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !matches!(get(health, "/readiness").await, Some((200, _))) {
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_ready(health).await;
     let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
     p.hello(Peer::offer("worker-1", None)).await.unwrap();
     p.until("the namespace's profile", |p| {
         p.state.keys().any(|k| k.to_string().contains("kns.prod"))
     })
     .await;
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    sigterm_exits_cleanly(child).await;
 }

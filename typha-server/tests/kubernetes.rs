@@ -269,28 +269,36 @@ async fn gone_relists_with_no_lost_and_no_phantom_keys() {
     run.srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn bookmarks_move_the_revision_past_a_compaction() {
+/// Only sets change (every other type's watch stays at the listing's revision), then,
+/// with or without a bookmark to move every type's watch along, history is compacted and the
+/// API server drops the watches. Returns the run and its listing count before the outage,
+/// once a change after it has arrived.
+async fn outage_after_compaction(bookmark: bool) -> (Run, usize) {
     let mut run = Run::new().await;
     run.seed();
     let mut p = run.peer().await;
     run.converge(&mut p, "the initial sync").await;
-
-    // Only sets change: every other type's watch stays at the listing's revision, until a
-    // bookmark moves them all.
     for g in 1..5 {
         run.put(global_set(0, g));
     }
     run.converge(&mut p, "sets changed").await;
-    run.api.bookmark();
-    // The resume point is internal; give the bookmark time to be read.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    if bookmark {
+        run.api.bookmark();
+        // The resume point is internal; give the bookmark time to be read.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let lists = run.api.lists();
     run.api.compact();
     run.api.set_down(true);
     run.api.set_down(false);
     run.put(global_set(1, 9));
     run.converge(&mut p, "a change after the outage").await;
+    (run, lists)
+}
+
+#[tokio::test]
+async fn bookmarks_move_the_revision_past_a_compaction() {
+    let (run, lists) = outage_after_compaction(true).await;
     assert_eq!(
         run.api.lists(),
         lists,
@@ -302,20 +310,7 @@ async fn bookmarks_move_the_revision_past_a_compaction() {
 #[tokio::test]
 async fn without_a_bookmark_a_resume_after_compaction_relists() {
     // The control for the test above: the same steps without the bookmark do relist.
-    let mut run = Run::new().await;
-    run.seed();
-    let mut p = run.peer().await;
-    run.converge(&mut p, "the initial sync").await;
-    for g in 1..5 {
-        run.put(global_set(0, g));
-    }
-    run.converge(&mut p, "sets changed").await;
-    let lists = run.api.lists();
-    run.api.compact();
-    run.api.set_down(true);
-    run.api.set_down(false);
-    run.put(global_set(1, 9));
-    run.converge(&mut p, "a change after the outage").await;
+    let (run, lists) = outage_after_compaction(false).await;
     eventually("a relist", || run.api.lists() > lists).await;
     run.srv.shutdown().await;
 }

@@ -212,25 +212,7 @@ async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
     // Incompressible values, megabytes of them, until the stuck client's writes stall.
     let mut rng = protocol::sample::Rng::new(3);
     for i in 0..3000 {
-        let nets: Vec<String> = (0..300)
-            .map(|_| {
-                let a = rng.next_u64();
-                format!(
-                    "{}.{}.{}.{}/32",
-                    a & 0xff,
-                    (a >> 8) & 0xff,
-                    (a >> 16) & 0xff,
-                    (a >> 24) & 0xff
-                )
-            })
-            .collect();
-        store.put(
-            typha_server::datastore::v3::Resource::from_json(serde_json::json!({
-                "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
-                "metadata": {"name": format!("noise-{}", i % 100)}, "spec": {"nets": nets}
-            }))
-            .unwrap(),
-        );
+        store.put(noisy_set(&mut rng, &format!("noise-{}", i % 100)));
         if srv.metrics.dropped_count(DropReason::write_timeout) > 0 {
             break;
         }
@@ -250,30 +232,32 @@ async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
     srv.shutdown().await;
 }
 
-/// `n` new resources of ~4.5 KB of barely compressible CIDRs each (distinct keys, so catch-up
-/// spans cannot coalesce them).
+/// A network set of 300 random /32s (~4.5 KB, barely compressible).
+fn noisy_set(rng: &mut protocol::sample::Rng, name: &str) -> typha_server::datastore::v3::Resource {
+    let nets: Vec<String> = (0..300)
+        .map(|_| {
+            let a = rng.next_u64();
+            format!(
+                "{}.{}.{}.{}/32",
+                a & 0xff,
+                (a >> 8) & 0xff,
+                (a >> 16) & 0xff,
+                (a >> 24) & 0xff
+            )
+        })
+        .collect();
+    typha_server::datastore::v3::Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+        "metadata": {"name": name}, "spec": {"nets": nets}
+    }))
+    .unwrap()
+}
+
+/// `n` new noisy sets (distinct keys, so catch-up spans cannot coalesce them).
 fn noise(store: &typha_server::datastore::embedded::Embedded, n: usize) {
     let mut rng = protocol::sample::Rng::new(5);
     for i in 0..n {
-        let nets: Vec<String> = (0..300)
-            .map(|_| {
-                let a = rng.next_u64();
-                format!(
-                    "{}.{}.{}.{}/32",
-                    a & 0xff,
-                    (a >> 8) & 0xff,
-                    (a >> 16) & 0xff,
-                    (a >> 24) & 0xff
-                )
-            })
-            .collect();
-        store.put(
-            typha_server::datastore::v3::Resource::from_json(serde_json::json!({
-                "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
-                "metadata": {"name": format!("noise-{i}")}, "spec": {"nets": nets}
-            }))
-            .unwrap(),
-        );
+        store.put(noisy_set(&mut rng, &format!("noise-{i}")));
     }
 }
 

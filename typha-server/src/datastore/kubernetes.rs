@@ -149,26 +149,25 @@ impl Kubernetes {
                 conversion: Conversion::Crd(kind),
             })
             .collect();
-        sources.push(Source {
-            resource: ApiResource::erase::<Namespace>(&()),
-            conversion: Conversion::Namespace,
-        });
-        sources.push(Source {
-            resource: ApiResource::erase::<ServiceAccount>(&()),
-            conversion: Conversion::ServiceAccount,
-        });
-        sources.push(Source {
-            resource: ApiResource::erase::<Pod>(&()),
-            conversion: Conversion::Pod,
-        });
-        sources.push(Source {
-            resource: ApiResource::erase::<Node>(&()),
-            conversion: Conversion::Node,
-        });
-        sources.push(Source {
-            resource: ApiResource::erase::<K8sNetworkPolicy>(&()),
-            conversion: Conversion::NetworkPolicy,
-        });
+        sources.extend(
+            [
+                (ApiResource::erase::<Namespace>(&()), Conversion::Namespace),
+                (
+                    ApiResource::erase::<ServiceAccount>(&()),
+                    Conversion::ServiceAccount,
+                ),
+                (ApiResource::erase::<Pod>(&()), Conversion::Pod),
+                (ApiResource::erase::<Node>(&()), Conversion::Node),
+                (
+                    ApiResource::erase::<K8sNetworkPolicy>(&()),
+                    Conversion::NetworkPolicy,
+                ),
+            ]
+            .map(|(resource, conversion)| Source {
+                resource,
+                conversion,
+            }),
+        );
         let marks = Arc::new(Mutex::new(vec![0; sources.len()]));
         Self {
             client,
