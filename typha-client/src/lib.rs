@@ -6,6 +6,7 @@
 //! keeps going across disconnects: the consumer keeps its state, hears ResyncInProgress, and the
 //! next server resumes it (by deltas, by digest buckets, or by snapshot as a last resort).
 
+pub mod agent;
 pub mod client;
 pub mod config;
 pub mod conn;

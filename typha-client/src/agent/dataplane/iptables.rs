@@ -1,0 +1,1 @@
+//! iptables: placeholder, being written.

@@ -1,0 +1,1 @@
+//! routes: placeholder, being written.

@@ -1,0 +1,3 @@
+//! typha-agent: the node agent.
+
+pub mod dataplane;

@@ -1,0 +1,2 @@
+//! typha-agent (being written).
+fn main() {}
