@@ -7,6 +7,7 @@
 //! next server resumes it (by deltas, by digest buckets, or by snapshot as a last resort).
 
 pub mod agent;
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod conn;

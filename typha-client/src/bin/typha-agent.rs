@@ -1,2 +1,5 @@
-//! typha-agent (being written).
-fn main() {}
+//! `typha-agent`: the node agent. See [`typha_client::agent`].
+
+fn main() -> std::process::ExitCode {
+    typha_client::agent::cli::main()
+}

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,40 +18,15 @@ use protocol::model::{KeyType, SyncStatus, Update, UpdateKind};
 use tokio::sync::Notify;
 use typha_client::conn::session;
 use typha_client::metrics::ClientMetrics;
-use typha_client::tls::ClientTls;
-use typha_client::{ClientConfig, Discovery, Store, SyncerCallbacks};
+use typha_client::cli::ConnectArgs;
+use typha_client::{ClientConfig, Store, SyncerCallbacks};
 
 /// Print what a typha server streams, as an agent would receive it.
 #[derive(Debug, Parser)]
 #[command(name = "typha-tail", version, about)]
 struct Cli {
-    /// Server addresses, `host:port`, comma-separated (names resolve to all their addresses).
-    #[arg(long, env = "FELIX_TYPHAADDR", value_delimiter = ',')]
-    addr: Vec<String>,
-    /// Kubernetes Service to discover servers from (instead of --addr).
-    #[arg(long, env = "FELIX_TYPHAK8SSERVICENAME")]
-    k8s_service_name: Option<String>,
-    /// Namespace of that Service.
-    #[arg(long, env = "FELIX_TYPHAK8SNAMESPACE", default_value = "kube-system")]
-    k8s_namespace: String,
-    /// CA that signs the server's certificate.
-    #[arg(long, env = "FELIX_TYPHACAFILE")]
-    ca_file: Option<PathBuf>,
-    /// Client certificate.
-    #[arg(long, env = "FELIX_TYPHACERTFILE")]
-    cert_file: Option<PathBuf>,
-    /// Client key.
-    #[arg(long, env = "FELIX_TYPHAKEYFILE")]
-    key_file: Option<PathBuf>,
-    /// Required server certificate CN.
-    #[arg(long, env = "FELIX_TYPHACN")]
-    server_cn: Option<String>,
-    /// Required server certificate URI SAN.
-    #[arg(long, env = "FELIX_TYPHAURISAN")]
-    server_uri_san: Option<String>,
-    /// Seconds without a message before the server is considered gone.
-    #[arg(long, env = "FELIX_TYPHAREADTIMEOUT", default_value_t = 30.0)]
-    read_timeout: f64,
+    #[command(flatten)]
+    connect: ConnectArgs,
     /// Node name to present.
     #[arg(long, default_value = "typha-tail")]
     hostname: String,
@@ -135,36 +109,7 @@ impl SyncerCallbacks for Printer {
 }
 
 fn config(cli: &Cli) -> Result<ClientConfig, String> {
-    let discovery = if !cli.addr.is_empty() {
-        Discovery::addresses(cli.addr.clone())
-    } else if let Some(service) = &cli.k8s_service_name {
-        Discovery::kubernetes(service.clone(), cli.k8s_namespace.clone())
-    } else {
-        return Err(
-            "FELIX_TYPHAADDR: set --addr (or FELIX_TYPHAADDR) to the server's host:port".into(),
-        );
-    };
-    let mut cfg = ClientConfig::new(cli.hostname.clone(), discovery);
-    cfg.info = format!("typha-tail/{}", env!("CARGO_PKG_VERSION"));
-    cfg.read_timeout = Duration::try_from_secs_f64(cli.read_timeout)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or("FELIX_TYPHAREADTIMEOUT: not a positive number of seconds")?;
-    let any_tls = cli.ca_file.is_some() || cli.cert_file.is_some() || cli.key_file.is_some();
-    if any_tls {
-        let need = |v: &Option<PathBuf>, name: &str| {
-            v.clone()
-                .ok_or(format!("{name}: required with the other TLS settings"))
-        };
-        cfg.tls = Some(ClientTls {
-            ca_file: need(&cli.ca_file, "FELIX_TYPHACAFILE")?,
-            cert_file: need(&cli.cert_file, "FELIX_TYPHACERTFILE")?,
-            key_file: need(&cli.key_file, "FELIX_TYPHAKEYFILE")?,
-            server_cn: cli.server_cn.clone(),
-            server_uri_san: cli.server_uri_san.clone(),
-        });
-    }
-    Ok(cfg)
+    cli.connect.client_config(&cli.hostname, "typha-tail")
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,398 @@
+//! The `typha-agent` program: flags, logging, the two runtimes, signals, exit codes.
+//!
+//! The sync client and the HTTP endpoints run on a small multi-threaded runtime; the calc
+//! graph and the dataplane run on a thread of their own (a current-thread runtime), so a slow
+//! `iptables-restore` never delays pongs to the server.
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT (or a finished `--dry-run`/`--cleanup`), 64 for bad
+//! settings (one line naming the setting), 1 when the dataplane cannot be opened.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use prometheus_client::registry::Registry;
+use tokio::sync::{oneshot, watch};
+use tracing::{error, info, warn};
+use tracing_subscriber::EnvFilter;
+
+use super::calc::render::{EndpointToHost, RenderConfig};
+use super::dataplane::linux::{LinuxConfig, LinuxDataplane};
+use super::dataplane::{ApplyStats, Dataplane, DataplaneError, Desired, Dirty};
+use super::metrics::AgentMetrics;
+use super::run::{AgentConfig, Feeder, Shared, run};
+use crate::cli::ConnectArgs;
+use crate::client::SyncClient;
+use crate::metrics::ClientMetrics;
+
+/// sysexits.h EX_USAGE.
+const EX_CONFIG: u8 = 64;
+
+/// The node agent: syncs from typha and programs routes, iptables and ipsets.
+#[derive(Debug, Parser)]
+#[command(name = "typha-agent", version, about)]
+pub struct Cli {
+    #[command(flatten)]
+    connect: ConnectArgs,
+    /// This node's name (as in workload endpoints and IPAM block affinities). Default: the
+    /// `NODENAME` or `FELIX_FELIXHOSTNAME` variable, else the host name.
+    #[arg(long, env = "NODENAME")]
+    nodename: Option<String>,
+    /// Address of /liveness, /readiness, /status and /metrics.
+    #[arg(long, env = "TYPHA_AGENT_HEALTHADDR", default_value = "127.0.0.1:9099")]
+    health_addr: SocketAddr,
+    /// Seconds between re-reads of the kernel state (drift is repaired then).
+    #[arg(long, env = "FELIX_IPTABLESREFRESHINTERVAL", default_value_t = 90.0)]
+    refresh_interval: f64,
+    /// Route protocol number of the agent's routes; routes with another are never touched.
+    #[arg(long, env = "TYPHA_AGENT_ROUTEPROTOCOL", default_value_t = 80)]
+    route_protocol: u8,
+    /// Prefix of workload interface names.
+    #[arg(long, env = "FELIX_INTERFACEPREFIX", default_value = "cali")]
+    interface_prefix: String,
+    /// Workload-to-host traffic after egress policy: Drop, Return or Accept.
+    #[arg(long, env = "FELIX_DEFAULTENDPOINTTOHOSTACTION", default_value = "Drop")]
+    endpoint_to_host_action: String,
+    /// Print the ipset, iptables-restore and route plan once in sync, apply nothing, exit.
+    #[arg(long)]
+    dry_run: bool,
+    /// Remove every chain, hook, ipset and route the agent owns, then exit (no server needed).
+    #[arg(long)]
+    cleanup: bool,
+    /// Log as JSON lines.
+    #[arg(long, env = "TYPHA_AGENT_LOGJSON")]
+    log_json: bool,
+}
+
+struct Settings {
+    agent: AgentConfig,
+    linux: LinuxConfig,
+}
+
+fn settings(cli: &Cli) -> Result<Settings, String> {
+    let nodename = match &cli.nodename {
+        Some(n) if !n.is_empty() => n.clone(),
+        _ => match std::env::var("FELIX_FELIXHOSTNAME") {
+            Ok(n) if !n.is_empty() => n,
+            _ => std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_string())
+                .ok()
+                .filter(|s| !s.is_empty())
+                .ok_or("NODENAME: not set and the host name cannot be read")?,
+        },
+    };
+    let mut agent = AgentConfig::new(nodename);
+    agent.refresh_interval = Duration::try_from_secs_f64(cli.refresh_interval)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or("FELIX_IPTABLESREFRESHINTERVAL: not a positive number of seconds")?;
+    if cli.interface_prefix.is_empty() || cli.interface_prefix.len() > 14 {
+        return Err("FELIX_INTERFACEPREFIX: must be 1 to 14 characters".into());
+    }
+    agent.render = RenderConfig {
+        iface_prefix: cli.interface_prefix.clone(),
+        endpoint_to_host: cli
+            .endpoint_to_host_action
+            .parse::<EndpointToHost>()
+            .map_err(|e| format!("FELIX_DEFAULTENDPOINTTOHOSTACTION: {e}"))?,
+    };
+    Ok(Settings {
+        agent,
+        linux: LinuxConfig {
+            route_protocol: cli.route_protocol,
+            ..LinuxConfig::default()
+        },
+    })
+}
+
+/// The program, with the process's arguments.
+pub fn main() -> ExitCode {
+    main_from(std::env::args_os())
+}
+
+/// The program, with these arguments.
+pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EX_CONFIG)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let sub = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cli.log_json {
+        sub.json().init();
+    } else {
+        sub.init();
+    }
+    let s = match settings(&cli) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("typha-agent: invalid configuration: {e}");
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
+    if cli.cleanup {
+        return cleanup(&s.linux);
+    }
+    let client_cfg = match cli
+        .connect
+        .client_config(&s.agent.nodename, "typha-agent")
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("typha-agent: invalid configuration: {e}");
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("typha-agent: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut registry = Registry::default();
+    let client_metrics = ClientMetrics::new(&mut registry);
+    let shared = Arc::new(Shared::new(AgentMetrics::new(&mut registry)));
+    let registry = Arc::new(registry);
+    let client = match SyncClient::new(client_cfg, client_metrics) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("typha-agent: invalid configuration: {e}");
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
+    let listener = match rt.block_on(tokio::net::TcpListener::bind(cli.health_addr)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "typha-agent: invalid configuration: TYPHA_AGENT_HEALTHADDR: cannot listen on {}: {e}",
+                cli.health_addr
+            );
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
+
+    let (feeder, rx) = Feeder::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (opened_tx, opened_rx) = oneshot::channel::<Result<(), String>>();
+    let dp_thread = {
+        let shared = shared.clone();
+        let agent_cfg = s.agent.clone();
+        let linux = s.linux.clone();
+        let dry_run = cli.dry_run;
+        let stop_tx = stop_tx.clone();
+        std::thread::Builder::new()
+            .name("dataplane".into())
+            .spawn(move || dataplane_thread(agent_cfg, linux, dry_run, rx, shared, stop_tx, opened_tx))
+    };
+    let dp_thread = match dp_thread {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("typha-agent: cannot start the dataplane thread: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(opened_rx) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            eprintln!("typha-agent: cannot open the dataplane: {e}");
+            return ExitCode::FAILURE;
+        }
+        Err(_) => {
+            eprintln!("typha-agent: the dataplane thread ended before starting");
+            return ExitCode::FAILURE;
+        }
+    }
+    info!(
+        nodename = %s.agent.nodename,
+        health = %cli.health_addr,
+        dry_run = cli.dry_run,
+        "typha-agent starting"
+    );
+    rt.block_on(async {
+        let http = super::http::router(shared.clone(), registry.clone());
+        let mut http_stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let serve = axum::serve(listener, http).with_graceful_shutdown(async move {
+                let _ = http_stop.wait_for(|v| *v).await;
+            });
+            if let Err(e) = serve.await {
+                warn!(error = %e, "health server ended");
+            }
+        });
+        let mut client_stop = stop_rx.clone();
+        let client_task = tokio::spawn(client.run(feeder, async move {
+            let _ = client_stop.wait_for(|v| *v).await;
+        }));
+        let mut done = stop_rx.clone();
+        tokio::select! {
+            () = wait_for_signal() => info!("shutdown signal received"),
+            _ = done.wait_for(|v| *v) => {}
+        }
+        let _ = stop_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), client_task).await;
+    });
+    drop(rt);
+    if dp_thread.join().is_err() {
+        error!("the dataplane thread panicked");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn dataplane_thread(
+    cfg: AgentConfig,
+    linux: LinuxConfig,
+    dry_run: bool,
+    rx: tokio::sync::mpsc::UnboundedReceiver<super::run::Input>,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    opened: oneshot::Sender<Result<(), String>>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = opened.send(Err(e.to_string()));
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let mut stop_rx = stop.subscribe();
+        let shutdown = async move {
+            let _ = stop_rx.wait_for(|v| *v).await;
+        };
+        if dry_run {
+            let _ = opened.send(Ok(()));
+            let mut dp = DryRun {
+                protocol: linux.route_protocol,
+                stop: stop.clone(),
+            };
+            run(cfg, rx, &mut dp, &shared, shutdown).await;
+        } else {
+            let mut dp = match LinuxDataplane::new(&linux) {
+                Ok(dp) => dp,
+                Err(e) => {
+                    let _ = opened.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let _ = opened.send(Ok(()));
+            run(cfg, rx, &mut dp, &shared, shutdown).await;
+        }
+        // The loop ended (shutdown, or the input closed): let the main thread go too.
+        let _ = stop.send(true);
+    });
+}
+
+/// `--dry-run`: print the plan of the first apply, then stop.
+struct DryRun {
+    protocol: u8,
+    stop: watch::Sender<bool>,
+}
+
+impl Dataplane for DryRun {
+    async fn apply(&mut self, desired: &Desired, _dirty: &Dirty) -> Result<ApplyStats, DataplaneError> {
+        use std::io::Write;
+        let plan = LinuxDataplane::plan(desired, self.protocol);
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(plan.as_bytes());
+        let _ = out.flush();
+        let _ = self.stop.send(true);
+        Ok(ApplyStats::default())
+    }
+
+    fn resync(&mut self) {}
+
+    async fn event(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+fn cleanup(linux: &LinuxConfig) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("typha-agent: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async {
+        let mut dp = match LinuxDataplane::new(linux) {
+            Ok(dp) => dp,
+            Err(e) => {
+                eprintln!("typha-agent: cannot open the dataplane: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        dp.resync();
+        match dp.apply(&Desired::default(), &Dirty::all()).await {
+            Ok(stats) => {
+                info!(?stats, "removed everything the agent owned");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("typha-agent: cleanup failed: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("typha-agent").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn settings_name_the_bad_one() {
+        let e = settings(&parse(&["--nodename", "n1", "--refresh-interval", "0"])).err();
+        assert!(e.unwrap().starts_with("FELIX_IPTABLESREFRESHINTERVAL"));
+        let e = settings(&parse(&["--nodename", "n1", "--endpoint-to-host-action", "Maybe"])).err();
+        assert!(e.unwrap().starts_with("FELIX_DEFAULTENDPOINTTOHOSTACTION"));
+        let s = settings(&parse(&["--nodename", "n1", "--endpoint-to-host-action", "accept"])).unwrap();
+        assert_eq!(s.agent.nodename, "n1");
+        assert_eq!(s.agent.render.endpoint_to_host, EndpointToHost::Accept);
+        assert_eq!(s.linux.route_protocol, 80);
+    }
+}

@@ -1,0 +1,104 @@
+//! The agent's HTTP endpoints: `/liveness`, `/readiness`, `/metrics`, `/status`.
+//!
+//! Live while the loop keeps turning (it turns at least every second unless stuck); ready once
+//! in sync and the dataplane has been programmed from that state.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+use super::run::Shared;
+
+/// How long the loop may go without a turn before the agent is not live. An apply of a large
+/// dataplane can take seconds; a minute without a turn means it is stuck.
+pub const MAX_TURN_AGE: Duration = Duration::from_secs(60);
+
+#[derive(Clone)]
+struct HttpState {
+    shared: Arc<Shared>,
+    registry: Arc<Registry>,
+}
+
+/// The router.
+pub fn router(shared: Arc<Shared>, registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/liveness", get(liveness))
+        .route("/readiness", get(readiness))
+        .route("/status", get(status))
+        .route("/metrics", get(metrics_text))
+        .with_state(HttpState { shared, registry })
+}
+
+async fn liveness(State(s): State<HttpState>) -> impl IntoResponse {
+    let age = s.shared.since_last_turn();
+    if age > MAX_TURN_AGE {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not live: the agent loop last turned {age:?} ago\n"),
+        )
+    } else {
+        (StatusCode::OK, "live\n".to_string())
+    }
+}
+
+async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
+    let status = s.shared.status.load(Ordering::Relaxed);
+    if status != 3 {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: not in sync with a typha server\n".to_string(),
+        );
+    }
+    if !s.shared.ready.load(Ordering::Relaxed) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: dataplane not programmed yet\n".to_string(),
+        );
+    }
+    (StatusCode::OK, "ready\n".to_string())
+}
+
+async fn status(State(s): State<HttpState>) -> impl IntoResponse {
+    let m = &s.shared.metrics;
+    axum::Json(serde_json::json!({
+        "status": match s.shared.status.load(Ordering::Relaxed) {
+            1 => "wait-for-datastore",
+            2 => "resync-in-progress",
+            _ => "in-sync",
+        },
+        "ready": s.shared.ready.load(Ordering::Relaxed),
+        "applies": m.applies_seen(),
+        "local_endpoints": m.local_endpoints.get(),
+        "active_policies": m.active_policies.get(),
+        "ipsets": m.ipsets.get(),
+        "chains": m.chains.get(),
+        "routes": m.routes.get(),
+        "failures": m.failures.get(),
+    }))
+}
+
+async fn metrics_text(State(s): State<HttpState>) -> impl IntoResponse {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &s.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        ),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            e.to_string(),
+        ),
+    }
+}

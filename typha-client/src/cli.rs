@@ -1,0 +1,79 @@
+//! Command-line flags shared by the bundled programs (`typha-tail`, `typha-agent`): how to
+//! find and trust a typha server, under Felix's environment names.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::ClientConfig;
+use crate::discovery::Discovery;
+use crate::tls::ClientTls;
+
+/// Where the servers are and how to talk to them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConnectArgs {
+    /// Server addresses, `host:port`, comma-separated (names resolve to all their addresses).
+    #[arg(long, env = "FELIX_TYPHAADDR", value_delimiter = ',')]
+    pub addr: Vec<String>,
+    /// Kubernetes Service to discover servers from (instead of --addr).
+    #[arg(long, env = "FELIX_TYPHAK8SSERVICENAME")]
+    pub k8s_service_name: Option<String>,
+    /// Namespace of that Service.
+    #[arg(long, env = "FELIX_TYPHAK8SNAMESPACE", default_value = "kube-system")]
+    pub k8s_namespace: String,
+    /// CA that signs the server's certificate.
+    #[arg(long, env = "FELIX_TYPHACAFILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate.
+    #[arg(long, env = "FELIX_TYPHACERTFILE")]
+    pub cert_file: Option<PathBuf>,
+    /// Client key.
+    #[arg(long, env = "FELIX_TYPHAKEYFILE")]
+    pub key_file: Option<PathBuf>,
+    /// Required server certificate CN.
+    #[arg(long, env = "FELIX_TYPHACN")]
+    pub server_cn: Option<String>,
+    /// Required server certificate URI SAN.
+    #[arg(long, env = "FELIX_TYPHAURISAN")]
+    pub server_uri_san: Option<String>,
+    /// Seconds without a message before the server is considered gone.
+    #[arg(long, env = "FELIX_TYPHAREADTIMEOUT", default_value_t = 30.0)]
+    pub read_timeout: f64,
+}
+
+impl ConnectArgs {
+    /// The client configuration for a node called `hostname`, or one line naming the setting
+    /// that is wrong.
+    pub fn client_config(&self, hostname: &str, program: &str) -> Result<ClientConfig, String> {
+        let discovery = if !self.addr.is_empty() {
+            Discovery::addresses(self.addr.clone())
+        } else if let Some(service) = &self.k8s_service_name {
+            Discovery::kubernetes(service.clone(), self.k8s_namespace.clone())
+        } else {
+            return Err(
+                "FELIX_TYPHAADDR: set --addr (or FELIX_TYPHAADDR) to the server's host:port"
+                    .into(),
+            );
+        };
+        let mut cfg = ClientConfig::new(hostname.to_string(), discovery);
+        cfg.info = format!("{program}/{}", env!("CARGO_PKG_VERSION"));
+        cfg.read_timeout = Duration::try_from_secs_f64(self.read_timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or("FELIX_TYPHAREADTIMEOUT: not a positive number of seconds")?;
+        let any_tls = self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some();
+        if any_tls {
+            let need = |v: &Option<PathBuf>, name: &str| {
+                v.clone()
+                    .ok_or(format!("{name}: required with the other TLS settings"))
+            };
+            cfg.tls = Some(ClientTls {
+                ca_file: need(&self.ca_file, "FELIX_TYPHACAFILE")?,
+                cert_file: need(&self.cert_file, "FELIX_TYPHACERTFILE")?,
+                key_file: need(&self.key_file, "FELIX_TYPHAKEYFILE")?,
+                server_cn: self.server_cn.clone(),
+                server_uri_san: self.server_uri_san.clone(),
+            });
+        }
+        Ok(cfg)
+    }
+}
