@@ -50,8 +50,7 @@ impl ConnectArgs {
             Discovery::kubernetes(service.clone(), self.k8s_namespace.clone())
         } else {
             return Err(
-                "FELIX_TYPHAADDR: set --addr (or FELIX_TYPHAADDR) to the server's host:port"
-                    .into(),
+                "FELIX_TYPHAADDR: set --addr (or FELIX_TYPHAADDR) to the server's host:port".into(),
             );
         };
         let mut cfg = ClientConfig::new(hostname.to_string(), discovery);

@@ -54,7 +54,11 @@ pub struct Cli {
     #[arg(long, env = "FELIX_INTERFACEPREFIX", default_value = "cali")]
     interface_prefix: String,
     /// Workload-to-host traffic after egress policy: Drop, Return or Accept.
-    #[arg(long, env = "FELIX_DEFAULTENDPOINTTOHOSTACTION", default_value = "Drop")]
+    #[arg(
+        long,
+        env = "FELIX_DEFAULTENDPOINTTOHOSTACTION",
+        default_value = "Drop"
+    )]
     endpoint_to_host_action: String,
     /// Print the ipset, iptables-restore and route plan once in sync, apply nothing, exit.
     #[arg(long)]
@@ -145,10 +149,7 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     if cli.cleanup {
         return cleanup(&s.linux);
     }
-    let client_cfg = match cli
-        .connect
-        .client_config(&s.agent.nodename, "typha-agent")
-    {
+    let client_cfg = match cli.connect.client_config(&s.agent.nodename, "typha-agent") {
         Ok(c) => c,
         Err(e) => {
             eprintln!("typha-agent: invalid configuration: {e}");
@@ -199,7 +200,9 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         let stop_tx = stop_tx.clone();
         std::thread::Builder::new()
             .name("dataplane".into())
-            .spawn(move || dataplane_thread(agent_cfg, linux, dry_run, rx, shared, stop_tx, opened_tx))
+            .spawn(move || {
+                dataplane_thread(agent_cfg, linux, dry_run, rx, shared, stop_tx, opened_tx)
+            })
     };
     let dp_thread = match dp_thread {
         Ok(t) => t,
@@ -310,7 +313,11 @@ struct DryRun {
 }
 
 impl Dataplane for DryRun {
-    async fn apply(&mut self, desired: &Desired, _dirty: &Dirty) -> Result<ApplyStats, DataplaneError> {
+    async fn apply(
+        &mut self,
+        desired: &Desired,
+        _dirty: &Dirty,
+    ) -> Result<ApplyStats, DataplaneError> {
         use std::io::Write;
         let plan = LinuxDataplane::plan(desired, self.protocol);
         let mut out = std::io::stdout().lock();
@@ -388,9 +395,21 @@ mod tests {
     fn settings_name_the_bad_one() {
         let e = settings(&parse(&["--nodename", "n1", "--refresh-interval", "0"])).err();
         assert!(e.unwrap().starts_with("FELIX_IPTABLESREFRESHINTERVAL"));
-        let e = settings(&parse(&["--nodename", "n1", "--endpoint-to-host-action", "Maybe"])).err();
+        let e = settings(&parse(&[
+            "--nodename",
+            "n1",
+            "--endpoint-to-host-action",
+            "Maybe",
+        ]))
+        .err();
         assert!(e.unwrap().starts_with("FELIX_DEFAULTENDPOINTTOHOSTACTION"));
-        let s = settings(&parse(&["--nodename", "n1", "--endpoint-to-host-action", "accept"])).unwrap();
+        let s = settings(&parse(&[
+            "--nodename",
+            "n1",
+            "--endpoint-to-host-action",
+            "accept",
+        ]))
+        .unwrap();
         assert_eq!(s.agent.nodename, "n1");
         assert_eq!(s.agent.render.endpoint_to_host, EndpointToHost::Accept);
         assert_eq!(s.linux.route_protocol, 80);

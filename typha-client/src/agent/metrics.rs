@@ -60,9 +60,9 @@ impl AgentMetrics {
             chains: Gauge::default(),
             routes: Gauge::default(),
             resync_state: Gauge::default(),
-            apply_seconds: Histogram::new(
-                [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
-            ),
+            apply_seconds: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
             failures: Counter::default(),
             applies: Counter::default(),
             iptables_bytes: Counter::default(),
@@ -85,9 +85,21 @@ impl AgentMetrics {
             "Policies that select at least one of this node's endpoints",
             m.active_policies.clone(),
         );
-        r.register("felix_ipsets_calico", "ipsets the agent programs", m.ipsets.clone());
-        r.register("felix_iptables_chains", "cali-* chains the agent programs", m.chains.clone());
-        r.register("typha_agent_routes", "Routes the agent programs", m.routes.clone());
+        r.register(
+            "felix_ipsets_calico",
+            "ipsets the agent programs",
+            m.ipsets.clone(),
+        );
+        r.register(
+            "felix_iptables_chains",
+            "cali-* chains the agent programs",
+            m.chains.clone(),
+        );
+        r.register(
+            "typha_agent_routes",
+            "Routes the agent programs",
+            m.routes.clone(),
+        );
         r.register(
             "felix_resync_state",
             "Sync state: 1 waiting for the datastore, 2 resync in progress, 3 in sync",
@@ -103,7 +115,11 @@ impl AgentMetrics {
             "Dataplane applies that failed (retried with the kernel state re-read)",
             m.failures.clone(),
         );
-        r.register("typha_agent_applies", "Dataplane applies", m.applies.clone());
+        r.register(
+            "typha_agent_applies",
+            "Dataplane applies",
+            m.applies.clone(),
+        );
         r.register(
             "typha_agent_iptables_restore_bytes",
             "Bytes written to iptables-restore",

@@ -218,7 +218,11 @@ pub async fn run<D: Dataplane>(
             Ok(stats) => {
                 let took = t0.elapsed();
                 shared.metrics.applied(&stats, took.as_secs_f64());
-                debug!(?stats, took_ms = took.as_millis() as u64, "dataplane applied");
+                debug!(
+                    ?stats,
+                    took_ms = took.as_millis() as u64,
+                    "dataplane applied"
+                );
                 pending = Dirty::default();
                 backoff = cfg.retry_min;
                 if !shared.ready.swap(true, Ordering::Relaxed) {

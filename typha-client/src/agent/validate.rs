@@ -68,8 +68,9 @@ pub fn validate(u: &Update) -> Checked {
             })
             .and_then(|()| rules("inbound", &p.inbound_rules))
             .and_then(|()| rules("outbound", &p.outbound_rules)),
-        Value::ProfileRules(r) => rules("inbound", &r.inbound_rules)
-            .and_then(|()| rules("outbound", &r.outbound_rules)),
+        Value::ProfileRules(r) => {
+            rules("inbound", &r.inbound_rules).and_then(|()| rules("outbound", &r.outbound_rules))
+        }
         _ => Ok(()),
     };
     match check {
@@ -85,13 +86,17 @@ pub fn validate(u: &Update) -> Checked {
 /// Linux interface names: 1 to 15 bytes, no `/`, whitespace or `:`.
 fn iface_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 15 || name == "." || name == ".." {
-        return Err(format!("interface name {name:?} is not a valid Linux interface name"));
+        return Err(format!(
+            "interface name {name:?} is not a valid Linux interface name"
+        ));
     }
     if name
         .chars()
         .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
     {
-        return Err(format!("interface name {name:?} contains a forbidden character"));
+        return Err(format!(
+            "interface name {name:?} contains a forbidden character"
+        ));
     }
     Ok(())
 }
@@ -183,7 +188,10 @@ mod tests {
     #[test]
     fn ports_without_a_port_protocol_are_rejected() {
         let mut p = policy("all()", "");
-        p.inbound_rules[0].dst.ports = vec![Port::Range { first: 80, last: 80 }];
+        p.inbound_rules[0].dst.ports = vec![Port::Range {
+            first: 80,
+            last: 80,
+        }];
         let e = validate(&update(p)).invalid.unwrap();
         assert!(e.reason.contains("ports need protocol"), "{e}");
     }

@@ -16,9 +16,9 @@ use std::time::Duration;
 use clap::Parser;
 use protocol::model::{KeyType, SyncStatus, Update, UpdateKind};
 use tokio::sync::Notify;
+use typha_client::cli::ConnectArgs;
 use typha_client::conn::session;
 use typha_client::metrics::ClientMetrics;
-use typha_client::cli::ConnectArgs;
 use typha_client::{ClientConfig, Store, SyncerCallbacks};
 
 /// Print what a typha server streams, as an agent would receive it.

@@ -210,7 +210,11 @@ impl IpSetIndex {
 
     /// Adds, changes (`Some`) or removes (`None`) an endpoint.
     pub fn set_endpoint(&mut self, id: &EpId, data: Option<EpData>, out: &mut SetSink<'_>) {
-        if self.eps.get(id).is_some_and(|old| data.as_ref() == Some(&old.data)) {
+        if self
+            .eps
+            .get(id)
+            .is_some_and(|old| data.as_ref() == Some(&old.data))
+        {
             return;
         }
         if let Some(old) = self.eps.remove(id) {
@@ -246,7 +250,12 @@ impl IpSetIndex {
 
     /// Sets a profile's labels (`None`: the profile is gone); endpoints using it are
     /// re-evaluated.
-    pub fn set_profile_labels(&mut self, profile: &str, labels: Option<Labels>, out: &mut SetSink<'_>) {
+    pub fn set_profile_labels(
+        &mut self,
+        profile: &str,
+        labels: Option<Labels>,
+        out: &mut SetSink<'_>,
+    ) {
         let old = match labels {
             Some(l) => self.profile_labels.insert(profile.to_string(), l),
             None => self.profile_labels.remove(profile),
@@ -286,7 +295,9 @@ impl IpSetIndex {
             .cloned()
             .collect();
         for id in ids {
-            let Some(mut ep) = self.eps.remove(&id) else { continue };
+            let Some(mut ep) = self.eps.remove(&id) else {
+                continue;
+            };
             let mut names: Vec<String> = pending_unindexed.clone();
             self.for_each_label(&ep.data, |k, v| {
                 if let Some(sets) = self.by_term.get(&(k.to_string(), v.to_string())) {
@@ -344,9 +355,15 @@ impl IpSetIndex {
     }
 
     fn evaluate(&mut self, ep: &mut Ep, name: &str, out: &mut SetSink<'_>) {
-        let Some(set) = self.sets.get(name) else { return };
+        let Some(set) = self.sets.get(name) else {
+            return;
+        };
         let generation = set.generation;
-        if ep.in_sets.iter().any(|(n, g)| n == name && *g == generation) {
+        if ep
+            .in_sets
+            .iter()
+            .any(|(n, g)| n == name && *g == generation)
+        {
             return;
         }
         if !self.matches(&set.def, &ep.data) {
@@ -359,7 +376,9 @@ impl IpSetIndex {
     }
 
     fn add_members(&mut self, name: &str, members: Vec<String>, out: &mut SetSink<'_>) {
-        let Some(set) = self.sets.get_mut(name) else { return };
+        let Some(set) = self.sets.get_mut(name) else {
+            return;
+        };
         for m in members {
             let c = set.counts.entry(m.clone()).or_insert(0);
             *c += 1;
@@ -375,7 +394,9 @@ impl IpSetIndex {
     /// Takes back what an endpoint contributed.
     fn withdraw(&mut self, data: &EpData, in_sets: &[(String, u64)], out: &mut SetSink<'_>) {
         for (name, generation) in in_sets {
-            let Some(set) = self.sets.get(name) else { continue };
+            let Some(set) = self.sets.get(name) else {
+                continue;
+            };
             if set.generation != *generation {
                 continue;
             }

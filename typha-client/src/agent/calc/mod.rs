@@ -273,9 +273,11 @@ impl CalcGraph {
             }
             (Key::Resource(k), v) if k.kind == ResourceKind::Tier => {
                 let order = match v {
-                    Some(Value::Resource(r)) => serde_json::from_str::<serde_json::Value>(&r.spec_json)
-                        .ok()
-                        .and_then(|s| s.get("order").and_then(serde_json::Value::as_f64)),
+                    Some(Value::Resource(r)) => {
+                        serde_json::from_str::<serde_json::Value>(&r.spec_json)
+                            .ok()
+                            .and_then(|s| s.get("order").and_then(serde_json::Value::as_f64))
+                    }
                     _ => None,
                 };
                 let old = match order {
@@ -346,10 +348,12 @@ impl CalcGraph {
             .map(|p| self.profiles.get(p).and_then(|e| e.labels.as_ref()))
             .collect();
         let lookup = |k: &str| -> Option<&str> {
-            ep.labels
-                .get(k)
-                .map(String::as_str)
-                .or_else(|| lookup_profiles.iter().flatten().find_map(|l| l.get(k).map(String::as_str)))
+            ep.labels.get(k).map(String::as_str).or_else(|| {
+                lookup_profiles
+                    .iter()
+                    .flatten()
+                    .find_map(|l| l.get(k).map(String::as_str))
+            })
         };
         let selected: BTreeSet<PolicyKey> = self
             .policies
@@ -384,7 +388,9 @@ impl CalcGraph {
     }
 
     fn select(&mut self, key: &PolicyKey, ep: &Arc<str>) {
-        let Some(entry) = self.policies.get_mut(key) else { return };
+        let Some(entry) = self.policies.get_mut(key) else {
+            return;
+        };
         let was_active = !entry.selects.is_empty();
         entry.selects.insert(ep.clone());
         if !was_active {
@@ -402,7 +408,9 @@ impl CalcGraph {
     }
 
     fn unselect(&mut self, key: &PolicyKey, ep: &Arc<str>) {
-        let Some(entry) = self.policies.get_mut(key) else { return };
+        let Some(entry) = self.policies.get_mut(key) else {
+            return;
+        };
         entry.selects.remove(ep);
         if entry.selects.is_empty() {
             let sets = std::mem::take(&mut entry.sets);
@@ -424,11 +432,7 @@ impl CalcGraph {
         let entry = self.profiles.entry(name.to_string()).or_default();
         entry.users += 1;
         if entry.users == 1 {
-            let defs = entry
-                .rules
-                .as_ref()
-                .map(profile_sets)
-                .unwrap_or_default();
+            let defs = entry.rules.as_ref().map(profile_sets).unwrap_or_default();
             let (index, mut sink) = (
                 &mut self.index,
                 SetSink {
@@ -442,7 +446,9 @@ impl CalcGraph {
     }
 
     fn profile_unused(&mut self, name: &str) {
-        let Some(entry) = self.profiles.get_mut(name) else { return };
+        let Some(entry) = self.profiles.get_mut(name) else {
+            return;
+        };
         entry.users = entry.users.saturating_sub(1);
         if entry.users == 0 {
             let sets = std::mem::take(&mut entry.sets);
@@ -553,11 +559,7 @@ impl CalcGraph {
         }
         entry.rules = rules;
         if entry.users > 0 {
-            let defs = entry
-                .rules
-                .as_ref()
-                .map(profile_sets)
-                .unwrap_or_default();
+            let defs = entry.rules.as_ref().map(profile_sets).unwrap_or_default();
             let old = std::mem::take(&mut entry.sets);
             let (index, mut sink) = (
                 &mut self.index,
@@ -658,7 +660,9 @@ impl CalcGraph {
     fn tiers_for(&self, ep: &LocalEp, ty: PolicyType, dir: Dir) -> Vec<TierPolicies> {
         let mut by_tier: BTreeMap<(Ordered, &str), Vec<(Ordered, &str)>> = BTreeMap::new();
         for key in &ep.policies {
-            let Some(p) = self.policies.get(key) else { continue };
+            let Some(p) = self.policies.get(key) else {
+                continue;
+            };
             if !p.policy.types.contains(&ty) {
                 continue;
             }
@@ -674,7 +678,10 @@ impl CalcGraph {
             .map(|mut ps| {
                 ps.sort();
                 TierPolicies {
-                    chains: ps.iter().map(|(_, n)| render::policy_chain(dir, n)).collect(),
+                    chains: ps
+                        .iter()
+                        .map(|(_, n)| render::policy_chain(dir, n))
+                        .collect(),
                 }
             })
             .collect()

@@ -313,9 +313,26 @@ fn render_rule(r: &Rule, lines: &mut Vec<String>, sets: &mut Vec<SetDef>, stats:
     let mut rule_sets = Vec::new();
     let mut src_variants = Vec::new();
     let mut dst_variants = Vec::new();
-    if side(&r.src, "-s", "src", r.protocol, &mut base, &mut src_variants, &mut rule_sets).is_none()
-        || side(&r.dst, "-d", "dst", r.protocol, &mut base, &mut dst_variants, &mut rule_sets)
-            .is_none()
+    if side(
+        &r.src,
+        "-s",
+        "src",
+        r.protocol,
+        &mut base,
+        &mut src_variants,
+        &mut rule_sets,
+    )
+    .is_none()
+        || side(
+            &r.dst,
+            "-d",
+            "dst",
+            r.protocol,
+            &mut base,
+            &mut dst_variants,
+            &mut rule_sets,
+        )
+        .is_none()
     {
         return;
     }
@@ -344,12 +361,20 @@ fn render_rule(r: &Rule, lines: &mut Vec<String>, sets: &mut Vec<SetDef>, stats:
             let sep = if m.is_empty() { "" } else { " " };
             match r.action {
                 Action::Allow => {
-                    lines.push(format!("{m}{sep}-j MARK --set-xmark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x}"));
-                    lines.push(format!("-m mark --mark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x} -j RETURN"));
+                    lines.push(format!(
+                        "{m}{sep}-j MARK --set-xmark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x}"
+                    ));
+                    lines.push(format!(
+                        "-m mark --mark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x} -j RETURN"
+                    ));
                 }
                 Action::Pass => {
-                    lines.push(format!("{m}{sep}-j MARK --set-xmark {MARK_PASS:#x}/{MARK_PASS:#x}"));
-                    lines.push(format!("-m mark --mark {MARK_PASS:#x}/{MARK_PASS:#x} -j RETURN"));
+                    lines.push(format!(
+                        "{m}{sep}-j MARK --set-xmark {MARK_PASS:#x}/{MARK_PASS:#x}"
+                    ));
+                    lines.push(format!(
+                        "-m mark --mark {MARK_PASS:#x}/{MARK_PASS:#x} -j RETURN"
+                    ));
                 }
                 Action::Deny => lines.push(format!("{m}{sep}-j DROP")),
                 Action::Log => lines.push(format!(

@@ -1,17 +1,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 use std::collections::BTreeMap;
 
-use protocol::model::{
-    Action, BlockKey, Node, ProfileKey, ResourceKey, Rule, WorkloadEndpointKey,
-};
 use proptest::prelude::*;
+use protocol::model::{Action, BlockKey, Node, ProfileKey, ResourceKey, Rule, WorkloadEndpointKey};
 
 use super::*;
 
 const ME: &str = "node-a";
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect()
 }
 
 fn wep_key(host: &str, pod: &str) -> Key {
@@ -89,7 +90,10 @@ fn members(g: &CalcGraph, sel: &str) -> Option<Vec<String>> {
 fn only_this_nodes_endpoints_get_chains_and_routes() {
     let mut g = graph();
     g.on_update(&wep_key(ME, "a"), Some(wep("calia", "10.0.0.1", &[], &[])));
-    g.on_update(&wep_key("node-b", "b"), Some(wep("calib", "10.0.1.1", &[], &[])));
+    g.on_update(
+        &wep_key("node-b", "b"),
+        Some(wep("calib", "10.0.1.1", &[], &[])),
+    );
     let d = g.flush();
     assert!(d.chains && d.routes);
     let want = g.desired();
@@ -113,34 +117,64 @@ fn only_this_nodes_endpoints_get_chains_and_routes() {
 fn policies_select_with_inherited_profile_labels_in_order() {
     let mut g = graph();
     g.on_update(
-        &Key::ProfileLabels(ProfileKey { name: "kns.shop".into() }),
+        &Key::ProfileLabels(ProfileKey {
+            name: "kns.shop".into(),
+        }),
         Some(Value::ProfileLabels(labels(&[("pcns.team", "web")]))),
     );
-    g.on_update(&wep_key(ME, "a"), Some(wep("calia", "10.0.0.1", &[("app", "x")], &["kns.shop"])));
-    g.on_update(&Key::Policy(policy_key("zeta")), Some(Value::Policy(policy("pcns.team == 'web'", Some(10.0), ""))));
-    g.on_update(&Key::Policy(policy_key("alpha")), Some(Value::Policy(policy("app == 'x'", Some(10.0), ""))));
-    g.on_update(&Key::Policy(policy_key("first")), Some(Value::Policy(policy("all()", Some(1.0), ""))));
-    g.on_update(&Key::Policy(policy_key("last")), Some(Value::Policy(policy("all()", None, ""))));
-    g.on_update(&Key::Policy(policy_key("other")), Some(Value::Policy(policy("app == 'y'", Some(0.0), ""))));
+    g.on_update(
+        &wep_key(ME, "a"),
+        Some(wep("calia", "10.0.0.1", &[("app", "x")], &["kns.shop"])),
+    );
+    g.on_update(
+        &Key::Policy(policy_key("zeta")),
+        Some(Value::Policy(policy("pcns.team == 'web'", Some(10.0), ""))),
+    );
+    g.on_update(
+        &Key::Policy(policy_key("alpha")),
+        Some(Value::Policy(policy("app == 'x'", Some(10.0), ""))),
+    );
+    g.on_update(
+        &Key::Policy(policy_key("first")),
+        Some(Value::Policy(policy("all()", Some(1.0), ""))),
+    );
+    g.on_update(
+        &Key::Policy(policy_key("last")),
+        Some(Value::Policy(policy("all()", None, ""))),
+    );
+    g.on_update(
+        &Key::Policy(policy_key("other")),
+        Some(Value::Policy(policy("app == 'y'", Some(0.0), ""))),
+    );
     g.flush();
     let tw = g.desired().chains["cali-tw-calia"].join("\n");
-    let pos = |p: &str| tw.find(&format!("-j cali-pi-{p}\n")).unwrap_or_else(|| panic!("{p} not in {tw}"));
+    let pos = |p: &str| {
+        tw.find(&format!("-j cali-pi-{p}\n"))
+            .unwrap_or_else(|| panic!("{p} not in {tw}"))
+    };
     assert!(pos("first") < pos("alpha") && pos("alpha") < pos("zeta") && pos("zeta") < pos("last"));
     assert!(!tw.contains("cali-pi-other"));
     assert!(g.desired().chains.contains_key("cali-pi-zeta"));
-    assert!(!g.desired().chains.contains_key("cali-pi-other"), "inactive policies get no chain");
+    assert!(
+        !g.desired().chains.contains_key("cali-pi-other"),
+        "inactive policies get no chain"
+    );
     assert_eq!(g.counts().active_policies, 4);
 
     // The namespace's labels change: the policy that used them no longer applies.
     g.on_update(
-        &Key::ProfileLabels(ProfileKey { name: "kns.shop".into() }),
+        &Key::ProfileLabels(ProfileKey {
+            name: "kns.shop".into(),
+        }),
         Some(Value::ProfileLabels(labels(&[("pcns.team", "ops")]))),
     );
     assert!(g.flush().chains);
     assert!(!g.desired().chains.contains_key("cali-pi-zeta"));
     // Own labels win over inherited ones.
     g.on_update(
-        &Key::ProfileLabels(ProfileKey { name: "kns.shop".into() }),
+        &Key::ProfileLabels(ProfileKey {
+            name: "kns.shop".into(),
+        }),
         Some(Value::ProfileLabels(labels(&[("app", "y")]))),
     );
     g.flush();
@@ -153,7 +187,10 @@ fn tiers_apply_in_tier_order() {
     g.on_update(&wep_key(ME, "a"), Some(wep("calia", "10.0.0.1", &[], &[])));
     let mut sec = policy("all()", Some(1.0), "");
     sec.tier = "security".into();
-    g.on_update(&Key::Policy(policy_key("d")), Some(Value::Policy(policy("all()", Some(1.0), ""))));
+    g.on_update(
+        &Key::Policy(policy_key("d")),
+        Some(Value::Policy(policy("all()", Some(1.0), ""))),
+    );
     g.on_update(&Key::Policy(policy_key("s")), Some(Value::Policy(sec)));
     g.flush();
     let tw = g.desired().chains["cali-tw-calia"].join("\n");
@@ -161,8 +198,15 @@ fn tiers_apply_in_tier_order() {
     assert!(tw.find("cali-pi-default.d").is_none());
     assert!(tw.find("-j cali-pi-d\n").unwrap() < tw.find("-j cali-pi-security.s\n").unwrap());
     g.on_update(
-        &Key::Resource(ResourceKey { kind: ResourceKind::Tier, namespace: None, name: "security".into() }),
-        Some(Value::Resource(protocol::model::Resource { labels: Labels::new(), spec_json: r#"{"order":100}"#.into() })),
+        &Key::Resource(ResourceKey {
+            kind: ResourceKind::Tier,
+            namespace: None,
+            name: "security".into(),
+        }),
+        Some(Value::Resource(protocol::model::Resource {
+            labels: Labels::new(),
+            spec_json: r#"{"order":100}"#.into(),
+        })),
     );
     assert!(g.flush().chains);
     let tw = g.desired().chains["cali-tw-calia"].join("\n");
@@ -172,19 +216,41 @@ fn tiers_apply_in_tier_order() {
 #[test]
 fn rule_ipsets_hold_every_matching_endpoint_of_the_cluster() {
     let mut g = graph();
-    g.on_update(&wep_key(ME, "a"), Some(wep("calia", "10.0.0.1", &[("app", "web")], &[])));
-    g.on_update(&wep_key("node-b", "db1"), Some(wep("calib", "10.0.1.1", &[("app", "db")], &[])));
-    g.on_update(&Key::Policy(policy_key("p")), Some(Value::Policy(policy("app == 'web'", Some(1.0), "app == 'db'"))));
+    g.on_update(
+        &wep_key(ME, "a"),
+        Some(wep("calia", "10.0.0.1", &[("app", "web")], &[])),
+    );
+    g.on_update(
+        &wep_key("node-b", "db1"),
+        Some(wep("calib", "10.0.1.1", &[("app", "db")], &[])),
+    );
+    g.on_update(
+        &Key::Policy(policy_key("p")),
+        Some(Value::Policy(policy(
+            "app == 'web'",
+            Some(1.0),
+            "app == 'db'",
+        ))),
+    );
     let d = g.flush();
     assert!(d.ipsets.contains(&set_name("app == 'db'")));
     assert_eq!(members(&g, "app == 'db'").unwrap(), ["10.0.1.1"]);
     // Another db pod anywhere joins; a relabelled one leaves; a deleted one leaves.
-    g.on_update(&wep_key("node-c", "db2"), Some(wep("calic", "10.0.2.1", &[("app", "db")], &[])));
+    g.on_update(
+        &wep_key("node-c", "db2"),
+        Some(wep("calic", "10.0.2.1", &[("app", "db")], &[])),
+    );
     let d = g.flush();
     assert_eq!(d.ipsets.len(), 1);
     assert!(!d.chains, "a remote pod changes ipsets only");
-    assert_eq!(members(&g, "app == 'db'").unwrap(), ["10.0.1.1", "10.0.2.1"]);
-    g.on_update(&wep_key("node-b", "db1"), Some(wep("calib", "10.0.1.1", &[("app", "cache")], &[])));
+    assert_eq!(
+        members(&g, "app == 'db'").unwrap(),
+        ["10.0.1.1", "10.0.2.1"]
+    );
+    g.on_update(
+        &wep_key("node-b", "db1"),
+        Some(wep("calib", "10.0.1.1", &[("app", "cache")], &[])),
+    );
     g.on_update(&wep_key("node-c", "db2"), None);
     g.flush();
     assert_eq!(members(&g, "app == 'db'").unwrap(), Vec::<String>::new());
@@ -192,7 +258,10 @@ fn rule_ipsets_hold_every_matching_endpoint_of_the_cluster() {
     g.on_update(
         &Key::NetworkSet(protocol::model::NetworkSetKey { name: "dbs".into() }),
         Some(Value::NetworkSet(protocol::model::NetworkSet {
-            nets: vec!["192.168.0.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()],
+            nets: vec![
+                "192.168.0.0/24".parse().unwrap(),
+                "fd00::/64".parse().unwrap(),
+            ],
             labels: labels(&[("app", "db")]),
             profile_ids: vec![],
         })),
@@ -212,7 +281,9 @@ fn routes_follow_blocks_and_node_addresses() {
     let mut g = graph();
     let block = |cidr: &str, host: &str| {
         (
-            Key::Block(BlockKey { cidr: cidr.parse().unwrap() }),
+            Key::Block(BlockKey {
+                cidr: cidr.parse().unwrap(),
+            }),
             Value::Block(Block {
                 cidr: cidr.parse().unwrap(),
                 affinity: Some(format!("host:{host}")),
@@ -221,20 +292,42 @@ fn routes_follow_blocks_and_node_addresses() {
             }),
         )
     };
-    for (k, v) in [block("10.0.0.0/26", ME), block("10.0.1.0/26", "node-b"), block("10.0.2.0/26", "node-c")] {
+    for (k, v) in [
+        block("10.0.0.0/26", ME),
+        block("10.0.1.0/26", "node-b"),
+        block("10.0.2.0/26", "node-c"),
+    ] {
         g.on_update(&k, Some(v));
     }
     g.on_update(
-        &Key::Resource(ResourceKey { kind: ResourceKind::Node, namespace: None, name: "node-b".into() }),
-        Some(Value::Node(Node { ipv4_address: Some("192.168.1.2/24".parse().unwrap()), ..Node::default() })),
+        &Key::Resource(ResourceKey {
+            kind: ResourceKind::Node,
+            namespace: None,
+            name: "node-b".into(),
+        }),
+        Some(Value::Node(Node {
+            ipv4_address: Some("192.168.1.2/24".parse().unwrap()),
+            ..Node::default()
+        })),
     );
     g.flush();
     let r = &g.desired().routes;
-    assert_eq!(r.get(&"10.0.0.0/26".parse().unwrap()), Some(&RouteTarget::Blackhole));
-    assert_eq!(r.get(&"10.0.1.0/26".parse().unwrap()), Some(&RouteTarget::Via("192.168.1.2".parse().unwrap())));
-    assert!(r.get(&"10.0.2.0/26".parse().unwrap()).is_none(), "no address for node-c yet");
+    assert_eq!(
+        r.get(&"10.0.0.0/26".parse().unwrap()),
+        Some(&RouteTarget::Blackhole)
+    );
+    assert_eq!(
+        r.get(&"10.0.1.0/26".parse().unwrap()),
+        Some(&RouteTarget::Via("192.168.1.2".parse().unwrap()))
+    );
+    assert!(
+        !r.contains_key(&"10.0.2.0/26".parse().unwrap()),
+        "no address for node-c yet"
+    );
     g.on_update(
-        &Key::HostIp(protocol::model::HostIpKey { hostname: "node-c".into() }),
+        &Key::HostIp(protocol::model::HostIpKey {
+            hostname: "node-c".into(),
+        }),
         Some(Value::HostIp("192.168.1.3".parse().unwrap())),
     );
     assert!(g.flush().routes);
@@ -244,19 +337,36 @@ fn routes_follow_blocks_and_node_addresses() {
     );
     g.on_update(&block("10.0.1.0/26", "node-b").0, None);
     g.flush();
-    assert!(g.desired().routes.get(&"10.0.1.0/26".parse().unwrap()).is_none());
+    assert!(
+        !g.desired()
+            .routes
+            .contains_key(&"10.0.1.0/26".parse().unwrap())
+    );
 }
 
 #[test]
 fn staged_untracked_and_unparsable_policies_are_not_enforced() {
     let mut g = graph();
     g.on_update(&wep_key(ME, "a"), Some(wep("calia", "10.0.0.1", &[], &[])));
-    let staged = PolicyKey { kind: PolicyKind::StagedGlobalNetworkPolicy, namespace: None, name: "s".into() };
-    g.on_update(&Key::Policy(staged), Some(Value::Policy(policy("all()", Some(1.0), ""))));
+    let staged = PolicyKey {
+        kind: PolicyKind::StagedGlobalNetworkPolicy,
+        namespace: None,
+        name: "s".into(),
+    };
+    g.on_update(
+        &Key::Policy(staged),
+        Some(Value::Policy(policy("all()", Some(1.0), ""))),
+    );
     let mut untracked = policy("all()", Some(1.0), "");
     untracked.untracked = true;
-    g.on_update(&Key::Policy(policy_key("u")), Some(Value::Policy(untracked)));
-    g.on_update(&Key::Policy(policy_key("bad")), Some(Value::Policy(policy("app ==", Some(1.0), ""))));
+    g.on_update(
+        &Key::Policy(policy_key("u")),
+        Some(Value::Policy(untracked)),
+    );
+    g.on_update(
+        &Key::Policy(policy_key("bad")),
+        Some(Value::Policy(policy("app ==", Some(1.0), ""))),
+    );
     g.flush();
     assert_eq!(g.counts().active_policies, 0);
     assert!(!g.desired().chains.keys().any(|c| c.starts_with("cali-pi-")));
@@ -266,11 +376,30 @@ fn staged_untracked_and_unparsable_policies_are_not_enforced() {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Ep { host: bool, pod: u8, app: Option<u8>, ns: u8, ip: u8 },
-    DelEp { host: bool, pod: u8 },
-    NsLabel { ns: u8, team: Option<u8> },
-    Policy { id: u8, sel_app: Option<u8>, team: Option<u8>, from_app: u8 },
-    DelPolicy { id: u8 },
+    Ep {
+        host: bool,
+        pod: u8,
+        app: Option<u8>,
+        ns: u8,
+        ip: u8,
+    },
+    DelEp {
+        host: bool,
+        pod: u8,
+    },
+    NsLabel {
+        ns: u8,
+        team: Option<u8>,
+    },
+    Policy {
+        id: u8,
+        sel_app: Option<u8>,
+        team: Option<u8>,
+        from_app: u8,
+    },
+    DelPolicy {
+        id: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -289,22 +418,40 @@ fn op() -> impl Strategy<Value = Op> {
 fn kv(op: &Op) -> (Key, Option<Value>) {
     let host = |h: bool| if h { ME } else { "node-b" };
     match op {
-        Op::Ep { host: h, pod, app, ns, ip } => {
+        Op::Ep {
+            host: h,
+            pod,
+            app,
+            ns,
+            ip,
+        } => {
             let app_v = app.map(|a| format!("a{a}"));
             let l: Vec<(&str, &str)> = app_v.iter().map(|a| ("app", a.as_str())).collect();
             let profile = format!("kns.n{ns}");
             // Distinct pods may share an IP: membership must be counted, not just set.
             (
                 wep_key(host(*h), &format!("p{pod}")),
-                Some(wep(&format!("cali{}{pod}", u8::from(*h)), &format!("10.0.0.{ip}"), &l, &[&profile])),
+                Some(wep(
+                    &format!("cali{}{pod}", u8::from(*h)),
+                    &format!("10.0.0.{ip}"),
+                    &l,
+                    &[&profile],
+                )),
             )
         }
         Op::DelEp { host: h, pod } => (wep_key(host(*h), &format!("p{pod}")), None),
         Op::NsLabel { ns, team } => (
-            Key::ProfileLabels(ProfileKey { name: format!("kns.n{ns}") }),
+            Key::ProfileLabels(ProfileKey {
+                name: format!("kns.n{ns}"),
+            }),
             team.map(|t| Value::ProfileLabels(labels(&[("pcns.team", &format!("t{t}"))]))),
         ),
-        Op::Policy { id, sel_app, team, from_app } => {
+        Op::Policy {
+            id,
+            sel_app,
+            team,
+            from_app,
+        } => {
             let mut parts = vec![];
             if let Some(a) = sel_app {
                 parts.push(format!("app == 'a{a}'"));
@@ -312,7 +459,11 @@ fn kv(op: &Op) -> (Key, Option<Value>) {
             if let Some(t) = team {
                 parts.push(format!("pcns.team == 't{t}'"));
             }
-            let sel = if parts.is_empty() { "all()".to_string() } else { parts.join(" && ") };
+            let sel = if parts.is_empty() {
+                "all()".to_string()
+            } else {
+                parts.join(" && ")
+            };
             let from = format!("app == 'a{from_app}' || pcns.team == 't0'");
             (
                 Key::Policy(policy_key(&format!("p{id}"))),
@@ -354,4 +505,3 @@ proptest! {
         prop_assert_eq!(g.counts(), fresh.counts());
     }
 }
-

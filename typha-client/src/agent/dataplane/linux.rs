@@ -77,7 +77,11 @@ impl LinuxDataplane {
 }
 
 impl Dataplane for LinuxDataplane {
-    async fn apply(&mut self, desired: &Desired, dirty: &Dirty) -> Result<ApplyStats, DataplaneError> {
+    async fn apply(
+        &mut self,
+        desired: &Desired,
+        dirty: &Dirty,
+    ) -> Result<ApplyStats, DataplaneError> {
         let mut stats = ApplyStats::default();
         let sets = dirty.all_ipsets || !dirty.ipsets.is_empty();
         if sets {
@@ -87,7 +91,12 @@ impl Dataplane for LinuxDataplane {
             stats.add(&self.iptables.apply(&desired.chains, &desired.hooks).await?);
         }
         if dirty.routes {
-            stats.add(&self.routes.apply(&desired.routes, &desired.interfaces).await?);
+            stats.add(
+                &self
+                    .routes
+                    .apply(&desired.routes, &desired.interfaces)
+                    .await?,
+            );
         }
         if sets {
             stats.add(&self.ipsets.apply_deletions(&desired.ipsets).await?);

@@ -244,20 +244,25 @@ pub struct Recording {
 }
 
 impl Dataplane for Recording {
-    async fn apply(&mut self, desired: &Desired, dirty: &Dirty) -> Result<ApplyStats, DataplaneError> {
+    async fn apply(
+        &mut self,
+        desired: &Desired,
+        dirty: &Dirty,
+    ) -> Result<ApplyStats, DataplaneError> {
         let mut stats = ApplyStats::default();
         let names: Vec<&String> = if dirty.all_ipsets {
-            desired.ipsets.keys().chain(self.state.ipsets.keys()).collect()
+            desired
+                .ipsets
+                .keys()
+                .chain(self.state.ipsets.keys())
+                .collect()
         } else {
             dirty.ipsets.iter().collect()
         };
         for name in names {
             let old = self.state.ipsets.get(name);
             let new = desired.ipsets.get(name);
-            let (o, n) = (
-                old.map(|s| &s.members),
-                new.map(|s| &s.members),
-            );
+            let (o, n) = (old.map(|s| &s.members), new.map(|s| &s.members));
             let empty = BTreeSet::new();
             let (o, n) = (o.unwrap_or(&empty), n.unwrap_or(&empty));
             stats.ipset_members_changed +=
@@ -308,8 +313,7 @@ pub fn canonical_net(net: &Ipv4Net) -> String {
 /// URL-safe base64 (no padding) of the SHA-256 of `parts` joined by NUL, cut to `len`
 /// characters: Calico's way of naming things that are too long, and of tagging rules.
 pub fn hash_b64(parts: &[&str], len: usize) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for (i, p) in parts.iter().enumerate() {
         if i > 0 {
@@ -344,7 +348,10 @@ mod tests {
     #[test]
     fn canonical_nets_match_ipset_save() {
         assert_eq!(canonical_net(&"10.0.0.1/32".parse().unwrap()), "10.0.0.1");
-        assert_eq!(canonical_net(&"10.0.0.1/24".parse().unwrap()), "10.0.0.0/24");
+        assert_eq!(
+            canonical_net(&"10.0.0.1/24".parse().unwrap()),
+            "10.0.0.0/24"
+        );
     }
 
     #[test]
@@ -353,6 +360,9 @@ mod tests {
         assert_eq!(a.len(), 16);
         assert_eq!(a, hash_b64(&["cali-pi-x", "rule"], 16));
         assert_ne!(a, hash_b64(&["cali-pi-x", "rul", "e"], 16));
-        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
     }
 }

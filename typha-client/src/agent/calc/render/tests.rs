@@ -34,8 +34,14 @@ fn matches_render_in_iptables_syntax() {
     r.protocol = Some(Protocol::Tcp);
     r.src.nets = vec!["10.0.0.0/8".parse().unwrap()];
     r.dst.ports = vec![
-        Port::Range { first: 80, last: 80 },
-        Port::Range { first: 8000, last: 8080 },
+        Port::Range {
+            first: 80,
+            last: 80,
+        },
+        Port::Range {
+            first: 8000,
+            last: 8080,
+        },
     ];
     r.dst.not_nets = vec!["10.1.0.0/16".parse().unwrap()];
     assert_eq!(
@@ -49,7 +55,10 @@ fn selectors_and_many_nets_become_ipsets() {
     let mut r = rule(Action::Allow);
     r.src.selector = "app == 'db'".into();
     r.src.not_selector = "role == 'x'".into();
-    r.dst.nets = vec!["10.0.0.0/8".parse().unwrap(), "192.168.0.0/16".parse().unwrap()];
+    r.dst.nets = vec![
+        "10.0.0.0/8".parse().unwrap(),
+        "192.168.0.0/16".parse().unwrap(),
+    ];
     let sets = rule_sets(std::slice::from_ref(&r));
     assert_eq!(sets.len(), 3);
     let names: Vec<String> = sets.iter().map(SetDef::name).collect();
@@ -58,7 +67,11 @@ fn selectors_and_many_nets_become_ipsets() {
     }
     let l = lines(r);
     let sel = SetDef::Selector(Selector::parse("app == 'db'").unwrap()).name();
-    assert!(l[0].contains(&format!("-m set --match-set {sel} src")), "{}", l[0]);
+    assert!(
+        l[0].contains(&format!("-m set --match-set {sel} src")),
+        "{}",
+        l[0]
+    );
     assert!(l[0].contains("-m set ! --match-set cali40s:"), "{}", l[0]);
     assert!(l[0].contains("-m set --match-set cali40c:"), "{}", l[0]);
 }
@@ -68,21 +81,34 @@ fn named_ports_use_ip_port_sets_and_split_the_rule() {
     let mut r = rule(Action::Allow);
     r.protocol = Some(Protocol::Tcp);
     r.dst.selector = "app == 'web'".into();
-    r.dst.ports = vec![Port::Range { first: 443, last: 443 }, Port::Named("http".into())];
+    r.dst.ports = vec![
+        Port::Range {
+            first: 443,
+            last: 443,
+        },
+        Port::Named("http".into()),
+    ];
     let sets = rule_sets(std::slice::from_ref(&r));
-    assert!(sets.iter().any(|s| matches!(s, SetDef::NamedPort(_, 6, n) if n == "http")));
+    assert!(
+        sets.iter()
+            .any(|s| matches!(s, SetDef::NamedPort(_, 6, n) if n == "http"))
+    );
     let l = lines(r);
     // One variant for the numeric port, one for the named one; each with its RETURN.
     assert_eq!(l.len(), 4, "{l:#?}");
     assert!(l[0].contains("--dports 443"));
-    assert!(l[2].contains("cali40n:") && l[2].ends_with("dst,dst -j MARK --set-xmark 0x10000/0x10000"));
+    assert!(
+        l[2].contains("cali40n:") && l[2].ends_with("dst,dst -j MARK --set-xmark 0x10000/0x10000")
+    );
 }
 
 #[test]
 fn multiport_is_split_at_fifteen_slots() {
     let mut r = rule(Action::Deny);
     r.protocol = Some(Protocol::Udp);
-    r.dst.ports = (1..=20).map(|p| Port::Range { first: p, last: p }).collect();
+    r.dst.ports = (1..=20)
+        .map(|p| Port::Range { first: p, last: p })
+        .collect();
     let l = lines(r);
     assert_eq!(l.len(), 2);
     assert!(l[0].contains("--dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 "));
@@ -93,7 +119,10 @@ fn multiport_is_split_at_fifteen_slots() {
 fn icmp_and_protocol_negation() {
     let mut r = rule(Action::Allow);
     r.protocol = Some(Protocol::Icmp);
-    r.icmp = Some(Icmp { icmp_type: 8, code: Some(0) });
+    r.icmp = Some(Icmp {
+        icmp_type: 8,
+        code: Some(0),
+    });
     assert!(lines(r)[0].starts_with("-p icmp -m icmp --icmp-type 8/0 "));
     let mut r = rule(Action::Deny);
     r.not_protocol = Some(Protocol::Udp);
@@ -102,7 +131,10 @@ fn icmp_and_protocol_negation() {
 
 #[test]
 fn unenforceable_rules_fail_closed() {
-    let svc = Some(ServiceMatch { name: "api".into(), namespace: "ns".into() });
+    let svc = Some(ServiceMatch {
+        name: "api".into(),
+        namespace: "ns".into(),
+    });
     let mut allow = rule(Action::Allow);
     allow.dst.service = svc.clone();
     let mut stats = RenderStats::default();
@@ -121,11 +153,17 @@ fn unenforceable_rules_fail_closed() {
 
 #[test]
 fn long_names_are_hashed_to_fit() {
-    assert_eq!(policy_chain(Dir::Ingress, "shop/allow-web"), "cali-pi-shop/allow-web");
+    assert_eq!(
+        policy_chain(Dir::Ingress, "shop/allow-web"),
+        "cali-pi-shop/allow-web"
+    );
     let long = policy_chain(Dir::Egress, "some-namespace/a-rather-long-policy-name");
     assert_eq!(long.len(), MAX_CHAIN_NAME);
     assert!(long.starts_with("cali-po-_"));
-    assert_ne!(long, policy_chain(Dir::Egress, "some-namespace/a-rather-long-policy-namf"));
+    assert_ne!(
+        long,
+        policy_chain(Dir::Egress, "some-namespace/a-rather-long-policy-namf")
+    );
     assert!(chain_name("cali-tw-", "weird name").starts_with("cali-tw-_"));
 }
 
@@ -135,7 +173,9 @@ fn endpoint_chain_orders_tiers_then_profiles() {
     let plan = EndpointPlan {
         iface: "cali12345",
         ingress: vec![
-            TierPolicies { chains: vec!["cali-pi-a".into(), "cali-pi-b".into()] },
+            TierPolicies {
+                chains: vec!["cali-pi-a".into(), "cali-pi-b".into()],
+            },
             TierPolicies { chains: vec![] },
         ],
         egress: vec![],
@@ -152,5 +192,8 @@ fn endpoint_chain_orders_tiers_then_profiles() {
     assert_eq!(rules.last().unwrap(), "-j DROP");
     let (name, rules) = endpoint_chain(&plan, Dir::Egress);
     assert_eq!(name, "cali-fw-cali12345");
-    assert!(!rules.join("\n").contains("0x0/0x20000 -j DROP"), "no egress tiers");
+    assert!(
+        !rules.join("\n").contains("0x0/0x20000 -j DROP"),
+        "no egress tiers"
+    );
 }
