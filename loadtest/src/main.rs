@@ -15,6 +15,7 @@
 // panicking; the lint cannot tell those apart from slice indexing.
 #![allow(clippy::indexing_slicing)]
 
+mod agent;
 mod broadcast;
 mod ceiling;
 mod child;
@@ -58,6 +59,8 @@ enum Cmd {
     Ceiling(ceiling::CeilingArgs),
     /// The same nodes and churn on a real etcd: every node watching etcd, then through us.
     Direct(direct::DirectArgs),
+    /// One node's agent in a big cluster, real Linux dataplane: time to program, ipset latency.
+    Agent(agent::AgentArgs),
     /// Internal: the ceiling scenario's bare broadcaster.
     #[command(name = "__broadcast", hide = true)]
     Broadcast(broadcast::BroadcastArgs),
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
     let outcome = rt.block_on(async move {
         match cmd {
             Cmd::Swarm(a) => swarm::run(a).await.map(|()| true),
+            Cmd::Agent(a) => agent::run_scenario(a).await.map(|()| true),
             Cmd::Broadcast(a) => broadcast::run(a).await.map(|()| true),
             Cmd::Steady(a) => {
                 let c = a.common.clone();

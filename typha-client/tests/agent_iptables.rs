@@ -10,8 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use typha_client::agent::dataplane::ipsets::{IpsetConfig, IpsetManager};
 use typha_client::agent::dataplane::iptables::{IptablesConfig, IptablesManager};
@@ -19,13 +17,11 @@ use typha_client::agent::dataplane::{
     ApplyStats, DataplaneError, Desired, Dirty, Hook, IpSet, IpSetKind,
 };
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
+mod common;
 
-/// A network namespace, deleted on drop.
-struct Netns {
-    name: String,
-}
+use common::netns::{Netns, run};
 
+/// This file's views of a namespace's iptables and ipset state.
 impl Netns {
     /// A fresh namespace, or `None` (after saying so) when not root.
     fn new() -> Option<Self> {
@@ -39,26 +35,7 @@ impl Netns {
             eprintln!("skipped: network namespaces need root");
             return None;
         }
-        let name = format!(
-            "tp-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        run(&["ip", "netns", "add", &name]);
-        Some(Self { name })
-    }
-
-    fn prefix(&self) -> Vec<String> {
-        ["ip", "netns", "exec", &self.name]
-            .map(str::to_owned)
-            .to_vec()
-    }
-
-    /// Runs a command in the namespace; panics unless it succeeds; returns its stdout.
-    fn exec(&self, args: &[&str]) -> String {
-        let mut all = vec!["ip", "netns", "exec", &self.name];
-        all.extend(args);
-        run(&all)
+        Some(Self::add("tp"))
     }
 
     fn save(&self) -> String {
@@ -135,24 +112,6 @@ impl Netns {
     }
 }
 
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn set(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -185,11 +144,11 @@ impl Managers {
     fn new(ns: &Netns) -> Self {
         Self {
             iptables: IptablesManager::new(IptablesConfig {
-                command_prefix: ns.prefix(),
+                command_prefix: ns.exec_prefix(),
                 ..IptablesConfig::default()
             }),
             ipsets: IpsetManager::new(IpsetConfig {
-                command_prefix: ns.prefix(),
+                command_prefix: ns.exec_prefix(),
                 ..IpsetConfig::default()
             }),
         }
@@ -606,7 +565,7 @@ async fn set_type_change_recreates_unless_referenced() {
 async fn missing_binary_is_an_error_naming_it() {
     let Some(ns) = Netns::new() else { return };
     let mut ipsets = IpsetManager::new(IpsetConfig {
-        command_prefix: ns.prefix(),
+        command_prefix: ns.exec_prefix(),
         ipset: "no-such-ipset".to_owned(),
     });
     let err = ipsets

@@ -6,10 +6,8 @@
 //! Needs root, iptables, ipset, iproute2 and python3 (the listener and the client).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::fs::File;
 use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const AGENT: &str = env!("CARGO_BIN_EXE_typha-agent");
@@ -34,99 +32,24 @@ fn typha_server_process() {
     });
 }
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
+mod common;
 
-/// A network namespace, deleted on drop (with every process still in it killed first).
-struct Ns(String);
+use common::netns::Netns;
 
-impl Ns {
-    fn new(role: &str) -> Ns {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let name = format!("ta{role}-{}-{n}", std::process::id());
-        sh(&["ip", "netns", "add", &name]);
-        let ns = Ns(name);
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
+impl Netns {
+    /// A namespace with its loopback up: `tan-…` for the node, `taw-…` for a workload.
+    fn new(role: &str) -> Netns {
+        Self::add(&format!("ta{role}")).with_lo_up()
     }
-
-    fn exec(&self, args: &[&str]) -> String {
-        let mut full = vec!["ip", "netns", "exec", &self.0];
-        full.extend_from_slice(args);
-        sh(&full)
-    }
-
-    fn try_exec(&self, args: &[&str]) -> bool {
-        Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-
-    fn ip(&self, args: &[&str]) -> String {
-        let mut full = vec!["ip", "-n", &self.0];
-        full.extend_from_slice(args);
-        sh(&full)
-    }
-
-    fn spawn(&self, args: &[&str], env: &[(&str, String)]) -> Child {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0]).args(args);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap()
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "pids", &self.0])
-            .output()
-            .map(|o| {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).status();
-                }
-            });
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Runs `f` on a thread that has entered `ns` (sockets it opens live there).
-fn in_ns<T: Send + 'static>(ns: &Ns, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/var/run/netns/{}", ns.0);
-    std::thread::spawn(move || {
-        let file = File::open(path).unwrap();
-        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        f()
-    })
-    .join()
-    .unwrap()
 }
 
 /// One HTTP/1.1 request to 127.0.0.1:`port` inside `ns`.
-fn http(ns: &Ns, port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+fn http(ns: &Netns, port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
     let req = format!(
         "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    in_ns(ns, move || {
+    ns.on_thread(move || {
         let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
             Ok(s) => s,
             Err(e) => return (0, e.to_string()),
@@ -154,8 +77,8 @@ fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
 
 /// A cluster on one machine: the node namespace with server and agent, workloads around it.
 struct Cluster {
-    node: Ns,
-    workloads: Vec<(Ns, String)>,
+    node: Netns,
+    workloads: Vec<(Netns, String)>,
     server: Child,
     agent: Option<Child>,
     listeners: std::cell::RefCell<Vec<Child>>,
@@ -164,7 +87,7 @@ struct Cluster {
 impl Cluster {
     /// The node and a server; no agent yet.
     fn new() -> Cluster {
-        let node = Ns::new("n");
+        let node = Netns::new("n");
         // The "uplink": a subnet the remote nodes' addresses are on (both ends stay in the
         // node namespace; routes via these addresses only need the subnet to be connected).
         node.ip(&[
@@ -184,7 +107,7 @@ impl Cluster {
             "dev",
             "ext0",
         ]);
-        let dir = std::env::temp_dir().join(format!("ta-manifests-{}", node.0));
+        let dir = std::env::temp_dir().join(format!("ta-manifests-{}", node.name()));
         std::fs::create_dir_all(&dir).unwrap();
         let exe = std::env::current_exe().unwrap();
         let server = node.spawn(
@@ -251,9 +174,18 @@ impl Cluster {
     /// A workload namespace wired like a Calico pod: `eth0` with a /32, a default route via
     /// 169.254.1.1, the host side `iface` in the node namespace.
     fn workload(&mut self, iface: &str, ip: &str) {
-        let w = Ns::new("w");
+        let w = Netns::new("w");
         self.node.ip(&[
-            "link", "add", iface, "type", "veth", "peer", "name", "eth0", "netns", &w.0,
+            "link",
+            "add",
+            iface,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            w.name(),
         ]);
         self.node.ip(&["link", "set", iface, "up"]);
         w.ip(&["addr", "add", &format!("{ip}/32"), "dev", "eth0"]);
@@ -375,7 +307,7 @@ impl Drop for Cluster {
         let _ = self.server.kill();
         let _ = self.server.wait();
         let _ = std::fs::remove_dir_all(
-            std::env::temp_dir().join(format!("ta-manifests-{}", self.node.0)),
+            std::env::temp_dir().join(format!("ta-manifests-{}", self.node.name())),
         );
     }
 }
@@ -715,7 +647,7 @@ fn dry_run_prints_the_plan_and_touches_nothing() {
         .args([
             "netns",
             "exec",
-            &c.node.0,
+            c.node.name(),
             AGENT,
             "--dry-run",
             "--nodename",

@@ -9,51 +9,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::future::Future;
 use std::net::Ipv4Addr;
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ipnet::Ipv4Net;
-use nix::sched::{CloneFlags, setns};
 use typha_client::agent::dataplane::RouteTarget;
 use typha_client::agent::dataplane::routes::{RouteConfig, RouteManager};
 
-/// A network namespace, deleted when the owning value is dropped.
-struct Netns {
-    name: String,
-    owner: bool,
-}
+mod common;
 
+use common::netns::Netns;
+
+/// This file's namespaces (loopback up) and views of their routes and sysctls.
 impl Netns {
     fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "tr-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        run("ip", &["netns", "add", &name]);
-        let ns = Self { name, owner: true };
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
-    }
-
-    /// The same namespace, for a test thread; the original still deletes it.
-    fn handle(&self) -> Self {
-        Self {
-            name: self.name.clone(),
-            owner: false,
-        }
-    }
-
-    /// `ip -n <ns> args`, which must succeed; its stdout.
-    fn ip(&self, args: &[&str]) -> String {
-        let mut all = vec!["-n", self.name.as_str()];
-        all.extend_from_slice(args);
-        run("ip", &all)
+        Self::add("tr").with_lo_up()
     }
 
     /// A veth pair inside the namespace, both ends up unless `up` is false.
@@ -83,9 +54,7 @@ impl Netns {
 
     /// A sysctl file as seen from inside the namespace.
     fn cat(&self, path: &str) -> String {
-        run("ip", &["netns", "exec", &self.name, "cat", path])
-            .trim()
-            .to_owned()
+        self.exec(&["cat", path]).trim().to_owned()
     }
 
     /// Runs `body` on a thread inside the namespace, with a current-thread runtime.
@@ -95,47 +64,14 @@ impl Netns {
         Fut: Future<Output = T>,
         T: Send + 'static,
     {
-        let path = format!("/var/run/netns/{}", self.name);
-        let thread = std::thread::spawn(move || {
-            enter(&path);
+        self.on_thread(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
             rt.block_on(body())
-        });
-        match thread.join() {
-            Ok(v) => v,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        })
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        if !self.owner {
-            return;
-        }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-/// Moves the calling thread into the namespace mounted at `path`.
-fn enter(path: &str) {
-    let f = File::open(path).unwrap();
-    setns(&f, CloneFlags::CLONE_NEWNET).unwrap();
-}
-
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 fn net(s: &str) -> Ipv4Net {
@@ -551,17 +487,7 @@ fn workload_interface_sysctls_are_set_once_per_interface_index() {
         assert_eq!(conf2(&ns), ("1".into(), "1".into(), "0".into()));
 
         // Once per index: set by hand, it stays as it is...
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &ns.name,
-                "sysctl",
-                "-qw",
-                "net.ipv4.conf.wi.proxy_arp=0",
-            ],
-        );
+        ns.exec(&["sysctl", "-qw", "net.ipv4.conf.wi.proxy_arp=0"]);
         m.apply(&BTreeMap::new(), &ifaces).await.unwrap();
         assert_eq!(conf2(&ns).0, "0");
         // ...until the interface is recreated (a new index) ...
@@ -571,17 +497,7 @@ fn workload_interface_sysctls_are_set_once_per_interface_index() {
         m.apply(&BTreeMap::new(), &ifaces).await.unwrap();
         assert_eq!(conf2(&ns), ("1".into(), "1".into(), "0".into()));
         // ...or a resync.
-        run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &ns.name,
-                "sysctl",
-                "-qw",
-                "net.ipv4.conf.wi.proxy_arp=0",
-            ],
-        );
+        ns.exec(&["sysctl", "-qw", "net.ipv4.conf.wi.proxy_arp=0"]);
         m.invalidate();
         m.apply(&BTreeMap::new(), &ifaces).await.unwrap();
         assert_eq!(conf2(&ns).0, "1");
@@ -620,14 +536,10 @@ fn proc_sys_net_follows_the_threads_namespace() {
         !std::path::Path::new(path).exists(),
         "host namespace sees the veth"
     );
-    let ns_path = format!("/var/run/netns/{}", ns.name);
-    std::thread::spawn(move || {
-        enter(&ns_path);
+    ns.on_thread(move || {
         assert!(std::path::Path::new(path).exists());
         std::fs::write(path, "1").unwrap();
-    })
-    .join()
-    .unwrap();
+    });
     assert_eq!(ns.cat(path), "1");
     assert!(!std::path::Path::new(path).exists());
 }
