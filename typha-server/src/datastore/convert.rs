@@ -48,6 +48,11 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         field: String::from("spec"),
     };
     let ns = id.namespace.clone().unwrap_or_default();
+    // Namespaces end up inside selectors the agents parse; the selector language has no
+    // escapes, so a quote here could change what a selector means.
+    if ns.contains(['\'', '"']) {
+        return Err(cx.at("metadata.namespace").err("must not contain quotes"));
+    }
     let name = &r.metadata.name;
     match &r.spec {
         Spec::WorkloadEndpoint(s) => {
@@ -908,6 +913,9 @@ impl Cx<'_> {
         };
         let mut parts = Vec::new();
         if let Some(sa) = &e.service_accounts {
+            if sa.names.iter().any(|n| n.contains(['\'', '"'])) {
+                return Err(c("serviceAccounts.names").err("must not contain quotes"));
+            }
             if !sa.selector.is_empty() {
                 parts.push(
                     c("serviceAccounts.selector")

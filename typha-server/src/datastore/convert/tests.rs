@@ -304,3 +304,13 @@ fn go_durations() {
     assert_eq!(go_duration_secs("Info"), None);
     assert_eq!(go_duration_secs("10"), None);
 }
+
+#[test]
+fn quotes_that_could_rewrite_a_selector_are_refused() {
+    // The selector language has no escapes: a namespace or service account name with quotes,
+    // folded into a selector, could change its meaning (`x' || all() || a == '`).
+    let e = one("apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {name: p, namespace: \"x' || all() || a == '\"}\nspec: {selector: all()}\n").unwrap_err();
+    assert_eq!(e.field, "metadata.namespace");
+    let e = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: p}\nspec:\n  ingress:\n    - action: Allow\n      source: {serviceAccounts: {names: [\"a'b\\\"c\"]}}\n").unwrap_err();
+    assert!(e.field.ends_with("serviceAccounts.names"), "{e}");
+}
