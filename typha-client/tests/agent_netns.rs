@@ -67,6 +67,20 @@ fn http(ns: &Netns, port: u16, method: &str, path: &str, body: &str) -> (u16, St
     })
 }
 
+/// Whether a TCP connection from `ns` to `ip:port` opens and the listener answers.
+fn connects_from(ns: &Netns, ip: &str, port: u16) -> bool {
+    ns.try_exec(&[
+        "python3",
+        "-c",
+        &format!(
+            "import socket,sys\n\
+                 s = socket.create_connection(('{ip}', {port}), timeout=1.5)\n\
+                 s.settimeout(1.5)\n\
+                 sys.exit(0 if s.recv(2) == b'ok' else 1)\n"
+        ),
+    ])
+}
+
 fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !check() {
@@ -78,6 +92,8 @@ fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
 /// A cluster on one machine: the node namespace with server and agent, workloads around it.
 struct Cluster {
     node: Netns,
+    /// The other end of the node's uplink (192.168.200.2, node-b's address).
+    outside: Netns,
     workloads: Vec<(Netns, String)>,
     server: Child,
     agent: Option<Child>,
@@ -88,14 +104,25 @@ impl Cluster {
     /// The node and a server; no agent yet.
     fn new() -> Cluster {
         let node = Netns::new("n");
-        // The "uplink": a subnet the remote nodes' addresses are on (both ends stay in the
-        // node namespace; routes via these addresses only need the subnet to be connected).
+        let outside = Netns::new("o");
+        // The uplink: a subnet the remote nodes' addresses are on, its far end in a namespace
+        // of its own (the "outside", holding node-b's address).
         node.ip(&[
-            "link", "add", "ext0", "type", "veth", "peer", "name", "ext1",
+            "link",
+            "add",
+            "ext0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "ext1",
+            "netns",
+            outside.name(),
         ]);
         node.ip(&["addr", "add", "192.168.200.1/24", "dev", "ext0"]);
         node.ip(&["link", "set", "ext0", "up"]);
-        node.ip(&["link", "set", "ext1", "up"]);
+        outside.ip(&["addr", "add", "192.168.200.2/24", "dev", "ext1"]);
+        outside.ip(&["link", "set", "ext1", "up"]);
         // Like a real host, a default route: proxy ARP answers for 169.254.1.1 (the
         // workloads' gateway) only when the node routes that address out of another interface.
         node.ip(&[
@@ -133,6 +160,7 @@ impl Cluster {
         );
         let c = Cluster {
             node,
+            outside,
             workloads: Vec::new(),
             server,
             agent: None,
@@ -235,6 +263,13 @@ impl Cluster {
 
     /// Starts a TCP listener in workload `i` on these ports (answers "ok").
     fn listen(&self, i: usize, ports: &[u16]) {
+        let (ns, ip) = &self.workloads[i];
+        self.listen_in(ns, ip, ports);
+    }
+
+    /// Starts a TCP listener in `ns` on these ports (answers "ok"); `ip` is one of its
+    /// addresses.
+    fn listen_in(&self, ns: &Netns, ip: &str, ports: &[u16]) {
         let ports = ports
             .iter()
             .map(u16::to_string)
@@ -251,13 +286,12 @@ impl Cluster {
              \x20   threading.Thread(target=serve, args=(p,), daemon=True).start()\n\
              threading.Event().wait()\n"
         );
-        let child = self.workloads[i].0.spawn(&["python3", "-c", &script], &[]);
+        let child = ns.spawn(&["python3", "-c", &script], &[]);
         self.listeners.borrow_mut().push(child);
-        let ip = self.workloads[i].1.clone();
         let first = ports.split(',').next().unwrap().to_string();
         // Listening once its own address answers locally.
         wait_for("the listener", Duration::from_secs(10), || {
-            self.workloads[i].0.try_exec(&[
+            ns.try_exec(&[
                 "python3",
                 "-c",
                 &format!("import socket; socket.create_connection(('{ip}', {first}), timeout=1)"),
@@ -268,19 +302,8 @@ impl Cluster {
     /// Whether workload `from` can open a TCP connection to workload `to` on `port` (and
     /// read the listener's answer).
     fn connects(&self, from: usize, to: usize, port: u16) -> bool {
-        let ip = &self.workloads[to].1;
-        self.workloads[from].0.try_exec(&[
-            "python3",
-            "-c",
-            &format!(
-                "import socket,sys\n\
-                 s = socket.create_connection(('{ip}', {port}), timeout=1.5)\n\
-                 s.settimeout(1.5)\n\
-                 sys.exit(0 if s.recv(2) == b'ok' else 1)\n"
-            ),
-        ])
+        connects_from(&self.workloads[from].0, &self.workloads[to].1, port)
     }
-
     fn iptables_save(&self) -> String {
         self.node.exec(&["iptables-save", "-t", "filter"])
     }
@@ -700,4 +723,77 @@ fn bad_settings_exit_64_naming_the_setting() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("FELIX_TYPHAADDR"));
+}
+
+const UPLINK_HEP: &str = r#"
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata:
+  name: node-a-ext0
+  labels: {role: uplink}
+spec: {node: node-a, interfaceName: ext0, expectedIPs: [192.168.200.1]}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: uplink-ingress}
+spec:
+  order: 10
+  selector: role == 'uplink'
+  types: [Ingress]
+  ingress:
+    - action: Allow
+      protocol: TCP
+      destination: {ports: [7070]}
+"#;
+
+#[test]
+fn host_endpoint_policy_guards_the_node_and_failsafe_ports_stay_open() {
+    let mut c = Cluster::new();
+    c.apply(BASE);
+    c.settle(8);
+    c.start_agent(&["--refresh-interval", "300"]);
+    wait_for("agent readiness", Duration::from_secs(30), || {
+        c.agent_ready()
+    });
+    // A service on the node itself, on an allowed port, a denied one, and ssh (failsafe).
+    c.listen_in(&c.node, "192.168.200.1", &[7070, 7071, 22]);
+    for port in [7070, 7071, 22] {
+        assert!(
+            connects_from(&c.outside, "192.168.200.1", port),
+            "{port} before any policy"
+        );
+    }
+    c.apply(UPLINK_HEP);
+    wait_for("7071 dropped", Duration::from_secs(10), || {
+        !connects_from(&c.outside, "192.168.200.1", 7071)
+    });
+    assert!(
+        connects_from(&c.outside, "192.168.200.1", 7070),
+        "allowed by the policy"
+    );
+    assert!(connects_from(&c.outside, "192.168.200.1", 22), "failsafe");
+    let save = c.iptables_save();
+    assert!(
+        save.contains("-A cali-from-host-endpoint -i ext0 -m comment")
+            && save.contains("-g cali-fh-ext0"),
+        "{save}"
+    );
+    assert!(
+        save.contains("-A OUTPUT -m comment --comment \"cali:"),
+        "{save}"
+    );
+    // Workloads are unaffected: host endpoint policy is for the host's own traffic.
+    let (_, metrics) = http(&c.node, AGENT_HEALTH, "GET", "/metrics", "");
+    assert!(
+        metrics.contains("felix_active_local_endpoints 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("felix_active_local_policies 1"),
+        "{metrics}"
+    );
+    c.delete(UPLINK_HEP);
+    wait_for("7071 open again", Duration::from_secs(10), || {
+        connects_from(&c.outside, "192.168.200.1", 7071)
+    });
 }

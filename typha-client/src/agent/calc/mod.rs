@@ -41,6 +41,8 @@ const DEFAULT_TIER_ORDER: f64 = 1_000_000.0;
 #[derive(Debug, Clone)]
 struct LocalEp {
     iface: String,
+    /// A host endpoint (an interface of the node itself), not a workload.
+    host: bool,
     labels: Labels,
     profiles: Vec<String>,
     nets: Vec<Ipv4Net>,
@@ -190,13 +192,22 @@ impl CalcGraph {
                 };
                 self.set_local(&id, local);
             }
-            (Key::HostEndpoint(_), v) => {
+            (Key::HostEndpoint(k), v) => {
                 let id: EpId = Arc::from(key.to_string());
                 let hep = match v {
                     Some(Value::HostEndpoint(h)) => Some(h),
                     _ => None,
                 };
                 self.set_indexed(&id, hep.as_ref().map(hep_data));
+                // Host endpoints named by interface get chains; `*` (all interfaces) and
+                // address-only ones are not programmed (see docs/agent.md).
+                let local = if k.hostname == self.nodename {
+                    hep.filter(|h| !h.name.is_empty() && h.name != "*")
+                        .map(local_hep)
+                } else {
+                    None
+                };
+                self.set_local(&id, local);
             }
             (Key::NetworkSet(_), v) => {
                 let id: EpId = Arc::from(key.to_string());
@@ -364,9 +375,10 @@ impl CalcGraph {
         ep.policies = selected;
         let old_policies = old.as_ref().map(|o| o.policies.clone()).unwrap_or_default();
         let old_profiles = old.as_ref().map(|o| o.profiles.clone()).unwrap_or_default();
-        let routes_changed = old
-            .as_ref()
-            .is_none_or(|o| o.nets != ep.nets || o.iface != ep.iface);
+        let routes_changed = !ep.host
+            && old
+                .as_ref()
+                .is_none_or(|o| o.nets != ep.nets || o.iface != ep.iface);
         let chains_changed = old.as_ref().is_none_or(|o| {
             o.policies != ep.policies || o.profiles != ep.profiles || o.iface != ep.iface
         });
@@ -611,8 +623,19 @@ impl CalcGraph {
     fn render_chains(&mut self) {
         let mut chains = BTreeMap::new();
         let mut stats = RenderStats::default();
-        let ifaces: BTreeSet<&str> = self.local.values().map(|e| e.iface.as_str()).collect();
-        let hooks = render::base_chains(&self.cfg, &ifaces, &mut chains);
+        let ifaces: BTreeSet<&str> = self
+            .local
+            .values()
+            .filter(|e| !e.host)
+            .map(|e| e.iface.as_str())
+            .collect();
+        let host_ifaces: BTreeSet<&str> = self
+            .local
+            .values()
+            .filter(|e| e.host)
+            .map(|e| e.iface.as_str())
+            .collect();
+        let hooks = render::base_chains(&self.cfg, &ifaces, &host_ifaces, &mut chains);
         for p in self.policies.values().filter(|p| !p.selects.is_empty()) {
             for (dir, ty, rules) in [
                 (Dir::Ingress, PolicyType::Ingress, &p.policy.inbound_rules),
@@ -641,6 +664,7 @@ impl CalcGraph {
         for ep in self.local.values() {
             let plan = EndpointPlan {
                 iface: &ep.iface,
+                host: ep.host,
                 ingress: self.tiers_for(ep, PolicyType::Ingress, Dir::Ingress),
                 egress: self.tiers_for(ep, PolicyType::Egress, Dir::Egress),
                 profiles: &ep.profiles,
@@ -653,7 +677,15 @@ impl CalcGraph {
         self.render_stats = stats;
         self.desired.chains = chains;
         self.desired.hooks = hooks;
-        self.desired.interfaces = self.local.values().map(|e| e.iface.clone()).collect();
+        self.desired.interfaces = self.workload_ifaces();
+    }
+
+    fn workload_ifaces(&self) -> BTreeSet<String> {
+        self.local
+            .values()
+            .filter(|e| !e.host)
+            .map(|e| e.iface.clone())
+            .collect()
     }
 
     /// The endpoint's policies for one direction, grouped by tier, both in order.
@@ -696,13 +728,13 @@ impl CalcGraph {
                 routes.insert(*cidr, RouteTarget::Via(ip));
             }
         }
-        for ep in self.local.values() {
+        for ep in self.local.values().filter(|e| !e.host) {
             for n in &ep.nets {
                 routes.insert(*n, RouteTarget::Dev(ep.iface.clone()));
             }
         }
         self.desired.routes = routes;
-        self.desired.interfaces = self.local.values().map(|e| e.iface.clone()).collect();
+        self.desired.interfaces = self.workload_ifaces();
     }
 }
 
@@ -789,8 +821,20 @@ fn hep_data(h: &HostEndpoint) -> EpData {
     }
 }
 
+fn local_hep(h: HostEndpoint) -> LocalEp {
+    LocalEp {
+        iface: h.name,
+        host: true,
+        labels: h.labels,
+        profiles: h.profile_ids,
+        nets: Vec::new(),
+        policies: BTreeSet::new(),
+    }
+}
+
 fn local_wep(w: WorkloadEndpoint) -> LocalEp {
     LocalEp {
+        host: false,
         iface: w.name,
         labels: w.labels,
         profiles: w.profile_ids,

@@ -404,6 +404,9 @@ pub struct TierPolicies {
 pub struct EndpointPlan<'a> {
     /// Interface name.
     pub iface: &'a str,
+    /// A host endpoint (chains `cali-fh-`/`cali-th-`, failsafe ports first, ACCEPT on
+    /// allow) rather than a workload (`cali-fw-`/`cali-tw-`, RETURN to cali-FORWARD).
+    pub host: bool,
     /// Ingress tiers, in order.
     pub ingress: Vec<TierPolicies>,
     /// Egress tiers, in order.
@@ -412,18 +415,47 @@ pub struct EndpointPlan<'a> {
     pub profiles: &'a [String],
 }
 
-/// `cali-tw-<iface>` (ingress) or `cali-fw-<iface>` (egress) and its rules.
+/// Calico's default failsafe ports, open on host endpoints whatever the policy says, so a
+/// policy mistake cannot cut the node off (ssh, DHCP, BGP, etcd, typha, the API server).
+const FAILSAFE_IN: &[(&str, &str)] = &[
+    ("tcp", "22,179,2379,2380,5473,6443,6666,6667"),
+    ("udp", "68"),
+];
+/// Failsafe ports for traffic leaving the node.
+const FAILSAFE_OUT: &[(&str, &str)] = &[
+    ("tcp", "179,2379,2380,5473,6443,6666,6667"),
+    ("udp", "53,67"),
+];
+
+fn endpoint_chain_name(plan: &EndpointPlan<'_>, dir: Dir) -> String {
+    match (plan.host, dir) {
+        (false, Dir::Ingress) => chain_name("cali-tw-", plan.iface),
+        (false, Dir::Egress) => chain_name("cali-fw-", plan.iface),
+        // For a host endpoint, ingress is traffic from the interface into the host.
+        (true, Dir::Ingress) => chain_name("cali-fh-", plan.iface),
+        (true, Dir::Egress) => chain_name("cali-th-", plan.iface),
+    }
+}
+
+/// The endpoint's chain for one direction and its rules: `cali-tw-`/`cali-fw-` for workloads,
+/// `cali-fh-`/`cali-th-` for host endpoints.
 pub fn endpoint_chain(plan: &EndpointPlan<'_>, dir: Dir) -> (String, Vec<String>) {
-    let name = match dir {
-        Dir::Ingress => chain_name("cali-tw-", plan.iface),
-        Dir::Egress => chain_name("cali-fw-", plan.iface),
-    };
+    let name = endpoint_chain_name(plan, dir);
     let both = MARK_ACCEPT | MARK_PASS;
     let mut rules = vec![
         "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT".to_string(),
         "-m conntrack --ctstate INVALID -j DROP".to_string(),
         format!("-j MARK --set-xmark 0x0/{both:#x}"),
     ];
+    if plan.host {
+        rules.push(match dir {
+            Dir::Ingress => "-j cali-failsafe-in".to_string(),
+            Dir::Egress => "-j cali-failsafe-out".to_string(),
+        });
+    }
+    // Workload chains return to cali-FORWARD (which accepts on the mark after checking the
+    // other side); host endpoint chains are the last word in INPUT/OUTPUT.
+    let accepted = if plan.host { "ACCEPT" } else { "RETURN" };
     let tiers = match dir {
         Dir::Ingress => &plan.ingress,
         Dir::Egress => &plan.egress,
@@ -433,7 +465,7 @@ pub fn endpoint_chain(plan: &EndpointPlan<'_>, dir: Dir) -> (String, Vec<String>
         for c in &tier.chains {
             rules.push(format!("-m mark --mark 0x0/{MARK_PASS:#x} -j {c}"));
             rules.push(format!(
-                "-m mark --mark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x} -j RETURN"
+                "-m mark --mark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x} -j {accepted}"
             ));
         }
         rules.push(format!("-m mark --mark 0x0/{MARK_PASS:#x} -j DROP"));
@@ -441,18 +473,19 @@ pub fn endpoint_chain(plan: &EndpointPlan<'_>, dir: Dir) -> (String, Vec<String>
     for p in plan.profiles {
         rules.push(format!("-j {}", profile_chain(dir, p)));
         rules.push(format!(
-            "-m mark --mark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x} -j RETURN"
+            "-m mark --mark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x} -j {accepted}"
         ));
     }
     rules.push("-j DROP".to_string());
     (name, rules)
 }
 
-/// The fixed chains and the dispatch chains for these workload interfaces; hooks into the
-/// built-in chains.
+/// The fixed chains and the dispatch chains for these workload and host endpoint interfaces;
+/// hooks into the built-in chains.
 pub fn base_chains(
     cfg: &RenderConfig,
     ifaces: &BTreeSet<&str>,
+    host_ifaces: &BTreeSet<&str>,
     out: &mut std::collections::BTreeMap<String, Vec<String>>,
 ) -> Vec<Hook> {
     let wl = format!("{}+", cfg.iface_prefix);
@@ -468,8 +501,36 @@ pub fn base_chains(
     );
     out.insert(
         "cali-INPUT".into(),
-        vec![format!("-i {wl} -g cali-wl-to-host")],
+        vec![
+            format!("-i {wl} -g cali-wl-to-host"),
+            "-j cali-from-host-endpoint".into(),
+        ],
     );
+    // Host-to-workload traffic is not host endpoint egress (kubelet probes must work).
+    out.insert(
+        "cali-OUTPUT".into(),
+        vec![
+            format!("-o {wl} -j RETURN"),
+            "-j cali-to-host-endpoint".into(),
+        ],
+    );
+    let mut fh = Vec::new();
+    let mut th = Vec::new();
+    for i in host_ifaces {
+        fh.push(format!("-i {i} -g {}", chain_name("cali-fh-", i)));
+        th.push(format!("-o {i} -g {}", chain_name("cali-th-", i)));
+    }
+    // Interfaces that are not host endpoints are not ours to police: back to INPUT/OUTPUT.
+    out.insert("cali-from-host-endpoint".into(), fh);
+    out.insert("cali-to-host-endpoint".into(), th);
+    let failsafe = |ports: &[(&str, &str)], word: &str| -> Vec<String> {
+        ports
+            .iter()
+            .map(|(proto, list)| format!("-p {proto} -m multiport --{word} {list} -j ACCEPT"))
+            .collect()
+    };
+    out.insert("cali-failsafe-in".into(), failsafe(FAILSAFE_IN, "dports"));
+    out.insert("cali-failsafe-out".into(), failsafe(FAILSAFE_OUT, "dports"));
     let to_host = match cfg.endpoint_to_host {
         EndpointToHost::Drop => "-j DROP",
         EndpointToHost::Return => "-j RETURN",
@@ -502,6 +563,10 @@ pub fn base_chains(
         Hook {
             chain: "INPUT".into(),
             rule: "-j cali-INPUT".into(),
+        },
+        Hook {
+            chain: "OUTPUT".into(),
+            rule: "-j cali-OUTPUT".into(),
         },
     ]
 }

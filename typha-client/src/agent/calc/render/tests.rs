@@ -172,6 +172,7 @@ fn endpoint_chain_orders_tiers_then_profiles() {
     let profiles = vec!["kns.shop".to_string()];
     let plan = EndpointPlan {
         iface: "cali12345",
+        host: false,
         ingress: vec![
             TierPolicies {
                 chains: vec!["cali-pi-a".into(), "cali-pi-b".into()],
@@ -196,4 +197,37 @@ fn endpoint_chain_orders_tiers_then_profiles() {
         !rules.join("\n").contains("0x0/0x20000 -j DROP"),
         "no egress tiers"
     );
+}
+
+#[test]
+fn host_endpoint_chains_open_failsafe_ports_first_and_accept() {
+    let plan = EndpointPlan {
+        iface: "eth0",
+        host: true,
+        ingress: vec![TierPolicies {
+            chains: vec!["cali-pi-a".into()],
+        }],
+        egress: vec![],
+        profiles: &[],
+    };
+    let (name, rules) = endpoint_chain(&plan, Dir::Ingress);
+    assert_eq!(name, "cali-fh-eth0");
+    let text = rules.join("\n");
+    assert!(text.find("-j cali-failsafe-in").unwrap() < text.find("-j cali-pi-a").unwrap());
+    assert!(text.contains("-m mark --mark 0x10000/0x10000 -j ACCEPT"));
+    assert!(!text.contains("-j RETURN"));
+    assert_eq!(endpoint_chain(&plan, Dir::Egress).0, "cali-th-eth0");
+    let mut chains = std::collections::BTreeMap::new();
+    let hooks = base_chains(
+        &RenderConfig::default(),
+        &BTreeSet::new(),
+        &["eth0"].into_iter().collect(),
+        &mut chains,
+    );
+    assert_eq!(
+        chains["cali-from-host-endpoint"],
+        ["-i eth0 -g cali-fh-eth0"]
+    );
+    assert!(chains["cali-failsafe-in"][0].contains("--dports 22,"));
+    assert!(hooks.iter().any(|h| h.chain == "OUTPUT"));
 }
