@@ -70,6 +70,7 @@ pub(crate) struct AgentArgs {
 struct Measured {
     label: &'static str,
     programmed: Duration,
+    first_dataplane: Duration,
     first_apply: ApplyStats,
     chains: usize,
     ipsets: usize,
@@ -88,9 +89,13 @@ struct Watch {
     stats: ApplyStats,
 }
 
+/// The first apply: when it ended, how long the dataplane part took, what it wrote, and the
+/// chain, ipset and route counts.
+type First = (Instant, Duration, ApplyStats, usize, usize, usize);
+
 #[derive(Default)]
 struct Probe {
-    first: Option<(Instant, ApplyStats, usize, usize, usize)>,
+    first: Option<First>,
     members: HashSet<String>,
     watch: Option<Watch>,
 }
@@ -108,6 +113,7 @@ impl<D: Dataplane> Dataplane for Timed<D> {
         desired: &Desired,
         dirty: &Dirty,
     ) -> Result<ApplyStats, DataplaneError> {
+        let t0 = Instant::now();
         let stats = if self.naive {
             self.inner.resync();
             self.inner.apply(desired, &Dirty::all()).await?
@@ -119,6 +125,7 @@ impl<D: Dataplane> Dataplane for Timed<D> {
         if p.first.is_none() {
             p.first = Some((
                 now,
+                now.saturating_duration_since(t0),
                 stats,
                 desired.chains.len(),
                 desired.ipsets.len(),
@@ -358,10 +365,11 @@ async fn measure(
     Ok(Measured {
         label,
         programmed,
-        first_apply: first.1,
-        chains: first.2,
-        ipsets: first.3,
-        routes: first.4,
+        first_dataplane: first.1,
+        first_apply: first.2,
+        chains: first.3,
+        ipsets: first.4,
+        routes: first.5,
         add,
         remove,
         iptables_bytes_per_op: ipt as f64 / ops,
@@ -381,9 +389,10 @@ fn report(a: &AgentArgs, endpoints: usize, r: &[Measured]) {
     let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     for m in r {
         println!(
-            "| {} | {:.0} ms | {} / {} | {} / {} / {} | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {:.0} / {:.0} |",
+            "| {} | {:.0} ms ({:.0} ms) | {} / {} | {} / {} / {} | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {:.0} / {:.0} |",
             m.label,
             m.programmed.as_secs_f64() * 1000.0,
+            m.first_dataplane.as_secs_f64() * 1000.0,
             m.first_apply.iptables_bytes,
             m.first_apply.ipset_bytes,
             m.chains,

@@ -292,3 +292,36 @@ fn a_small_direct_run_compares_nodes_on_etcd_with_nodes_through_the_server() {
     }
     assert!(r["via_server"]["server_cpu_churn_secs"].as_f64().unwrap() > 0.0);
 }
+
+/// The agent scenario, small, on both dataplanes (the Linux one in a namespace it creates):
+/// the report has both rows, and every watched ipset change arrived (or the run fails).
+#[test]
+fn a_small_agent_run_measures_both_dataplanes_against_the_baseline() {
+    for dataplane in ["recording", "linux"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+            .args([
+                "agent",
+                "--nodes",
+                "50",
+                "--policies",
+                "40",
+                "--namespaces",
+                "5",
+            ])
+            .args(["--ops", "6", "--dataplane", dataplane])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{dataplane}: {}{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("| typha-agent (dirty tracking"), "{text}");
+        assert!(
+            text.contains("| re-read everything per apply (baseline)"),
+            "{text}"
+        );
+        assert!(text.contains("baseline / ours: pod added p50"), "{text}");
+    }
+}

@@ -13,6 +13,7 @@ pub mod config;
 pub mod conn;
 pub mod discovery;
 pub mod metrics;
+pub mod service;
 pub mod store;
 pub mod tls;
 

@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
+use typha_client::service::wait_for_signal;
 
 /// sysexits.h EX_USAGE: the configuration is wrong.
 pub const EX_CONFIG: u8 = 64;
@@ -785,21 +786,6 @@ fn etcd_setting(e: &EtcdError, tls: Option<&EtcdTls>) -> &'static str {
         "TYPHA_ETCDCERTFILE"
     } else {
         "TYPHA_ETCDCAFILE"
-    }
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
     }
 }
 

@@ -27,6 +27,7 @@ use super::run::{AgentConfig, Feeder, Shared, run};
 use crate::cli::ConnectArgs;
 use crate::client::SyncClient;
 use crate::metrics::ClientMetrics;
+use crate::service::wait_for_signal;
 
 /// sysexits.h EX_USAGE.
 const EX_CONFIG: u8 = 64;
@@ -365,21 +366,6 @@ fn cleanup(linux: &LinuxConfig) -> ExitCode {
             }
         }
     })
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 #[cfg(test)]

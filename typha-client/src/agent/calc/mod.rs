@@ -407,14 +407,8 @@ impl CalcGraph {
         entry.selects.insert(ep.clone());
         if !was_active {
             let defs = policy_sets(&entry.policy);
-            let (index, mut sink) = (
-                &mut self.index,
-                SetSink {
-                    sets: &mut self.desired.ipsets,
-                    dirty: &mut self.dirty.ipsets,
-                },
-            );
-            entry.sets = defs.iter().map(|d| index.add_ref(d, &mut sink)).collect();
+            let mut refs = Refs::new(&mut self.index, &mut self.desired, &mut self.dirty);
+            entry.sets = refs.add(&defs);
             self.dirty.chains = true;
         }
     }
@@ -426,16 +420,8 @@ impl CalcGraph {
         entry.selects.remove(ep);
         if entry.selects.is_empty() {
             let sets = std::mem::take(&mut entry.sets);
-            let (index, mut sink) = (
-                &mut self.index,
-                SetSink {
-                    sets: &mut self.desired.ipsets,
-                    dirty: &mut self.dirty.ipsets,
-                },
-            );
-            for s in sets {
-                index.remove_ref(&s, &mut sink);
-            }
+            let mut refs = Refs::new(&mut self.index, &mut self.desired, &mut self.dirty);
+            refs.remove(sets);
             self.dirty.chains = true;
         }
     }
@@ -445,14 +431,8 @@ impl CalcGraph {
         entry.users += 1;
         if entry.users == 1 {
             let defs = entry.rules.as_ref().map(profile_sets).unwrap_or_default();
-            let (index, mut sink) = (
-                &mut self.index,
-                SetSink {
-                    sets: &mut self.desired.ipsets,
-                    dirty: &mut self.dirty.ipsets,
-                },
-            );
-            entry.sets = defs.iter().map(|d| index.add_ref(d, &mut sink)).collect();
+            let mut refs = Refs::new(&mut self.index, &mut self.desired, &mut self.dirty);
+            entry.sets = refs.add(&defs);
             self.dirty.chains = true;
         }
     }
@@ -464,16 +444,8 @@ impl CalcGraph {
         entry.users = entry.users.saturating_sub(1);
         if entry.users == 0 {
             let sets = std::mem::take(&mut entry.sets);
-            let (index, mut sink) = (
-                &mut self.index,
-                SetSink {
-                    sets: &mut self.desired.ipsets,
-                    dirty: &mut self.dirty.ipsets,
-                },
-            );
-            for s in sets {
-                index.remove_ref(&s, &mut sink);
-            }
+            let mut refs = Refs::new(&mut self.index, &mut self.desired, &mut self.dirty);
+            refs.remove(sets);
             if entry.rules.is_none() && entry.labels.is_none() {
                 self.profiles.remove(name);
             }
@@ -507,8 +479,8 @@ impl CalcGraph {
             }
             if !selects.is_empty() {
                 let defs = policy_sets(&policy);
-                let (index, mut sink) = self.sink();
-                new_sets = defs.iter().map(|d| index.add_ref(d, &mut sink)).collect();
+                new_sets =
+                    Refs::new(&mut self.index, &mut self.desired, &mut self.dirty).add(&defs);
             }
             for id in selects.symmetric_difference(&old_selects) {
                 if let Some(ep) = self.local.get_mut(id) {
@@ -543,10 +515,7 @@ impl CalcGraph {
                 self.dirty.chains = true;
             }
         }
-        let (index, mut sink) = self.sink();
-        for s in old_sets {
-            index.remove_ref(&s, &mut sink);
-        }
+        Refs::new(&mut self.index, &mut self.desired, &mut self.dirty).remove(old_sets);
     }
 
     fn ep_matches(&self, ep: &LocalEp, selector: &Selector) -> bool {
@@ -573,17 +542,9 @@ impl CalcGraph {
         if entry.users > 0 {
             let defs = entry.rules.as_ref().map(profile_sets).unwrap_or_default();
             let old = std::mem::take(&mut entry.sets);
-            let (index, mut sink) = (
-                &mut self.index,
-                SetSink {
-                    sets: &mut self.desired.ipsets,
-                    dirty: &mut self.dirty.ipsets,
-                },
-            );
-            entry.sets = defs.iter().map(|d| index.add_ref(d, &mut sink)).collect();
-            for s in old {
-                index.remove_ref(&s, &mut sink);
-            }
+            let mut refs = Refs::new(&mut self.index, &mut self.desired, &mut self.dirty);
+            entry.sets = refs.add(&defs);
+            refs.remove(old);
             self.dirty.chains = true;
         } else if entry.rules.is_none() && entry.labels.is_none() {
             self.profiles.remove(name);
@@ -735,6 +696,36 @@ impl CalcGraph {
         }
         self.desired.routes = routes;
         self.desired.interfaces = self.workload_ifaces();
+    }
+}
+
+/// Adds and drops references to rule ipsets, writing the changes into the desired state.
+struct Refs<'a> {
+    index: &'a mut IpSetIndex,
+    sink: SetSink<'a>,
+}
+
+impl<'a> Refs<'a> {
+    fn new(index: &'a mut IpSetIndex, desired: &'a mut Desired, dirty: &'a mut Dirty) -> Self {
+        Self {
+            index,
+            sink: SetSink {
+                sets: &mut desired.ipsets,
+                dirty: &mut dirty.ipsets,
+            },
+        }
+    }
+
+    fn add(&mut self, defs: &[SetDef]) -> Vec<String> {
+        defs.iter()
+            .map(|d| self.index.add_ref(d, &mut self.sink))
+            .collect()
+    }
+
+    fn remove(&mut self, names: Vec<String>) {
+        for n in names {
+            self.index.remove_ref(&n, &mut self.sink);
+        }
     }
 }
 

@@ -505,3 +505,26 @@ proptest! {
         prop_assert_eq!(g.counts(), fresh.counts());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+
+    /// The dirty marks are complete: a dataplane that copies only what they mark ends with
+    /// exactly the desired state after every flush.
+    #[test]
+    fn dirty_marks_cover_every_change(ops in proptest::collection::vec(op(), 1..60), flush_every in 1..6usize) {
+        use crate::agent::dataplane::{Dataplane, Recording};
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut g = graph();
+        let mut dp = Recording::default();
+        for (i, o) in ops.iter().enumerate() {
+            let (k, v) = kv(o);
+            g.on_update(&k, v);
+            if i % flush_every == 0 || i + 1 == ops.len() {
+                let dirty = g.flush();
+                rt.block_on(dp.apply(g.desired(), &dirty)).unwrap();
+                prop_assert_eq!(&dp.state, g.desired());
+            }
+        }
+    }
+}

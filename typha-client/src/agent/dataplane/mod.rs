@@ -230,7 +230,9 @@ pub trait Dataplane {
     fn event(&mut self) -> impl Future<Output = ()>;
 }
 
-/// An in-memory dataplane: remembers the last applied [`Desired`] and what each apply did.
+/// An in-memory dataplane: keeps what was applied (the parts each apply marked dirty) and what
+/// each apply did. After every apply, `state` equals the desired state given, as long as the
+/// dirty marks were right: tests compare the two to check the marks.
 #[derive(Debug, Default)]
 pub struct Recording {
     /// The state after the last apply.
@@ -244,29 +246,42 @@ pub struct Recording {
 }
 
 impl Dataplane for Recording {
+    /// Copies only what `dirty` marks (as a real dataplane touches only that), so its cost
+    /// per apply follows the change, not the size of the state.
     async fn apply(
         &mut self,
         desired: &Desired,
         dirty: &Dirty,
     ) -> Result<ApplyStats, DataplaneError> {
         let mut stats = ApplyStats::default();
-        let names: Vec<&String> = if dirty.all_ipsets {
+        let names: BTreeSet<String> = if dirty.all_ipsets {
             desired
                 .ipsets
                 .keys()
                 .chain(self.state.ipsets.keys())
+                .cloned()
                 .collect()
         } else {
-            dirty.ipsets.iter().collect()
+            dirty.ipsets.clone()
         };
+        let empty = BTreeSet::new();
         for name in names {
-            let old = self.state.ipsets.get(name);
-            let new = desired.ipsets.get(name);
-            let (o, n) = (old.map(|s| &s.members), new.map(|s| &s.members));
-            let empty = BTreeSet::new();
-            let (o, n) = (o.unwrap_or(&empty), n.unwrap_or(&empty));
+            let new = desired.ipsets.get(&name);
+            let old = self.state.ipsets.get(&name);
+            let (o, n) = (
+                old.map_or(&empty, |s| &s.members),
+                new.map_or(&empty, |s| &s.members),
+            );
             stats.ipset_members_changed +=
                 (o.difference(n).count() + n.difference(o).count()) as u64;
+            match new {
+                Some(set) => {
+                    self.state.ipsets.insert(name, set.clone());
+                }
+                None => {
+                    self.state.ipsets.remove(&name);
+                }
+            }
         }
         if dirty.chains {
             for (name, rules) in &desired.chains {
@@ -280,8 +295,13 @@ impl Dataplane for Recording {
                 .keys()
                 .filter(|c| !desired.chains.contains_key(*c))
                 .count() as u64;
+            self.state.chains = desired.chains.clone();
+            self.state.hooks = desired.hooks.clone();
         }
-        self.state = desired.clone();
+        if dirty.routes {
+            self.state.routes = desired.routes.clone();
+            self.state.interfaces = desired.interfaces.clone();
+        }
         self.applies += 1;
         if self.history.len() == 1000 {
             self.history.pop_front();
