@@ -60,6 +60,9 @@ pub(crate) struct AgentArgs {
     /// the calc graph's cost alone).
     #[arg(long, default_value = "linux")]
     pub(crate) dataplane: String,
+    /// Then this many remote pods added at once: time until all are in the ipsets.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) burst: usize,
     /// Skip the re-read-everything baseline.
     #[arg(long)]
     pub(crate) no_baseline: bool,
@@ -78,6 +81,8 @@ struct Measured {
     add: Histogram<u64>,
     remove: Histogram<u64>,
     iptables_bytes_per_op: f64,
+    /// The burst: how long until every pod of it was in the ipsets.
+    burst: Option<Duration>,
     ipset_bytes_per_op: f64,
 }
 
@@ -355,6 +360,47 @@ async fn measure(
             ips += stats.ipset_bytes;
         }
     }
+    // The burst: N adds queued back to back; the loop batches what arrives during an apply.
+    // Updates are applied in order, so the apply that holds the last address holds them all.
+    let mut burst = None;
+    if a.burst > 0 {
+        let mut batch = Vec::new();
+        let mut last_ip = String::new();
+        for i in 0..a.burst {
+            let (wk, w) = candidates
+                .get(i * 104_729 % candidates.len())
+                .context("candidate")?;
+            let mut key = (*wk).clone();
+            key.workload = format!("{}-burst{i}", key.workload);
+            let mut value = (*w).clone();
+            let ip = std::net::Ipv4Addr::new(10, 251, (i / 250) as u8, (i % 250 + 1) as u8);
+            value.ipv4_nets = vec![Ipv4Net::from(ip)];
+            revision += 1;
+            batch.push(Update::put(
+                KeyPath::from(Key::WorkloadEndpoint(key)),
+                EncodedValue::encode(&Value::WorkloadEndpoint(value)),
+                Revision(revision),
+                UpdateKind::New,
+            ));
+            last_ip = ip.to_string();
+        }
+        let (done_tx, done_rx) = oneshot::channel();
+        probe.lock().unwrap_or_else(|e| e.into_inner()).watch = Some(Watch {
+            ip: last_ip,
+            present: true,
+            done: done_tx,
+            stats: ApplyStats::default(),
+        });
+        let t0 = Instant::now();
+        for u in batch {
+            feeder.on_updates(vec![u]);
+        }
+        let (t1, _) = tokio::time::timeout(Duration::from_secs(120), done_rx)
+            .await
+            .context("the burst took over 120 s")?
+            .context("the agent loop ended")?;
+        burst = Some(t1.saturating_duration_since(t0));
+    }
     let _ = stop_tx.send(());
     drop(feeder);
     match thread.join() {
@@ -374,6 +420,7 @@ async fn measure(
         remove,
         iptables_bytes_per_op: ipt as f64 / ops,
         ipset_bytes_per_op: ips as f64 / ops,
+        burst,
     })
 }
 
@@ -405,6 +452,17 @@ fn report(a: &AgentArgs, endpoints: usize, r: &[Measured]) {
             m.iptables_bytes_per_op,
             m.ipset_bytes_per_op,
         );
+    }
+    for m in r {
+        if let Some(b) = m.burst {
+            println!(
+                "\n{}: burst of {} remote pods → all in the ipsets after {:.0} ms ({:.0} updates/s)",
+                m.label,
+                a.burst,
+                b.as_secs_f64() * 1000.0,
+                a.burst as f64 / b.as_secs_f64().max(1e-9)
+            );
+        }
     }
     if let [ours, base] = r {
         let ratio = |b: f64, o: f64| if o > 0.0 { b / o } else { f64::NAN };
