@@ -94,8 +94,14 @@ fn settings(cli: &Cli) -> Result<Settings, String> {
         .ok()
         .filter(|d| !d.is_zero())
         .ok_or("FELIX_IPTABLESREFRESHINTERVAL: not a positive number of seconds")?;
-    if cli.interface_prefix.is_empty() || cli.interface_prefix.len() > 14 {
-        return Err("FELIX_INTERFACEPREFIX: must be 1 to 14 characters".into());
+    if cli.interface_prefix.is_empty()
+        || cli.interface_prefix.len() > 14
+        || !cli
+            .interface_prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err("FELIX_INTERFACEPREFIX: must be 1 to 14 letters, digits, '-' or '_'".into());
     }
     agent.render = RenderConfig {
         iface_prefix: cli.interface_prefix.clone(),

@@ -58,6 +58,9 @@ pub fn validate(u: &Update) -> Checked {
                 Ok(())
             }
         }),
+        // A host endpoint names its interface, or none (by address), or `*` (all); the name
+        // goes into iptables rules, so anything else is refused.
+        Value::HostEndpoint(h) if !h.name.is_empty() && h.name != "*" => iface_name(&h.name),
         Value::Policy(p) => selector("selector", &p.selector)
             .and_then(|()| {
                 if p.order.is_some_and(f64::is_nan) {
@@ -194,6 +197,38 @@ mod tests {
         }];
         let e = validate(&update(p)).invalid.unwrap();
         assert!(e.reason.contains("ports need protocol"), "{e}");
+    }
+
+    #[test]
+    fn interface_names_that_could_inject_rule_text_are_refused() {
+        let hep = protocol::model::HostEndpoint {
+            name: "eth0 -j ACCEPT".into(),
+            expected_ipv4_addrs: vec![],
+            expected_ipv6_addrs: vec![],
+            labels: Default::default(),
+            profile_ids: vec![],
+            ports: vec![],
+        };
+        let u = Update::put(
+            KeyPath::new("/calico/v1/host/n1/endpoint/uplink").unwrap(),
+            EncodedValue::encode(&Value::HostEndpoint(hep.clone())),
+            Revision(1),
+            UpdateKind::New,
+        );
+        let c = validate(&u);
+        assert!(c.value.is_none());
+        assert!(c.invalid.unwrap().reason.contains("forbidden character"));
+        let all = protocol::model::HostEndpoint {
+            name: "*".into(),
+            ..hep
+        };
+        let u = Update::put(
+            KeyPath::new("/calico/v1/host/n1/endpoint/all").unwrap(),
+            EncodedValue::encode(&Value::HostEndpoint(all)),
+            Revision(1),
+            UpdateKind::New,
+        );
+        assert!(validate(&u).invalid.is_none());
     }
 
     #[test]
