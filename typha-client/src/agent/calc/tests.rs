@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use protocol::model::{Action, BlockKey, Node, ProfileKey, ResourceKey, Rule, WorkloadEndpointKey};
 
+use super::ipsets::SetDef;
 use super::*;
+use crate::agent::dataplane::RouteTarget;
+use protocol::model::{PolicyKind, PolicyType};
 
 const ME: &str = "node-a";
 
