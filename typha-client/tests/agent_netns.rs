@@ -239,6 +239,28 @@ impl Cluster {
         self.workloads.push((w, ip.to_string()));
     }
 
+    /// BASE and two workloads on node-a: a client (`calia…`, 10.65.0.1, app=client) and a
+    /// server (`calib…`, 10.65.0.2, app=server).
+    fn client_and_server(&mut self) {
+        self.workload("calia0000000001", "10.65.0.1");
+        self.workload("calib0000000002", "10.65.0.2");
+        self.apply(BASE);
+        self.apply(&wep(
+            "node-a",
+            "client",
+            "calia0000000001",
+            "10.65.0.1",
+            "client",
+        ));
+        self.apply(&wep(
+            "node-a",
+            "server",
+            "calib0000000002",
+            "10.65.0.2",
+            "server",
+        ));
+    }
+
     fn apply(&self, yaml: &str) {
         let (code, body) = http(&self.node, API_PORT, "POST", "/apply", yaml);
         assert_eq!(code, 200, "{body}");
@@ -408,23 +430,7 @@ spec:
 #[test]
 fn policy_verdicts_are_real_packets_and_follow_policy_changes() {
     let mut c = Cluster::new();
-    c.workload("calia0000000001", "10.65.0.1");
-    c.workload("calib0000000002", "10.65.0.2");
-    c.apply(BASE);
-    c.apply(&wep(
-        "node-a",
-        "client",
-        "calia0000000001",
-        "10.65.0.1",
-        "client",
-    ));
-    c.apply(&wep(
-        "node-a",
-        "server",
-        "calib0000000002",
-        "10.65.0.2",
-        "server",
-    ));
+    c.client_and_server();
     // A client on another node: its address belongs in the rule's ipset too.
     c.apply(&wep(
         "node-b",
@@ -537,8 +543,6 @@ fn policy_verdicts_are_real_packets_and_follow_policy_changes() {
 #[test]
 fn drift_is_repaired_and_cleanup_leaves_foreign_state() {
     let mut c = Cluster::new();
-    c.workload("calia0000000001", "10.65.0.1");
-    c.workload("calib0000000002", "10.65.0.2");
     // Foreign state the agent must never touch.
     c.node.exec(&["iptables", "-N", "FOREIGN"]);
     c.node
@@ -556,21 +560,7 @@ fn drift_is_repaired_and_cleanup_leaves_foreign_state() {
         "proto",
         "static",
     ]);
-    c.apply(BASE);
-    c.apply(&wep(
-        "node-a",
-        "client",
-        "calia0000000001",
-        "10.65.0.1",
-        "client",
-    ));
-    c.apply(&wep(
-        "node-a",
-        "server",
-        "calib0000000002",
-        "10.65.0.2",
-        "server",
-    ));
+    c.client_and_server();
     c.apply(&server_policy(8080));
     c.settle(11);
     c.start_agent(&["--refresh-interval", "1"]);

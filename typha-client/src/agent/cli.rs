@@ -148,20 +148,14 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     }
     let s = match settings(&cli) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("typha-agent: invalid configuration: {e}");
-            return ExitCode::from(EX_CONFIG);
-        }
+        Err(e) => return bad_config(e),
     };
     if cli.cleanup {
         return cleanup(&s.linux);
     }
     let client_cfg = match cli.connect.client_config(&s.agent.nodename, "typha-agent") {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("typha-agent: invalid configuration: {e}");
-            return ExitCode::from(EX_CONFIG);
-        }
+        Err(e) => return bad_config(e),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -169,10 +163,7 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("typha-agent: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(e),
     };
     let mut registry = Registry::default();
     let client_metrics = ClientMetrics::new(&mut registry);
@@ -180,19 +171,15 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let registry = Arc::new(registry);
     let client = match SyncClient::new(client_cfg, client_metrics) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("typha-agent: invalid configuration: {e}");
-            return ExitCode::from(EX_CONFIG);
-        }
+        Err(e) => return bad_config(e),
     };
     let listener = match rt.block_on(tokio::net::TcpListener::bind(cli.health_addr)) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!(
-                "typha-agent: invalid configuration: TYPHA_AGENT_HEALTHADDR: cannot listen on {}: {e}",
+            return bad_config(format!(
+                "TYPHA_AGENT_HEALTHADDR: cannot listen on {}: {e}",
                 cli.health_addr
-            );
-            return ExitCode::from(EX_CONFIG);
+            ));
         }
     };
 
@@ -213,21 +200,12 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     let dp_thread = match dp_thread {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("typha-agent: cannot start the dataplane thread: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(format!("cannot start the dataplane thread: {e}")),
     };
     match rt.block_on(opened_rx) {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            eprintln!("typha-agent: cannot open the dataplane: {e}");
-            return ExitCode::FAILURE;
-        }
-        Err(_) => {
-            eprintln!("typha-agent: the dataplane thread ended before starting");
-            return ExitCode::FAILURE;
-        }
+        Ok(Err(e)) => return fail(format!("cannot open the dataplane: {e}")),
+        Err(_) => return fail("the dataplane thread ended before starting"),
     }
     info!(
         nodename = %s.agent.nodename,
@@ -275,10 +253,7 @@ fn dataplane_thread(
     stop: watch::Sender<bool>,
     opened: oneshot::Sender<Result<(), String>>,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             let _ = opened.send(Err(e.to_string()));
@@ -341,24 +316,32 @@ impl Dataplane for DryRun {
     }
 }
 
-fn cleanup(linux: &LinuxConfig) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread()
+fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
+}
+
+/// A setting is wrong: one line naming it, exit 64.
+fn bad_config(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("typha-agent: invalid configuration: {e}");
+    ExitCode::from(EX_CONFIG)
+}
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("typha-agent: {e}");
+    ExitCode::FAILURE
+}
+
+fn cleanup(linux: &LinuxConfig) -> ExitCode {
+    let rt = match current_thread() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("typha-agent: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(e),
     };
     rt.block_on(async {
         let mut dp = match LinuxDataplane::new(linux) {
             Ok(dp) => dp,
-            Err(e) => {
-                eprintln!("typha-agent: cannot open the dataplane: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return fail(format!("cannot open the dataplane: {e}")),
         };
         dp.resync();
         match dp.apply(&Desired::default(), &Dirty::all()).await {
@@ -366,10 +349,7 @@ fn cleanup(linux: &LinuxConfig) -> ExitCode {
                 info!(?stats, "removed everything the agent owned");
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                eprintln!("typha-agent: cleanup failed: {e}");
-                ExitCode::FAILURE
-            }
+            Err(e) => fail(format!("cleanup failed: {e}")),
         }
     })
 }

@@ -49,7 +49,7 @@ async fn liveness(State(s): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
-    let status = s.shared.status.load(Ordering::Relaxed);
+    let status = s.shared.metrics.resync_state.get();
     if status != 3 {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -68,13 +68,13 @@ async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
 async fn status(State(s): State<HttpState>) -> impl IntoResponse {
     let m = &s.shared.metrics;
     axum::Json(serde_json::json!({
-        "status": match s.shared.status.load(Ordering::Relaxed) {
+        "status": match m.resync_state.get() {
             1 => "wait-for-datastore",
             2 => "resync-in-progress",
             _ => "in-sync",
         },
         "ready": s.shared.ready.load(Ordering::Relaxed),
-        "applies": m.applies_seen(),
+        "applies": m.applies.get(),
         "local_endpoints": m.local_endpoints.get(),
         "active_policies": m.active_policies.get(),
         "ipsets": m.ipsets.get(),

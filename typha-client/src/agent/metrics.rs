@@ -1,8 +1,6 @@
 //! The agent's metrics, under Felix's names where Felix has one (`felix_active_local_endpoints`,
 //! `felix_int_dataplane_apply_time_seconds`, ...) so existing dashboards work.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -24,7 +22,8 @@ pub struct AgentMetrics {
     pub chains: Gauge,
     /// `typha_agent_routes`.
     pub routes: Gauge,
-    /// `felix_resync_state`: 1 wait for datastore, 2 resync in progress, 3 in sync.
+    /// `felix_resync_state`: 1 wait for datastore, 2 resync in progress, 3 in sync (what
+    /// `/readiness` and `/status` read too).
     pub resync_state: Gauge,
     /// `felix_int_dataplane_apply_time_seconds`.
     pub apply_seconds: Histogram,
@@ -44,10 +43,9 @@ pub struct AgentMetrics {
     pub invalid_updates: Counter,
     /// `typha_agent_unsupported_rules`.
     pub unsupported_rules: Gauge,
-    /// `typha_agent_in_sync_to_programmed_seconds` (milliseconds inside, published as a gauge
-    /// of seconds ×1000 to stay integral).
+    /// `typha_agent_in_sync_to_programmed_milliseconds`: from the first InSync to the first
+    /// fully programmed dataplane.
     pub programmed_after_ms: Gauge,
-    applies_seen: AtomicU64,
 }
 
 impl AgentMetrics {
@@ -72,7 +70,6 @@ impl AgentMetrics {
             invalid_updates: Counter::default(),
             unsupported_rules: Gauge::default(),
             programmed_after_ms: Gauge::default(),
-            applies_seen: AtomicU64::new(0),
         };
         let r = registry;
         r.register(
@@ -176,15 +173,9 @@ impl AgentMetrics {
     pub fn applied(&self, s: &ApplyStats, seconds: f64) {
         self.apply_seconds.observe(seconds);
         self.applies.inc();
-        self.applies_seen.fetch_add(1, Ordering::Relaxed);
         self.iptables_bytes.inc_by(s.iptables_bytes);
         self.ipset_bytes.inc_by(s.ipset_bytes);
         self.ipset_members.inc_by(s.ipset_members_changed);
         self.route_changes.inc_by(s.routes_added + s.routes_removed);
-    }
-
-    /// Successful applies so far.
-    pub fn applies_seen(&self) -> u64 {
-        self.applies_seen.load(Ordering::Relaxed)
     }
 }

@@ -91,8 +91,6 @@ pub struct Shared {
     pub last_turn_ms: AtomicU64,
     /// When the agent started.
     pub started: Instant,
-    /// Current status (1 wait, 2 resync, 3 in sync).
-    pub status: AtomicU64,
 }
 
 impl Shared {
@@ -103,7 +101,6 @@ impl Shared {
             ready: AtomicBool::new(false),
             last_turn_ms: AtomicU64::new(0),
             started: Instant::now(),
-            status: AtomicU64::new(1),
         }
     }
 
@@ -159,16 +156,11 @@ pub async fn run<D: Dataplane>(
                     match i {
                         Input::Status(s) => {
                             debug!(status = %s, "sync status");
-                            shared.status.store(
-                                match s {
-                                    SyncStatus::WaitForDatastore => 1,
-                                    SyncStatus::ResyncInProgress => 2,
-                                    SyncStatus::InSync => 3,
-                                },
-                                Ordering::Relaxed,
-                            );
-                            shared.metrics.resync_state.set(i64::try_from(
-                                shared.status.load(Ordering::Relaxed)).unwrap_or(0));
+                            shared.metrics.resync_state.set(match s {
+                                SyncStatus::WaitForDatastore => 1,
+                                SyncStatus::ResyncInProgress => 2,
+                                SyncStatus::InSync => 3,
+                            });
                             in_sync = s == SyncStatus::InSync;
                             if in_sync && first_in_sync.is_none() {
                                 first_in_sync = Some(Instant::now());

@@ -259,13 +259,17 @@ impl CalcGraph {
 }
 
 /// Adds and drops references to rule ipsets, writing the changes into the desired state.
-struct Refs<'a> {
-    index: &'a mut IpSetIndex,
-    sink: SetSink<'a>,
+pub(super) struct Refs<'a> {
+    pub(super) index: &'a mut IpSetIndex,
+    pub(super) sink: SetSink<'a>,
 }
 
 impl<'a> Refs<'a> {
-    fn new(index: &'a mut IpSetIndex, desired: &'a mut Desired, dirty: &'a mut Dirty) -> Self {
+    pub(super) fn new(
+        index: &'a mut IpSetIndex,
+        desired: &'a mut Desired,
+        dirty: &'a mut Dirty,
+    ) -> Self {
         Self {
             index,
             sink: SetSink {

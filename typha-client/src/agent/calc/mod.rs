@@ -313,11 +313,8 @@ impl CalcGraph {
     ///
     /// [`desired`]: CalcGraph::desired
     pub fn flush(&mut self) -> Dirty {
-        let mut sink = SetSink {
-            sets: &mut self.desired.ipsets,
-            dirty: &mut self.dirty.ipsets,
-        };
-        self.index.scan(&mut sink);
+        let (index, mut sink) = self.sink();
+        index.scan(&mut sink);
         if self.dirty.chains {
             self.render_chains();
         }
@@ -328,13 +325,8 @@ impl CalcGraph {
     }
 
     fn sink(&mut self) -> (&mut IpSetIndex, SetSink<'_>) {
-        (
-            &mut self.index,
-            SetSink {
-                sets: &mut self.desired.ipsets,
-                dirty: &mut self.dirty.ipsets,
-            },
-        )
+        let r = labels::Refs::new(&mut self.index, &mut self.desired, &mut self.dirty);
+        (r.index, r.sink)
     }
 
     fn set_indexed(&mut self, id: &EpId, data: Option<EpData>) {

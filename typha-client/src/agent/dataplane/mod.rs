@@ -239,10 +239,6 @@ pub struct Recording {
     pub state: Desired,
     /// How many applies.
     pub applies: u64,
-    /// How many resyncs were asked for.
-    pub resyncs: u64,
-    /// Dirty marks of each apply, in order (bounded to the last 1,000).
-    pub history: std::collections::VecDeque<Dirty>,
 }
 
 impl Dataplane for Recording {
@@ -303,16 +299,10 @@ impl Dataplane for Recording {
             self.state.interfaces = desired.interfaces.clone();
         }
         self.applies += 1;
-        if self.history.len() == 1000 {
-            self.history.pop_front();
-        }
-        self.history.push_back(dirty.clone());
         Ok(stats)
     }
 
-    fn resync(&mut self) {
-        self.resyncs += 1;
-    }
+    fn resync(&mut self) {}
 
     async fn event(&mut self) {
         std::future::pending::<()>().await
