@@ -23,9 +23,6 @@ use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
 use ipnet::Ipv4Net;
 use prometheus_client::registry::Registry;
-use protocol::model::{Key, KeyPath, Revision, Update, Value, WorkloadEndpointKey};
-use protocol::sample::{Cluster, ClusterSpec};
-use protocol::{EncodedValue, model::UpdateKind};
 use tokio::sync::oneshot;
 use typha_client::SyncerCallbacks;
 use typha_client::agent::dataplane::linux::{LinuxConfig, LinuxDataplane};
@@ -34,6 +31,9 @@ use typha_client::agent::dataplane::{
 };
 use typha_client::agent::metrics::AgentMetrics;
 use typha_client::agent::run::{AgentConfig, Feeder, Shared, run};
+use typha_protocol::model::{Key, KeyPath, Revision, Update, Value, WorkloadEndpointKey};
+use typha_protocol::sample::{Cluster, ClusterSpec};
+use typha_protocol::{EncodedValue, model::UpdateKind};
 
 /// Flags of the agent scenario.
 #[derive(Debug, Clone, clap::Args)]
@@ -269,13 +269,13 @@ async fn measure(
     };
 
     // The snapshot, in the batches a client delivers, then InSync.
-    let updates = protocol::sample::to_updates(kvs, 1);
-    feeder.on_status_updated(protocol::model::SyncStatus::ResyncInProgress);
+    let updates = typha_protocol::sample::to_updates(kvs, 1);
+    feeder.on_status_updated(typha_protocol::model::SyncStatus::ResyncInProgress);
     for chunk in updates.chunks(1000) {
         feeder.on_updates(chunk.to_vec());
     }
     let in_sync = Instant::now();
-    feeder.on_status_updated(protocol::model::SyncStatus::InSync);
+    feeder.on_status_updated(typha_protocol::model::SyncStatus::InSync);
     let first = loop {
         if let Some(f) = probe.lock().unwrap_or_else(|e| e.into_inner()).first {
             break f;
@@ -293,7 +293,10 @@ async fn measure(
         .unwrap_or_else(|e| e.into_inner())
         .members
         .clone();
-    let candidates: Vec<(&WorkloadEndpointKey, &protocol::model::WorkloadEndpoint)> = kvs
+    let candidates: Vec<(
+        &WorkloadEndpointKey,
+        &typha_protocol::model::WorkloadEndpoint,
+    )> = kvs
         .iter()
         .filter_map(|(k, v)| match (k, v) {
             (Key::WorkloadEndpoint(wk), Value::WorkloadEndpoint(w))

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::{Bytes, BytesMut};
-use protocol::frame::FrameEncoder;
-use protocol::message::{Deltas, Message, Seq};
-use protocol::sample::{Cluster, ClusterSpec};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use typha_protocol::frame::FrameEncoder;
+use typha_protocol::message::{Deltas, Message, Seq};
+use typha_protocol::sample::{Cluster, ClusterSpec};
 use typha_server::tls::TlsConfig;
 
 use crate::raw::Io;
@@ -53,7 +53,7 @@ struct Totals {
 fn frame(n: usize) -> anyhow::Result<Bytes> {
     let cluster = Cluster::new(ClusterSpec::default());
     let kvs: Vec<_> = cluster.workload_endpoints().take(n.max(1)).collect();
-    let updates = protocol::sample::to_updates(&kvs, 1);
+    let updates = typha_protocol::sample::to_updates(&kvs, 1);
     let msg = Message::Deltas(Deltas {
         from_seq: Seq(1),
         seq: Seq(2),

@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use bytes::BytesMut;
-use protocol::frame::{FrameDecoder, FrameEncoder, Limits};
-use protocol::handshake::{ClientHandshake, ClientOffer};
-use protocol::message::Message;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use typha_protocol::frame::{FrameDecoder, FrameEncoder, Limits};
+use typha_protocol::handshake::{ClientHandshake, ClientOffer};
+use typha_protocol::message::Message;
 
 /// A byte stream, TLS or not.
 pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}

@@ -18,12 +18,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2Serializer};
-use protocol::model::{KeyType, SyncStatus, Update};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use typha_client::metrics::ClientMetrics;
 use typha_client::tls::ClientTls;
 use typha_client::{ClientConfig, Discovery, ResumeKind, SyncClient, SyncerCallbacks};
+use typha_protocol::model::{KeyType, SyncStatus, Update};
 
 use crate::raw::RawCounters;
 use crate::server::SENT_LABEL;
@@ -364,7 +364,7 @@ fn take_histogram(shared: &Shared) -> anyhow::Result<String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use protocol::model::{EncodedValue, Value};
+    use typha_protocol::model::{EncodedValue, Value};
 
     #[test]
     fn finds_the_write_time_in_an_encoded_endpoint_as_decoding_would() {

@@ -24,11 +24,11 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use protocol::frame::HEADER_LEN;
-use protocol::message::{Deltas, SnapshotChunk};
-use protocol::model::{Key, Value};
-use protocol::sample::{Cluster, ClusterSpec, Rng, to_updates};
-use protocol::{FrameDecoder, FrameEncoder, Limits, Message, Seq, Update};
+use typha_protocol::frame::HEADER_LEN;
+use typha_protocol::message::{Deltas, SnapshotChunk};
+use typha_protocol::model::{Key, Value};
+use typha_protocol::sample::{Cluster, ClusterSpec, Rng, to_updates};
+use typha_protocol::{FrameDecoder, FrameEncoder, Limits, Message, Seq, Update};
 
 /// KVs in the batch.
 const KVS: usize = 10_000;
@@ -266,7 +266,7 @@ fn print_sizes(kvs: &[(Key, Value)]) {
 fn sorted_values(kvs: &[(Key, Value)]) -> Vec<Value> {
     let mut v: Vec<_> = kvs
         .iter()
-        .map(|(k, v)| (protocol::KeyPath::from(k), v.clone()))
+        .map(|(k, v)| (typha_protocol::KeyPath::from(k), v.clone()))
         .collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
     v.into_iter().map(|(_, v)| v).collect()

@@ -9,9 +9,9 @@ use std::alloc::System;
 
 use bytes::BytesMut;
 use cap::Cap;
-use protocol::frame::FLAG_ZSTD;
-use protocol::message::MessageType;
-use protocol::{FrameDecoder, Limits};
+use typha_protocol::frame::FLAG_ZSTD;
+use typha_protocol::message::MessageType;
+use typha_protocol::{FrameDecoder, Limits};
 
 #[global_allocator]
 static ALLOC: Cap<System> = Cap::new(System, usize::MAX);

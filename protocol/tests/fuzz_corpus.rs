@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use bytes::BytesMut;
-use protocol::{FrameDecoder, FrameEncoder, Limits};
+use typha_protocol::{FrameDecoder, FrameEncoder, Limits};
 
 #[test]
 fn seed_corpus_decodes_without_panics_and_valid_seeds_decode_cleanly() {

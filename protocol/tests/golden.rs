@@ -12,7 +12,7 @@ mod common;
 use std::path::PathBuf;
 
 use bytes::BytesMut;
-use protocol::{FrameDecoder, FrameEncoder, Limits, Message};
+use typha_protocol::{FrameDecoder, FrameEncoder, Limits, Message};
 
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v1")
@@ -35,7 +35,7 @@ fn every_message_type_has_a_golden_file() {
         .iter()
         .map(|(_, m)| m.message_type())
         .collect();
-    for ty in protocol::MessageType::ALL {
+    for ty in typha_protocol::MessageType::ALL {
         assert!(names.contains(&ty), "no canonical message for {ty}");
     }
 }
@@ -83,8 +83,8 @@ fn compressed_golden_frame_still_decodes() {
     }
     let golden = std::fs::read(&path).unwrap();
     assert_eq!(
-        golden[5] & protocol::frame::FLAG_ZSTD,
-        protocol::frame::FLAG_ZSTD
+        golden[5] & typha_protocol::frame::FLAG_ZSTD,
+        typha_protocol::frame::FLAG_ZSTD
     );
     assert_eq!(decode_one(&golden), msg);
 }

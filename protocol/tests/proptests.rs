@@ -7,8 +7,8 @@ mod common;
 
 use bytes::BytesMut;
 use proptest::prelude::*;
-use protocol::frame::HEADER_LEN;
-use protocol::{
+use typha_protocol::frame::HEADER_LEN;
+use typha_protocol::{
     EncodedValue, FrameDecoder, FrameEncoder, FrameError, Key, KeyPath, Limits, Message,
 };
 

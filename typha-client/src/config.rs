@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use protocol::message::SyncerType;
+use typha_protocol::message::SyncerType;
 
 use crate::discovery::Discovery;
 use crate::tls::ClientTls;

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use protocol::frame::{FrameDecoder, FrameEncoder, Limits};
-use protocol::handshake::{ClientHandshake, ClientOffer, RejectReason, Session};
-use protocol::message::{Ack, Features, Goodbye, Message, MessageType, Pong};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
+use typha_protocol::frame::{FrameDecoder, FrameEncoder, Limits};
+use typha_protocol::handshake::{ClientHandshake, ClientOffer, RejectReason, Session};
+use typha_protocol::message::{Ack, Features, Goodbye, Message, MessageType, Pong};
 
 use crate::config::ClientConfig;
 use crate::discovery::Target;

@@ -17,10 +17,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use protocol::digest::{KeyHash, StateDigest};
-use protocol::handshake::Session;
-use protocol::message::{Cursor, Message, Resume, Seq, SnapshotScope};
-use protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
+use typha_protocol::digest::{KeyHash, StateDigest};
+use typha_protocol::handshake::Session;
+use typha_protocol::message::{Cursor, Message, Resume, Seq, SnapshotScope};
+use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
 
 /// What a consumer implements: Calico's `api.SyncerCallbacks`.
 pub trait SyncerCallbacks: Send {
@@ -112,7 +112,7 @@ pub struct Store {
     cursor: Option<Cursor>,
     marks: Option<Marks>,
     /// The session epoch of the current connection.
-    epoch: Option<protocol::message::Epoch>,
+    epoch: Option<typha_protocol::message::Epoch>,
     /// Whether this connection's initial sync has completed.
     caught_up: bool,
     /// Whether a session is established (between `connected` and `disconnected`).

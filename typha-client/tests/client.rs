@@ -10,13 +10,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use protocol::digest::StateDigest;
-use protocol::model::{EncodedValue, KeyPath, SyncStatus, Update, UpdateKind};
 use tokio::sync::oneshot;
 use typha_client::conn::{SessionError, session};
 use typha_client::discovery::Target;
 use typha_client::metrics::ClientMetrics;
 use typha_client::{ClientConfig, Discovery, ResumeKind, Store, SyncClient, SyncerCallbacks};
+use typha_protocol::digest::StateDigest;
+use typha_protocol::model::{EncodedValue, KeyPath, SyncStatus, Update, UpdateKind};
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::metrics::ResumeKind as ServerResume;
@@ -283,20 +283,20 @@ async fn a_silent_server_is_detected_by_the_read_timeout() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (mut s, _) = listener.accept().await.unwrap();
         let mut buf = bytes::BytesMut::new();
-        let mut dec = protocol::FrameDecoder::new(protocol::Limits::SERVER_INBOUND);
+        let mut dec = typha_protocol::FrameDecoder::new(typha_protocol::Limits::SERVER_INBOUND);
         let hello = loop {
             if let Some(m) = dec.decode(&mut buf).unwrap() {
                 break m;
             }
             s.read_buf(&mut buf).await.unwrap();
         };
-        let mut hs = protocol::handshake::ServerHandshake::new(
-            protocol::handshake::ServerOffer::new(protocol::Epoch(1)),
+        let mut hs = typha_protocol::handshake::ServerHandshake::new(
+            typha_protocol::handshake::ServerOffer::new(typha_protocol::Epoch(1)),
             std::time::Instant::now(),
         );
         let acc = hs.handle_message(hello, std::time::Instant::now()).unwrap();
-        let reply = protocol::FrameEncoder::uncompressed()
-            .encode(&protocol::Message::ServerHello(acc.reply))
+        let reply = typha_protocol::FrameEncoder::uncompressed()
+            .encode(&typha_protocol::Message::ServerHello(acc.reply))
             .unwrap();
         s.write_all(&reply).await.unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -456,7 +456,7 @@ async fn random_churn_with_repeated_disconnects_ends_exact() {
     converged(&c.seen, &store).await;
     let churn_store = store.clone();
     let churn = tokio::spawn(async move {
-        let mut rng = protocol::sample::Rng::new(42);
+        let mut rng = typha_protocol::sample::Rng::new(42);
         for g in 1..=1500u64 {
             let node = rng.below(10) as usize;
             let pod = rng.below(10) as usize;

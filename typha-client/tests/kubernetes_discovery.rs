@@ -166,10 +166,10 @@ async fn a_client_finds_and_syncs_with_a_server_through_the_service() {
             .unwrap();
     struct Count(Arc<Mutex<(usize, bool)>>);
     impl typha_client::SyncerCallbacks for Count {
-        fn on_status_updated(&mut self, s: protocol::model::SyncStatus) {
-            self.0.lock().unwrap().1 = s == protocol::model::SyncStatus::InSync;
+        fn on_status_updated(&mut self, s: typha_protocol::model::SyncStatus) {
+            self.0.lock().unwrap().1 = s == typha_protocol::model::SyncStatus::InSync;
         }
-        fn on_updates(&mut self, u: Vec<protocol::model::Update>) {
+        fn on_updates(&mut self, u: Vec<typha_protocol::model::Update>) {
             self.0.lock().unwrap().0 += u.len();
         }
     }

@@ -169,7 +169,7 @@ async fn version_mismatch_is_one_line() {
         loop {
             let (mut s, _) = listener.accept().await.unwrap();
             let mut buf = bytes::BytesMut::new();
-            let mut dec = protocol::FrameDecoder::new(protocol::Limits::SERVER_INBOUND);
+            let mut dec = typha_protocol::FrameDecoder::new(typha_protocol::Limits::SERVER_INBOUND);
             let hello = loop {
                 if let Some(m) = dec.decode(&mut buf).unwrap() {
                     break m;
@@ -178,13 +178,14 @@ async fn version_mismatch_is_one_line() {
                     return;
                 }
             };
-            let mut offer = protocol::handshake::ServerOffer::new(protocol::Epoch(1));
-            offer.versions = vec![protocol::ProtocolVersion(9)];
-            let rej = protocol::handshake::ServerHandshake::new(offer, std::time::Instant::now())
-                .handle_message(hello, std::time::Instant::now())
-                .unwrap_err();
-            let bye = protocol::FrameEncoder::uncompressed()
-                .encode(&protocol::Message::Goodbye(rej.goodbye.unwrap()))
+            let mut offer = typha_protocol::handshake::ServerOffer::new(typha_protocol::Epoch(1));
+            offer.versions = vec![typha_protocol::ProtocolVersion(9)];
+            let rej =
+                typha_protocol::handshake::ServerHandshake::new(offer, std::time::Instant::now())
+                    .handle_message(hello, std::time::Instant::now())
+                    .unwrap_err();
+            let bye = typha_protocol::FrameEncoder::uncompressed()
+                .encode(&typha_protocol::Message::Goodbye(rej.goodbye.unwrap()))
                 .unwrap();
             let _ = s.write_all(&bye).await;
         }

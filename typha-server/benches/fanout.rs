@@ -23,12 +23,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use protocol::frame::{FrameDecoder, FrameEncoder, Limits};
-use protocol::handshake::{ClientHandshake, ClientOffer};
-use protocol::message::Message;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use typha_protocol::frame::{FrameDecoder, FrameEncoder, Limits};
+use typha_protocol::handshake::{ClientHandshake, ClientOffer};
+use typha_protocol::message::Message;
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::metrics::FrameKind;
@@ -127,13 +127,15 @@ fn run(clients: usize, pki: &(TlsConfig, Arc<rustls::ClientConfig>)) -> Run {
                         Message::Deltas(d) if in_sync => {
                             received.fetch_add(d.updates.len() as u64, Ordering::Relaxed);
                         }
-                        Message::SyncStatus(protocol::model::SyncStatus::InSync) if !in_sync => {
+                        Message::SyncStatus(typha_protocol::model::SyncStatus::InSync)
+                            if !in_sync =>
+                        {
                             in_sync = true;
                             synced.fetch_add(1, Ordering::Relaxed);
                         }
                         Message::Ping(p) => {
                             let pong = FrameEncoder::uncompressed()
-                                .encode(&Message::Pong(protocol::message::Pong {
+                                .encode(&Message::Pong(typha_protocol::message::Pong {
                                     ping_timestamp_micros: p.timestamp_micros,
                                 }))
                                 .unwrap();

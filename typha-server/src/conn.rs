@@ -18,15 +18,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use protocol::digest::BUCKETS;
-use protocol::frame::{FrameDecoder, Limits};
-use protocol::handshake::{ServerHandshake, ServerOffer, Session};
-use protocol::message::{Deltas, Features, Goodbye, GoodbyeReason, Message, Ping, Resume, Seq};
-use protocol::model::SyncStatus;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::{debug, info};
+use typha_protocol::digest::BUCKETS;
+use typha_protocol::frame::{FrameDecoder, Limits};
+use typha_protocol::handshake::{ServerHandshake, ServerOffer, Session};
+use typha_protocol::message::{
+    Deltas, Features, Goodbye, GoodbyeReason, Message, Ping, Resume, Seq,
+};
+use typha_protocol::model::SyncStatus;
 
 use crate::cache::{Breadcrumb, Cache};
 use crate::fanout::{self, Step, encode, plan};

@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-use protocol::frame::{DEFAULT_ZSTD_LEVEL, FrameEncoder};
-use protocol::message::{Deltas, Message, Seq};
-use protocol::model::{KeyPath, SyncStatus, Update};
 use tracing::error;
+use typha_protocol::frame::{DEFAULT_ZSTD_LEVEL, FrameEncoder};
+use typha_protocol::message::{Deltas, Message, Seq};
+use typha_protocol::model::{KeyPath, SyncStatus, Update};
 
 use crate::cache::{Breadcrumb, Cache, counted, deltas_message};
 use crate::metrics::{FrameKind, Metrics};

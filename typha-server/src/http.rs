@@ -16,8 +16,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
-use protocol::model::SyncStatus;
 use tokio::time::Instant;
+use typha_protocol::model::SyncStatus;
 
 use crate::cache::Cache;
 use crate::metrics::Metrics;

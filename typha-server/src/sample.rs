@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use crate::datastore::v3::Resource;
-use protocol::sample::{APPS, Rng};
+use typha_protocol::sample::{APPS, Rng};
 
 /// The shape of a generated cluster.
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ impl Default for Spec {
 
 /// Node `i`'s name (EC2 style, the same names as the protocol crate's sample data).
 pub fn node_name(i: usize) -> String {
-    protocol::sample::Cluster::node_name(i)
+    typha_protocol::sample::Cluster::node_name(i)
 }
 
 /// Namespace `i`'s name.

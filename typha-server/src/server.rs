@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use protocol::handshake::ServerOffer;
-use protocol::message::{Epoch, GoodbyeReason};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
+use typha_protocol::handshake::ServerOffer;
+use typha_protocol::message::{Epoch, GoodbyeReason};
 
 use crate::cache::{Cache, CacheWriter};
 use crate::config::Config;
@@ -313,12 +313,12 @@ async fn serve_registered<S>(
     if over_limit {
         use tokio::io::AsyncWriteExt;
         m.dropped(DropReason::too_many_connections);
-        let g = protocol::message::Goodbye {
+        let g = typha_protocol::message::Goodbye {
             reason: GoodbyeReason::TooManyConnections,
             message: "this server is at its connection limit; try another".into(),
             redirect: ctx.redirect.clone(),
         };
-        let frame = crate::fanout::encode(&protocol::Message::Goodbye(g), false);
+        let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
             stream.write_all(&frame).await?;
             stream.shutdown().await

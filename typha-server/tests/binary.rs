@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::Peer;
-use protocol::message::GoodbyeReason;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use typha_protocol::message::GoodbyeReason;
 use typha_server::datastore::embedded::{DirSource, Embedded};
 
 const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
@@ -123,7 +123,7 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
     let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
     p.hello(Peer::offer("worker-1", None)).await.unwrap();
     p.until("the sample cluster", |p| {
-        p.state.len() == n && p.status == Some(protocol::model::SyncStatus::InSync)
+        p.state.len() == n && p.status == Some(typha_protocol::model::SyncStatus::InSync)
     })
     .await;
     assert_eq!(p.digest.combined(), want);
@@ -327,7 +327,7 @@ async fn a_second_tier_binary_serves_what_the_first_serves() {
     let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], b_port))).await;
     p.hello(Peer::offer("worker-1", None)).await.unwrap();
     p.until("the sample cluster through tier B", |p| {
-        p.state.len() == n && p.status == Some(protocol::model::SyncStatus::InSync)
+        p.state.len() == n && p.status == Some(typha_protocol::model::SyncStatus::InSync)
     })
     .await;
     assert_eq!(p.digest.combined(), want);

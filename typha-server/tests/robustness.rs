@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Peer, cluster, expected_digest, server, settle};
-use protocol::message::{GoodbyeReason, Message};
+use typha_protocol::message::{GoodbyeReason, Message};
 use typha_server::config::Config;
 use typha_server::metrics::DropReason;
 
@@ -105,9 +105,11 @@ async fn garbage_and_oversized_frames_close_only_that_connection() {
     // A message a client must not send.
     let mut w = Peer::connect(srv.addr).await;
     w.hello(Peer::offer("wrong", None)).await.unwrap();
-    w.send(&Message::SyncStatus(protocol::model::SyncStatus::InSync))
-        .await
-        .unwrap();
+    w.send(&Message::SyncStatus(
+        typha_protocol::model::SyncStatus::InSync,
+    ))
+    .await
+    .unwrap();
     assert_eq!(
         w.until_closed().await.map(|g| g.reason),
         Some(GoodbyeReason::ProtocolError)
@@ -210,7 +212,7 @@ async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
     let mut ok = Peer::connect(srv.addr).await;
     ok.hello(Peer::offer("ok", None)).await.unwrap();
     // Incompressible values, megabytes of them, until the stuck client's writes stall.
-    let mut rng = protocol::sample::Rng::new(3);
+    let mut rng = typha_protocol::sample::Rng::new(3);
     for i in 0..3000 {
         store.put(noisy_set(&mut rng, &format!("noise-{}", i % 100)));
         if srv.metrics.dropped_count(DropReason::write_timeout) > 0 {
@@ -233,7 +235,10 @@ async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
 }
 
 /// A network set of 300 random /32s (~4.5 KB, barely compressible).
-fn noisy_set(rng: &mut protocol::sample::Rng, name: &str) -> typha_server::datastore::v3::Resource {
+fn noisy_set(
+    rng: &mut typha_protocol::sample::Rng,
+    name: &str,
+) -> typha_server::datastore::v3::Resource {
     let nets: Vec<String> = (0..300)
         .map(|_| {
             let a = rng.next_u64();
@@ -255,7 +260,7 @@ fn noisy_set(rng: &mut protocol::sample::Rng, name: &str) -> typha_server::datas
 
 /// `n` new noisy sets (distinct keys, so catch-up spans cannot coalesce them).
 fn noise(store: &typha_server::datastore::embedded::Embedded, n: usize) {
-    let mut rng = protocol::sample::Rng::new(5);
+    let mut rng = typha_protocol::sample::Rng::new(5);
     for i in 0..n {
         store.put(noisy_set(&mut rng, &format!("noise-{i}")));
     }
@@ -317,7 +322,7 @@ async fn a_slow_but_steady_reader_is_not_dropped_for_pongs_our_own_writes_held_u
         if deltas {
             // As typha-client does (every ack interval; here every frame).
             let seq = slow.seq;
-            slow.send(&Message::Ack(protocol::message::Ack { seq }))
+            slow.send(&Message::Ack(typha_protocol::message::Ack { seq }))
                 .await
                 .unwrap();
             acks += 1;

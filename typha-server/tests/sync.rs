@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use common::{Peer, cluster, eventually, expected_digest, server, settle};
 use futures_util::future::BoxFuture;
-use protocol::model::SyncStatus;
 use tokio::sync::Notify;
+use typha_protocol::model::SyncStatus;
 use typha_server::config::Config;
 use typha_server::datastore::embedded::{DirSource, Embedded};
 use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
@@ -125,7 +125,7 @@ impl Datastore for Gated {
     }
     fn watch(
         &self,
-        from: protocol::model::Revision,
+        from: typha_protocol::model::Revision,
     ) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
         self.inner.watch(from)
     }

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Peer, cluster, expected_digest, server, settle};
-use protocol::model::SyncStatus;
+use typha_protocol::model::SyncStatus;
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::datastore::upstream::{self, UpstreamConfig};

@@ -1,4 +1,4 @@
-//! Fuzz target for the sans-IO frame decoder (`protocol::FrameDecoder`).
+//! Fuzz target for the sans-IO frame decoder (`typha_protocol::FrameDecoder`).
 //!
 //! The input is a byte stream as it would arrive on a connection. For each limit profile
 //! (`Limits::SERVER_INBOUND`, `Limits::CLIENT_INBOUND`) it checks:
@@ -18,7 +18,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use protocol::{FrameDecoder, FrameEncoder, FrameError, Limits, Message};
+use typha_protocol::{FrameDecoder, FrameEncoder, FrameError, Limits, Message};
 
 /// One step of decoding a stream.
 #[derive(Debug, PartialEq)]

@@ -9,9 +9,9 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use proptest::collection::{btree_map, vec};
 use proptest::option;
 use proptest::prelude::*;
-use protocol::digest::{BucketId, BucketSet, StateDigest};
-use protocol::message::*;
-use protocol::model::*;
+use typha_protocol::digest::{BucketId, BucketSet, StateDigest};
+use typha_protocol::message::*;
+use typha_protocol::model::*;
 
 // ---------------------------------------------------------------------------------------------
 // Canonical messages: fixed content, one per message type, exercising every key and value type.

@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use protocol::model::{SyncStatus, Update};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+use typha_protocol::model::{SyncStatus, Update};
 
 use super::calc::CalcGraph;
 use super::calc::render::RenderConfig;

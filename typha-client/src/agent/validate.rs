@@ -4,8 +4,8 @@
 //! graph never sees half-understood data, and whatever the key held before is withdrawn. The
 //! agent logs each rejection with the key and the reason and counts it.
 
-use protocol::model::{Key, Port, Rule, Update, Value};
-use protocol::selector::Selector;
+use typha_protocol::model::{Key, Port, Rule, Update, Value};
+use typha_protocol::selector::Selector;
 
 /// Why an update was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,7 +138,7 @@ fn rules(dir: &str, rules: &[Rule]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use protocol::model::{
+    use typha_protocol::model::{
         Action, EncodedValue, KeyPath, Policy, PolicyType, Revision, UpdateKind,
     };
 
@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn interface_names_that_could_inject_rule_text_are_refused() {
-        let hep = protocol::model::HostEndpoint {
+        let hep = typha_protocol::model::HostEndpoint {
             name: "eth0 -j ACCEPT".into(),
             expected_ipv4_addrs: vec![],
             expected_ipv6_addrs: vec![],
@@ -218,7 +218,7 @@ mod tests {
         let c = validate(&u);
         assert!(c.value.is_none());
         assert!(c.invalid.unwrap().reason.contains("forbidden character"));
-        let all = protocol::model::HostEndpoint {
+        let all = typha_protocol::model::HostEndpoint {
             name: "*".into(),
             ..hep
         };

@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use protocol::model::{KeyType, SyncStatus, Update, UpdateKind};
 use tokio::sync::Notify;
 use typha_client::cli::ConnectArgs;
 use typha_client::conn::session;
 use typha_client::metrics::ClientMetrics;
 use typha_client::{ClientConfig, Store, SyncerCallbacks};
+use typha_protocol::model::{KeyType, SyncStatus, Update, UpdateKind};
 
 /// Print what a typha server streams, as an agent would receive it.
 #[derive(Debug, Parser)]

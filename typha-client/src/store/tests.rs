@@ -1,9 +1,9 @@
-use protocol::digest::{BucketSet, KeyHash};
-use protocol::handshake::Side;
-use protocol::message::{
+use typha_protocol::digest::{BucketSet, KeyHash};
+use typha_protocol::handshake::Side;
+use typha_protocol::message::{
     Deltas, Epoch, Features, ProtocolVersion, SnapshotBegin, SnapshotChunk, SnapshotEnd, SyncerType,
 };
-use protocol::model::Value;
+use typha_protocol::model::Value;
 
 use super::*;
 

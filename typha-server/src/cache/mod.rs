@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use imbl::OrdMap;
-use protocol::digest::StateDigest;
-use protocol::message::{Deltas, Epoch, Message, Seq};
-use protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::debug;
+use typha_protocol::digest::StateDigest;
+use typha_protocol::message::{Deltas, Epoch, Message, Seq};
+use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
 
 use crate::datastore::{SyncerEvent, WatchEvent};
 use crate::fanout;

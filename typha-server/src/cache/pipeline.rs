@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use protocol::model::{EncodedValue, Key, KeyPath, Revision, Value};
 use tracing::warn;
+use typha_protocol::model::{EncodedValue, Key, KeyPath, Revision, Value};
 
 use crate::datastore::convert::convert;
 use crate::datastore::v3::ResourceId;
@@ -175,7 +175,7 @@ impl Pipeline {
 
 /// Checks a KV the way Felix's validator would; the reason names what is wrong.
 pub fn validate(key: &Key, value: &Value, encoded: &EncodedValue) -> Result<(), String> {
-    use protocol::selector::Selector;
+    use typha_protocol::selector::Selector;
     if encoded.len() > MAX_VALUE_BYTES {
         return Err(format!(
             "value is {} bytes, over the limit of {MAX_VALUE_BYTES}",

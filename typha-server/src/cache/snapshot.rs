@@ -9,11 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::digest::{BUCKETS, BucketSet, KeyHash, StateDigest};
-use protocol::message::{Message, Seq, SnapshotBegin, SnapshotChunk, SnapshotEnd, SnapshotScope};
-use protocol::model::{Update, UpdateKind};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
+use typha_protocol::digest::{BUCKETS, BucketSet, KeyHash, StateDigest};
+use typha_protocol::message::{
+    Message, Seq, SnapshotBegin, SnapshotChunk, SnapshotEnd, SnapshotScope,
+};
+use typha_protocol::model::{Update, UpdateKind};
 
 use super::{Breadcrumb, Cache, counted};
 use crate::fanout::{PerVariant, encode};
@@ -175,7 +177,7 @@ fn chunks(
     out
 }
 
-fn as_update((k, kv): (&protocol::model::KeyPath, &super::Kv)) -> Update {
+fn as_update((k, kv): (&typha_protocol::model::KeyPath, &super::Kv)) -> Update {
     Update {
         key: k.clone(),
         value: Some(kv.value.clone()),

@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use protocol::digest::StateDigest;
-use protocol::model::Value;
+use typha_protocol::digest::StateDigest;
+use typha_protocol::model::Value;
 
 use super::*;
 use crate::datastore::v3::{Kind, Resource, ResourceId};
@@ -163,12 +163,12 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
     }
     let end = cache.get(Seq(32)).unwrap();
     let frame = crate::fanout::span_frame(&cache, &end, 16, false).unwrap();
-    let mut dec = protocol::FrameDecoder::new(protocol::Limits::CLIENT_INBOUND);
+    let mut dec = typha_protocol::FrameDecoder::new(typha_protocol::Limits::CLIENT_INBOUND);
     let msg = dec
         .decode(&mut bytes::BytesMut::from(&frame[..]))
         .unwrap()
         .unwrap();
-    let protocol::Message::Deltas(d) = msg else {
+    let typha_protocol::Message::Deltas(d) = msg else {
         panic!()
     };
     assert_eq!(

@@ -9,14 +9,14 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
-use protocol::model::{
+use typha_protocol::model::{
     Action, Block, BlockKey, EncapMode, EndpointPort, EntityRule, GlobalConfigKey, HostConfigKey,
     HostEndpoint, HostEndpointKey, HostIpKey, HttpMatch, Icmp, IpNat, IpPool, IpPoolKey, Key,
     Labels, Mac, NetworkSet, NetworkSetKey, Node, Policy, PolicyKey, PolicyKind, PolicyType, Port,
     ProfileKey, ProfileRules, Protocol, Resource as ResourceValue, ResourceKey, ResourceKind, Rule,
     ServiceMatch, Value, WorkloadEndpoint, WorkloadEndpointKey,
 };
-use protocol::selector::{NAMESPACE_LABEL, Selector};
+use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
 use super::v3::{
     ActionSpec, EndpointPortSpec, EntityRuleSpec, IcmpSpec, PolicySpec, PortSpec, ProtocolSpec,
@@ -607,7 +607,7 @@ impl Cx<'_> {
 
     fn mac(&self, s: &str) -> Result<Mac, ConvertError> {
         s.parse()
-            .map_err(|e: protocol::model::MacParseError| self.err(e.to_string()))
+            .map_err(|e: typha_protocol::model::MacParseError| self.err(e.to_string()))
     }
 
     fn selector(&self, s: &str) -> Result<Selector, ConvertError> {

@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use futures_util::future::BoxFuture;
-use protocol::model::Revision;
 use tokio::sync::watch;
 use tracing::{info, warn};
+use typha_protocol::model::Revision;
 
 use super::v3::{ObjectMeta, Resource, ResourceId, yaml_documents};
 use super::{Datastore, DatastoreError, Item, Listing, WatchEvent, WatchStream};
@@ -535,7 +535,7 @@ impl DirSource {
 }
 
 fn xxhash_of(text: &str) -> u64 {
-    protocol::digest::KeyHash::of(text).entry(b"")
+    typha_protocol::digest::KeyHash::of(text).entry(b"")
 }
 
 /// The id a raw document claims, for messages about documents that do not parse.

@@ -24,8 +24,8 @@ use etcd_client::{
 };
 use futures_util::future::BoxFuture;
 use futures_util::stream::StreamExt;
-use protocol::model::Revision;
 use tracing::debug;
+use typha_protocol::model::Revision;
 
 use super::v3::{API_VERSION, Kind, Resource, ResourceId};
 use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};

@@ -60,9 +60,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy as K8sNetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchParams};
 use kube::core::{GroupVersionKind, WatchEvent as KubeEvent};
 use kube::{Client, Resource as _};
-use protocol::model::Revision;
 use serde_json::{Map, Value, json};
 use tracing::debug;
+use typha_protocol::model::Revision;
 
 use super::v3::{Kind, Resource, ResourceId};
 use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};

@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{BoxStream, StreamExt};
-use protocol::model::{Revision, SyncStatus};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+use typha_protocol::model::{Revision, SyncStatus};
 
 use v3::{Resource, ResourceId};
 
@@ -118,7 +118,7 @@ pub enum SyncerEvent {
     /// A change.
     Change(WatchEvent),
     /// Changes that are already KVs (from an upstream server: converted and validated there).
-    Kvs(Vec<protocol::model::Update>),
+    Kvs(Vec<typha_protocol::model::Update>),
 }
 
 /// Back-off between failed attempts: doubles from 100 ms to 5 s.

@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 
-use protocol::model::{SyncStatus, Update};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 use typha_client::metrics::ClientMetrics;
 use typha_client::tls::ClientTls;
 use typha_client::{ClientConfig, Discovery, SyncClient, SyncerCallbacks};
+use typha_protocol::model::{SyncStatus, Update};
 
 use super::SyncerEvent;
 

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use protocol::digest::{KeyHash, StateDigest};
-use protocol::frame::{FrameDecoder, FrameEncoder, Limits};
-use protocol::handshake::{ClientHandshake, ClientOffer, Session};
-use protocol::message::{Cursor, Epoch, Goodbye, Message, Pong, Resume, Seq, SnapshotScope};
-use protocol::model::{EncodedValue, KeyPath, SyncStatus};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
+use typha_protocol::digest::{KeyHash, StateDigest};
+use typha_protocol::frame::{FrameDecoder, FrameEncoder, Limits};
+use typha_protocol::handshake::{ClientHandshake, ClientOffer, Session};
+use typha_protocol::message::{Cursor, Epoch, Goodbye, Message, Pong, Resume, Seq, SnapshotScope};
+use typha_protocol::model::{EncodedValue, KeyPath, SyncStatus};
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::datastore::v3::Resource;

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use ipnet::Ipv4Net;
-use protocol::model::{EndpointPort, Labels};
-use protocol::selector::{NAMESPACE_LABEL, Selector};
+use typha_protocol::model::{EndpointPort, Labels};
+use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
 use crate::agent::dataplane::{IPSET_PREFIX, IpSet, IpSetKind, canonical_net, hash_b64};
 

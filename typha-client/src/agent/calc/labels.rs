@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use protocol::model::{Labels, Policy, PolicyKey, PolicyKind, PolicyType, ProfileRules};
-use protocol::selector::Selector;
+use typha_protocol::model::{Labels, Policy, PolicyKey, PolicyKind, PolicyType, ProfileRules};
+use typha_protocol::selector::Selector;
 
 use super::ipsets::{IpSetIndex, SetDef, SetSink};
 use super::{CalcGraph, LocalEp, PolicyEntry, render};

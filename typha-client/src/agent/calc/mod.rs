@@ -29,11 +29,11 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use ipnet::{IpNet, Ipv4Net};
-use protocol::model::{
+use typha_protocol::model::{
     Block, HostEndpoint, Key, Labels, Policy, PolicyKey, ProfileRules, ResourceKind, Value,
     WorkloadEndpoint,
 };
-use protocol::selector::Selector;
+use typha_protocol::selector::Selector;
 
 use self::ipsets::{EpData, EpId, IpSetIndex, SetSink};
 use self::render::{RenderConfig, RenderStats};

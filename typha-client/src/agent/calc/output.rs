@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use protocol::model::{PolicyType, ProfileRules};
+use typha_protocol::model::{PolicyType, ProfileRules};
 
 use super::render::{self, Dir, EndpointPlan, RenderStats, TierPolicies};
 use super::{CalcGraph, DEFAULT_TIER_ORDER, LocalEp, NodeIps};

@@ -24,8 +24,8 @@
 use std::collections::BTreeSet;
 
 use ipnet::{IpNet, Ipv4Net};
-use protocol::model::{Action, EntityRule, Port, Protocol, Rule};
-use protocol::selector::Selector;
+use typha_protocol::model::{Action, EntityRule, Port, Protocol, Rule};
+use typha_protocol::selector::Selector;
 
 use super::ipsets::{SetDef, proto_name};
 use crate::agent::dataplane::{CHAIN_PREFIX, Hook, MAX_CHAIN_NAME, hash_b64};
@@ -385,7 +385,7 @@ fn render_rule(r: &Rule, lines: &mut Vec<String>, sets: &mut Vec<SetDef>, stats:
     }
 }
 
-fn icmp_text(i: protocol::model::Icmp) -> String {
+fn icmp_text(i: typha_protocol::model::Icmp) -> String {
     match i.code {
         Some(c) => format!("{}/{c}", i.icmp_type),
         None => i.icmp_type.to_string(),

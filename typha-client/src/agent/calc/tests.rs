@@ -2,12 +2,14 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use protocol::model::{Action, BlockKey, Node, ProfileKey, ResourceKey, Rule, WorkloadEndpointKey};
+use typha_protocol::model::{
+    Action, BlockKey, Node, ProfileKey, ResourceKey, Rule, WorkloadEndpointKey,
+};
 
 use super::ipsets::SetDef;
 use super::*;
 use crate::agent::dataplane::RouteTarget;
-use protocol::model::{PolicyKind, PolicyType};
+use typha_protocol::model::{PolicyKind, PolicyType};
 
 const ME: &str = "node-a";
 
@@ -206,7 +208,7 @@ fn tiers_apply_in_tier_order() {
             namespace: None,
             name: "security".into(),
         }),
-        Some(Value::Resource(protocol::model::Resource {
+        Some(Value::Resource(typha_protocol::model::Resource {
             labels: Labels::new(),
             spec_json: r#"{"order":100}"#.into(),
         })),
@@ -259,8 +261,8 @@ fn rule_ipsets_hold_every_matching_endpoint_of_the_cluster() {
     assert_eq!(members(&g, "app == 'db'").unwrap(), Vec::<String>::new());
     // A network set matching the selector adds its CIDRs.
     g.on_update(
-        &Key::NetworkSet(protocol::model::NetworkSetKey { name: "dbs".into() }),
-        Some(Value::NetworkSet(protocol::model::NetworkSet {
+        &Key::NetworkSet(typha_protocol::model::NetworkSetKey { name: "dbs".into() }),
+        Some(Value::NetworkSet(typha_protocol::model::NetworkSet {
             nets: vec![
                 "192.168.0.0/24".parse().unwrap(),
                 "fd00::/64".parse().unwrap(),
@@ -328,7 +330,7 @@ fn routes_follow_blocks_and_node_addresses() {
         "no address for node-c yet"
     );
     g.on_update(
-        &Key::HostIp(protocol::model::HostIpKey {
+        &Key::HostIp(typha_protocol::model::HostIpKey {
             hostname: "node-c".into(),
         }),
         Some(Value::HostIp("192.168.1.3".parse().unwrap())),

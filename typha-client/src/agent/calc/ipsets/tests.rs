@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
-use protocol::model::Protocol;
+use typha_protocol::model::Protocol;
 
 use super::*;
 

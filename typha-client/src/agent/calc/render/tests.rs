@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
-use protocol::model::{Icmp, ServiceMatch};
+use typha_protocol::model::{Icmp, ServiceMatch};
 
 use super::*;
 
