@@ -24,13 +24,11 @@ use hdrhistogram::Histogram;
 use ipnet::Ipv4Net;
 use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
+use typha_agent::dataplane::linux::{LinuxConfig, LinuxDataplane};
+use typha_agent::dataplane::{ApplyStats, Dataplane, DataplaneError, Desired, Dirty, Recording};
+use typha_agent::metrics::AgentMetrics;
+use typha_agent::run::{AgentConfig, Feeder, Shared, run};
 use typha_client::SyncerCallbacks;
-use typha_client::agent::dataplane::linux::{LinuxConfig, LinuxDataplane};
-use typha_client::agent::dataplane::{
-    ApplyStats, Dataplane, DataplaneError, Desired, Dirty, Recording,
-};
-use typha_client::agent::metrics::AgentMetrics;
-use typha_client::agent::run::{AgentConfig, Feeder, Shared, run};
 use typha_protocol::model::{Key, KeyPath, Revision, Update, Value, WorkloadEndpointKey};
 use typha_protocol::sample::{Cluster, ClusterSpec};
 use typha_protocol::{EncodedValue, model::UpdateKind};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::ClientConfig;
+use crate::config::{ClientConfig, ConfigError};
 use crate::discovery::Discovery;
 use crate::tls::ClientTls;
 
@@ -41,29 +41,36 @@ pub struct ConnectArgs {
 }
 
 impl ConnectArgs {
-    /// The client configuration for a node called `hostname`, or one line naming the setting
-    /// that is wrong.
-    pub fn client_config(&self, hostname: &str, program: &str) -> Result<ClientConfig, String> {
+    /// The client configuration for a node called `hostname`, as program `program` (told to
+    /// the server), or the setting that is wrong.
+    pub fn client_config(
+        &self,
+        hostname: &str,
+        program: &str,
+    ) -> Result<ClientConfig, ConfigError> {
         let discovery = if !self.addr.is_empty() {
             Discovery::addresses(self.addr.clone())
         } else if let Some(service) = &self.k8s_service_name {
             Discovery::kubernetes(service.clone(), self.k8s_namespace.clone())
         } else {
-            return Err(
-                "FELIX_TYPHAADDR: set --addr (or FELIX_TYPHAADDR) to the server's host:port".into(),
-            );
+            return Err(ConfigError::new(
+                "FELIX_TYPHAADDR",
+                "set --addr (or FELIX_TYPHAADDR) to the server's host:port",
+            ));
         };
         let mut cfg = ClientConfig::new(hostname.to_string(), discovery);
         cfg.info = format!("{program}/{}", env!("CARGO_PKG_VERSION"));
         cfg.read_timeout = Duration::try_from_secs_f64(self.read_timeout)
             .ok()
             .filter(|d| !d.is_zero())
-            .ok_or("FELIX_TYPHAREADTIMEOUT: not a positive number of seconds")?;
+            .ok_or_else(|| {
+                ConfigError::new("FELIX_TYPHAREADTIMEOUT", "not a positive number of seconds")
+            })?;
         let any_tls = self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some();
         if any_tls {
-            let need = |v: &Option<PathBuf>, name: &str| {
+            let need = |v: &Option<PathBuf>, name: &'static str| {
                 v.clone()
-                    .ok_or(format!("{name}: required with the other TLS settings"))
+                    .ok_or_else(|| ConfigError::new(name, "required with the other TLS settings"))
             };
             cfg.tls = Some(ClientTls {
                 ca_file: need(&self.ca_file, "FELIX_TYPHACAFILE")?,

@@ -69,6 +69,16 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+impl ConfigError {
+    /// `setting` is wrong because of `reason`.
+    pub fn new(setting: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            setting,
+            reason: reason.into(),
+        }
+    }
+}
+
 fn secs(setting: &'static str, v: &str) -> Result<Duration, ConfigError> {
     v.trim()
         .parse::<f64>()

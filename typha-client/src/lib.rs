@@ -5,19 +5,26 @@
 //! digest → the consumer's [`SyncerCallbacks`]. [`client::SyncClient`] ties them together and
 //! keeps going across disconnects: the consumer keeps its state, hears ResyncInProgress, and the
 //! next server resumes it (by deltas, by digest buckets, or by snapshot as a last resort).
+//! [`config`] holds the settings (and reads Felix's `FELIX_TYPHA*` variables), [`tls`] the
+//! mutual TLS, [`metrics`] the `typha_client_*` metrics.
+//!
+//! Features: `kubernetes` (default) finds servers through a Service's EndpointSlices; `cli`
+//! adds [`cli::ConnectArgs`] (the flags the bundled programs share) and [`tail`], the
+//! `typha-tail` program. The node agent is its own crate, `typha-agent`.
 
-pub mod agent;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod conn;
 pub mod discovery;
 pub mod metrics;
-pub mod service;
 pub mod store;
+#[cfg(feature = "cli")]
+pub mod tail;
 pub mod tls;
 
 pub use client::SyncClient;
-pub use config::ClientConfig;
+pub use config::{ClientConfig, ConfigError};
 pub use discovery::Discovery;
 pub use store::{ResumeKind, Store, StoreError, SyncerCallbacks};

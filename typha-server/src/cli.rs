@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
-use typha_client::service::wait_for_signal;
+use typha_service::signal::wait_for_signal;
 
 /// sysexits.h EX_USAGE: the configuration is wrong.
 pub const EX_CONFIG: u8 = 64;

@@ -130,5 +130,5 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn metrics_text(State(s): State<HttpState>) -> impl IntoResponse {
-    typha_client::service::metrics_response(&s.registry)
+    typha_service::metrics::metrics_response(&s.registry)
 }

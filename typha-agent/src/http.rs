@@ -14,7 +14,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
-use super::run::Shared;
+use crate::run::Shared;
 
 /// How long the loop may go without a turn before the agent is not live. An apply of a large
 /// dataplane can take seconds; a minute without a turn means it is stuck.
@@ -85,5 +85,5 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn metrics_text(State(s): State<HttpState>) -> impl IntoResponse {
-    crate::service::metrics_response(&s.registry)
+    typha_service::metrics::metrics_response(&s.registry)
 }

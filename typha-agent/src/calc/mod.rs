@@ -37,7 +37,7 @@ use typha_protocol::selector::Selector;
 
 use self::ipsets::{EpData, EpId, IpSetIndex, SetSink};
 use self::render::{RenderConfig, RenderStats};
-use crate::agent::dataplane::{Desired, Dirty};
+use crate::dataplane::{Desired, Dirty};
 
 /// Tier order when a tier gives none, and for the `default` tier (Calico's).
 const DEFAULT_TIER_ORDER: f64 = 1_000_000.0;

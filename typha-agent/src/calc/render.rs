@@ -28,7 +28,7 @@ use typha_protocol::model::{Action, EntityRule, Port, Protocol, Rule};
 use typha_protocol::selector::Selector;
 
 use super::ipsets::{SetDef, proto_name};
-use crate::agent::dataplane::{CHAIN_PREFIX, Hook, MAX_CHAIN_NAME, hash_b64};
+use crate::dataplane::{CHAIN_PREFIX, Hook, MAX_CHAIN_NAME, hash_b64};
 
 /// The mark bit a policy sets when it accepts.
 pub const MARK_ACCEPT: u32 = 0x10000;

@@ -15,12 +15,12 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 use typha_protocol::model::{SyncStatus, Update};
 
-use super::calc::CalcGraph;
-use super::calc::render::RenderConfig;
-use super::dataplane::{Dataplane, Dirty};
-use super::metrics::AgentMetrics;
-use super::validate::validate;
-use crate::store::SyncerCallbacks;
+use crate::calc::CalcGraph;
+use crate::calc::render::RenderConfig;
+use crate::dataplane::{Dataplane, Dirty};
+use crate::metrics::AgentMetrics;
+use crate::validate::validate;
+use typha_client::SyncerCallbacks;
 
 /// Settings of the loop.
 #[derive(Debug, Clone)]

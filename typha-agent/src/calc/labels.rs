@@ -10,7 +10,7 @@ use typha_protocol::selector::Selector;
 
 use super::ipsets::{IpSetIndex, SetDef, SetSink};
 use super::{CalcGraph, LocalEp, PolicyEntry, render};
-use crate::agent::dataplane::{Desired, Dirty};
+use crate::dataplane::{Desired, Dirty};
 
 impl CalcGraph {
     pub(super) fn set_local(&mut self, id: &Arc<str>, ep: Option<LocalEp>) {

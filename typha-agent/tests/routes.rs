@@ -14,8 +14,8 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use ipnet::Ipv4Net;
-use typha_client::agent::dataplane::RouteTarget;
-use typha_client::agent::dataplane::routes::{RouteConfig, RouteManager};
+use typha_agent::dataplane::RouteTarget;
+use typha_agent::dataplane::routes::{RouteConfig, RouteManager};
 
 mod common;
 

@@ -17,20 +17,20 @@ use clap::Parser;
 use prometheus_client::registry::Registry;
 use tokio::sync::{oneshot, watch};
 use tracing::{error, info, warn};
-use tracing_subscriber::EnvFilter;
+use typha_client::SyncClient;
+use typha_client::cli::ConnectArgs;
+use typha_client::metrics::ClientMetrics;
+use typha_service::exit::{self, SettingError};
+use typha_service::logging::{self, Output};
+use typha_service::signal::wait_for_signal;
 
-use super::calc::render::{EndpointToHost, RenderConfig};
-use super::dataplane::linux::{LinuxConfig, LinuxDataplane};
-use super::dataplane::{ApplyStats, Dataplane, DataplaneError, Desired, Dirty};
-use super::metrics::AgentMetrics;
-use super::run::{AgentConfig, Feeder, Shared, run};
-use crate::cli::ConnectArgs;
-use crate::client::SyncClient;
-use crate::metrics::ClientMetrics;
-use crate::service::wait_for_signal;
+use crate::calc::render::{EndpointToHost, RenderConfig};
+use crate::dataplane::linux::{LinuxConfig, LinuxDataplane};
+use crate::dataplane::{ApplyStats, Dataplane, DataplaneError, Desired, Dirty};
+use crate::metrics::AgentMetrics;
+use crate::run::{AgentConfig, Feeder, Shared, run};
 
-/// sysexits.h EX_USAGE.
-const EX_CONFIG: u8 = 64;
+const PROGRAM: &str = "typha-agent";
 
 /// The node agent: syncs from typha and programs routes, iptables and ipsets.
 #[derive(Debug, Parser)]
@@ -77,23 +77,26 @@ struct Settings {
     linux: LinuxConfig,
 }
 
-fn settings(cli: &Cli) -> Result<Settings, String> {
+fn settings(cli: &Cli) -> Result<Settings, SettingError> {
     let nodename = match &cli.nodename {
         Some(n) if !n.is_empty() => n.clone(),
         _ => match std::env::var("FELIX_FELIXHOSTNAME") {
             Ok(n) if !n.is_empty() => n,
-            _ => std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|s| s.trim().to_string())
-                .ok()
-                .filter(|s| !s.is_empty())
-                .ok_or("NODENAME: not set and the host name cannot be read")?,
+            _ => typha_service::hostname().ok_or_else(|| {
+                SettingError::new("NODENAME", "not set and the host name cannot be read")
+            })?,
         },
     };
     let mut agent = AgentConfig::new(nodename);
     agent.refresh_interval = Duration::try_from_secs_f64(cli.refresh_interval)
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or("FELIX_IPTABLESREFRESHINTERVAL: not a positive number of seconds")?;
+        .ok_or_else(|| {
+            SettingError::new(
+                "FELIX_IPTABLESREFRESHINTERVAL",
+                "not a positive number of seconds",
+            )
+        })?;
     if cli.interface_prefix.is_empty()
         || cli.interface_prefix.len() > 14
         || !cli
@@ -101,14 +104,17 @@ fn settings(cli: &Cli) -> Result<Settings, String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        return Err("FELIX_INTERFACEPREFIX: must be 1 to 14 letters, digits, '-' or '_'".into());
+        return Err(SettingError::new(
+            "FELIX_INTERFACEPREFIX",
+            "must be 1 to 14 letters, digits, '-' or '_'",
+        ));
     }
     agent.render = RenderConfig {
         iface_prefix: cli.interface_prefix.clone(),
         endpoint_to_host: cli
             .endpoint_to_host_action
             .parse::<EndpointToHost>()
-            .map_err(|e| format!("FELIX_DEFAULTENDPOINTTOHOSTACTION: {e}"))?,
+            .map_err(|e| SettingError::new("FELIX_DEFAULTENDPOINTTOHOSTACTION", e.to_string()))?,
     };
     Ok(Settings {
         agent,
@@ -131,21 +137,15 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(EX_CONFIG)
+                ExitCode::from(exit::EX_CONFIG)
             } else {
                 ExitCode::SUCCESS
             };
         }
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let sub = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if cli.log_json {
-        sub.json().init();
-    } else {
-        sub.init();
-    }
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    // stderr: stdout carries the --dry-run plan.
+    logging::init(&filter, cli.log_json, Output::Stderr);
     let s = match settings(&cli) {
         Ok(s) => s,
         Err(e) => return bad_config(e),
@@ -157,13 +157,9 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Ok(c) => c,
         Err(e) => return bad_config(e),
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let rt = match typha_service::runtime::multi_thread(PROGRAM, Some(2)) {
         Ok(rt) => rt,
-        Err(e) => return fail(e),
+        Err(code) => return code,
     };
     let mut registry = Registry::default();
     let client_metrics = ClientMetrics::new(&mut registry);
@@ -176,9 +172,9 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let listener = match rt.block_on(tokio::net::TcpListener::bind(cli.health_addr)) {
         Ok(l) => l,
         Err(e) => {
-            return bad_config(format!(
-                "TYPHA_AGENT_HEALTHADDR: cannot listen on {}: {e}",
-                cli.health_addr
+            return bad_config(SettingError::new(
+                "TYPHA_AGENT_HEALTHADDR",
+                format!("cannot listen on {}: {e}", cli.health_addr),
             ));
         }
     };
@@ -214,7 +210,7 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         "typha-agent starting"
     );
     rt.block_on(async {
-        let http = super::http::router(shared.clone(), registry.clone());
+        let http = crate::http::router(shared.clone(), registry.clone());
         let mut http_stop = stop_rx.clone();
         tokio::spawn(async move {
             let serve = axum::serve(listener, http).with_graceful_shutdown(async move {
@@ -248,12 +244,12 @@ fn dataplane_thread(
     cfg: AgentConfig,
     linux: LinuxConfig,
     dry_run: bool,
-    rx: tokio::sync::mpsc::UnboundedReceiver<super::run::Input>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<crate::run::Input>,
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     opened: oneshot::Sender<Result<(), String>>,
 ) {
-    let rt = match current_thread() {
+    let rt = match typha_service::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             let _ = opened.send(Err(e.to_string()));
@@ -316,25 +312,17 @@ impl Dataplane for DryRun {
     }
 }
 
-fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-}
-
 /// A setting is wrong: one line naming it, exit 64.
 fn bad_config(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("typha-agent: invalid configuration: {e}");
-    ExitCode::from(EX_CONFIG)
+    exit::invalid_config(PROGRAM, e)
 }
 
 fn fail(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("typha-agent: {e}");
-    ExitCode::FAILURE
+    exit::failed(PROGRAM, e)
 }
 
 fn cleanup(linux: &LinuxConfig) -> ExitCode {
-    let rt = match current_thread() {
+    let rt = match typha_service::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => return fail(e),
     };
@@ -366,7 +354,7 @@ mod tests {
     #[test]
     fn settings_name_the_bad_one() {
         let e = settings(&parse(&["--nodename", "n1", "--refresh-interval", "0"])).err();
-        assert!(e.unwrap().starts_with("FELIX_IPTABLESREFRESHINTERVAL"));
+        assert_eq!(e.unwrap().setting, "FELIX_IPTABLESREFRESHINTERVAL");
         let e = settings(&parse(&[
             "--nodename",
             "n1",
@@ -374,7 +362,7 @@ mod tests {
             "Maybe",
         ]))
         .err();
-        assert!(e.unwrap().starts_with("FELIX_DEFAULTENDPOINTTOHOSTACTION"));
+        assert_eq!(e.unwrap().setting, "FELIX_DEFAULTENDPOINTTOHOSTACTION");
         let s = settings(&parse(&[
             "--nodename",
             "n1",

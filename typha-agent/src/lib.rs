@@ -1,4 +1,4 @@
-//! The node agent (`typha-agent`): from the synced stream to the node's routes, iptables and
+//! typha-agent, the node agent: from the synced stream to the node's routes, iptables and
 //! ipsets, the way Felix does it.
 //!
 //! ```text

@@ -7,7 +7,7 @@ use typha_protocol::model::{PolicyType, ProfileRules};
 
 use super::render::{self, Dir, EndpointPlan, RenderStats, TierPolicies};
 use super::{CalcGraph, DEFAULT_TIER_ORDER, LocalEp, NodeIps};
-use crate::agent::dataplane::RouteTarget;
+use crate::dataplane::RouteTarget;
 
 impl CalcGraph {
     pub(super) fn render_chains(&mut self) {

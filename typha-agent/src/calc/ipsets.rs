@@ -17,7 +17,7 @@ use ipnet::Ipv4Net;
 use typha_protocol::model::{EndpointPort, Labels};
 use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
-use crate::agent::dataplane::{IPSET_PREFIX, IpSet, IpSetKind, canonical_net, hash_b64};
+use crate::dataplane::{IPSET_PREFIX, IpSet, IpSetKind, canonical_net, hash_b64};
 
 /// What a set holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -8,7 +8,7 @@ use typha_protocol::model::{
 
 use super::ipsets::SetDef;
 use super::*;
-use crate::agent::dataplane::RouteTarget;
+use crate::dataplane::RouteTarget;
 use typha_protocol::model::{PolicyKind, PolicyType};
 
 const ME: &str = "node-a";
@@ -518,7 +518,7 @@ proptest! {
     /// exactly the desired state after every flush.
     #[test]
     fn dirty_marks_cover_every_change(ops in proptest::collection::vec(op(), 1..60), flush_every in 1..6usize) {
-        use crate::agent::dataplane::{Dataplane, Recording};
+        use crate::dataplane::{Dataplane, Recording};
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let mut g = graph();
         let mut dp = Recording::default();

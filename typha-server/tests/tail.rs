@@ -1,5 +1,6 @@
-//! `typha-tail`, the real binary, against a real server: the summary, JSON lines, and one-line
-//! errors for an unreachable server, refused TLS and a version mismatch.
+//! `typha-tail`, the real program in a process of its own, against a real server: the summary,
+//! JSON lines, and one-line errors for an unreachable server, refused TLS and a version
+//! mismatch.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -12,7 +13,28 @@ use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::server::start;
 
-const BIN: &str = env!("CARGO_BIN_EXE_typha-tail");
+/// Not a test: the tests start this test binary with `TYPHA_TEST_RUN_TAIL` set to get a
+/// `typha-tail` process, the very function its binary calls (the binary belongs to
+/// typha-client, so its path is not visible to this package's tests). Arguments come in that
+/// variable, one per line.
+#[test]
+fn typha_tail_process() {
+    let Some(args) = std::env::var_os("TYPHA_TEST_RUN_TAIL") else {
+        return;
+    };
+    let args = args.into_string().unwrap();
+    let code = typha_client::tail::main_from(std::iter::once("typha-tail").chain(args.lines()));
+    let code = if code == std::process::ExitCode::SUCCESS {
+        0
+    } else if code == std::process::ExitCode::from(64) {
+        64
+    } else if code == std::process::ExitCode::from(69) {
+        69
+    } else {
+        1
+    };
+    std::process::exit(code);
+}
 
 async fn server(
     tls: Option<typha_server::tls::TlsConfig>,
@@ -31,12 +53,22 @@ async fn server(
     (start(cfg, Arc::new(store.clone())).await.unwrap(), store)
 }
 
+/// `typha-tail` with these arguments, as a process.
+fn tail<S: AsRef<str>>(args: &[S]) -> Command {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "typha_tail_process", "--nocapture", "--quiet"])
+        .args(["--test-threads", "1"])
+        .env("TYPHA_TEST_RUN_TAIL", args.join("\n"))
+        .env_remove("FELIX_TYPHAADDR");
+    cmd
+}
+
+/// The test harness's own first lines on stdout, before `typha-tail` writes anything.
+const HARNESS_PREAMBLE: [&str; 2] = ["", "running 1 test"];
+
 fn run(args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("FELIX_TYPHAADDR")
-        .output()
-        .unwrap()
+    tail(args).output().unwrap()
 }
 
 #[tokio::test]
@@ -62,8 +94,7 @@ async fn summary_counts_key_types_and_prints_the_digest() {
 #[tokio::test]
 async fn json_lines_carry_decoded_values() {
     let (srv, _store) = server(None).await;
-    let mut child = Command::new(BIN)
-        .args(["--addr", &srv.addr.to_string(), "--json"])
+    let mut child = tail(&["--addr", &srv.addr.to_string(), "--json"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -71,7 +102,7 @@ async fn json_lines_carry_decoded_values() {
     let lines = tokio::task::spawn_blocking(move || {
         BufReader::new(stdout)
             .lines()
-            .take(20)
+            .take(HARNESS_PREAMBLE.len() + 20)
             .map(|l| l.unwrap())
             .collect::<Vec<_>>()
     })
@@ -79,6 +110,8 @@ async fn json_lines_carry_decoded_values() {
     .unwrap();
     child.kill().unwrap();
     let _ = child.wait();
+    let (preamble, lines) = lines.split_at(HARNESS_PREAMBLE.len());
+    assert_eq!(preamble, HARNESS_PREAMBLE);
     let parsed: Vec<serde_json::Value> = lines
         .iter()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -151,7 +184,7 @@ async fn refused_tls_is_one_line() {
         "--server-cn".into(),
         "typha-server".into(),
     ];
-    let out = tokio::task::spawn_blocking(move || Command::new(BIN).args(&args).output().unwrap())
+    let out = tokio::task::spawn_blocking(move || tail(&args).output().unwrap())
         .await
         .unwrap();
     let err = one_line_error(&out);

@@ -6,8 +6,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::calc::Counts;
-use super::dataplane::ApplyStats;
+use crate::calc::Counts;
+use crate::dataplane::ApplyStats;
 
 /// The agent's metrics.
 #[derive(Debug)]

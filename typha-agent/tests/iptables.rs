@@ -11,11 +11,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use typha_client::agent::dataplane::ipsets::{IpsetConfig, IpsetManager};
-use typha_client::agent::dataplane::iptables::{IptablesConfig, IptablesManager};
-use typha_client::agent::dataplane::{
-    ApplyStats, DataplaneError, Desired, Dirty, Hook, IpSet, IpSetKind,
-};
+use typha_agent::dataplane::ipsets::{IpsetConfig, IpsetManager};
+use typha_agent::dataplane::iptables::{IptablesConfig, IptablesManager};
+use typha_agent::dataplane::{ApplyStats, DataplaneError, Desired, Dirty, Hook, IpSet, IpSetKind};
 
 mod common;
 
