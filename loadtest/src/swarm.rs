@@ -369,8 +369,8 @@ mod tests {
     #[test]
     fn finds_the_write_time_in_an_encoded_endpoint_as_decoding_would() {
         let spec = typha_server::sample::Spec::default();
-        let encoded = |r: &typha_server::datastore::v3::Resource| {
-            let kvs = typha_server::datastore::convert::convert(r).unwrap();
+        let encoded = |r: &typha_server::calico::v3::Resource| {
+            let kvs = typha_server::calico::convert::convert(r).unwrap();
             let (_, v) = kvs
                 .into_iter()
                 .find(|(_, v)| matches!(v, Value::WorkloadEndpoint(_)))

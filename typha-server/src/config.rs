@@ -40,7 +40,7 @@ pub enum DatastoreConfig {
         api_endpoint: Option<String>,
     },
     /// Another typha server (`TYPHA_DATASTORETYPE=typha`, `TYPHA_UPSTREAMADDR`): tiered fan-out.
-    Upstream(crate::datastore::upstream::UpstreamConfig),
+    Upstream(crate::syncer::upstream::UpstreamConfig),
 }
 
 /// Everything the server needs to run.

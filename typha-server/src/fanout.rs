@@ -1,25 +1,25 @@
 //! Encode once, share bytes: the frames connections write.
 //!
-//! Every frame here is encoded (and compressed) once per protocol variant and kept as `Bytes`
-//! next to the breadcrumb or snapshot it describes; connections only write it. The
+//! Every frame is encoded (and compressed) once per protocol variant ([`PerVariant`]) with
+//! [`encode`] and kept as `Bytes` next to the breadcrumb or snapshot it describes
+//! ([`crate::cache::breadcrumb`], [`crate::cache::snapshot`]); connections only write it. The
 //! `typha_frames_encoded` counter proves it: encodes per update = 1 at any client count.
 //!
 //! A client that is behind catches up with pre-merged spans at aligned strides (16 and 256
 //! breadcrumbs): each span carries the latest value of every key changed in it, is built by
-//! the first client that needs it, and is shared by every later one.
+//! the first client that needs it, and is shared by every later one. [`plan`] says which
+//! frames take a client from where it is to the latest breadcrumb.
+//!
+//! This module knows messages and frames, not the cache: it is a leaf.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 use tracing::error;
 use typha_protocol::frame::{DEFAULT_ZSTD_LEVEL, FrameEncoder};
-use typha_protocol::message::{Deltas, Message, Seq};
-use typha_protocol::model::{KeyPath, SyncStatus, Update};
-
-use crate::cache::{Breadcrumb, Cache, counted, deltas_message};
-use crate::metrics::{FrameKind, Metrics};
+use typha_protocol::message::{Message, Seq};
+use typha_protocol::model::SyncStatus;
 
 /// Span strides, largest first.
 pub const STRIDES: [u64; 2] = [256, 16];
@@ -68,63 +68,6 @@ impl<T> PerVariant<T> {
     pub fn get(&self, compress: bool) -> &T {
         if compress { &self.zstd } else { &self.plain }
     }
-}
-
-/// Frames kept with a breadcrumb.
-#[derive(Debug, Default)]
-pub(crate) struct CrumbFrames {
-    delta: PerVariant<OnceLock<Bytes>>,
-    /// Spans ending at this breadcrumb: stride 256, stride 16.
-    span256: PerVariant<OnceLock<Option<Bytes>>>,
-    span16: PerVariant<OnceLock<Option<Bytes>>>,
-}
-
-/// This breadcrumb's delta frame (from `seq - 1` to `seq`).
-pub fn delta_frame(c: &Breadcrumb, compress: bool, m: &Metrics) -> Bytes {
-    c.frames
-        .delta
-        .get(compress)
-        .get_or_init(|| {
-            m.kvs_per_msg.observe(c.deltas.len() as f64);
-            counted(m, FrameKind::delta, encode(&deltas_message(c), compress))
-        })
-        .clone()
-}
-
-/// The coalesced span of `stride` breadcrumbs ending at `end`, if `end` is aligned and every
-/// breadcrumb of the span is still in the history.
-pub fn span_frame(cache: &Cache, end: &Breadcrumb, stride: u64, compress: bool) -> Option<Bytes> {
-    let slot = match stride {
-        256 => &end.frames.span256,
-        16 => &end.frames.span16,
-        _ => return None,
-    };
-    if !end.seq.0.is_multiple_of(stride) || end.seq.0 < stride {
-        return None;
-    }
-    slot.get(compress)
-        .get_or_init(|| {
-            let from = Seq(end.seq.0 - stride);
-            let crumbs = cache.range(from, end.seq)?;
-            let mut latest: BTreeMap<KeyPath, Update> = BTreeMap::new();
-            for c in &crumbs {
-                for u in c.deltas.iter() {
-                    latest.insert(u.key.clone(), u.clone());
-                }
-            }
-            let msg = Message::Deltas(Deltas {
-                from_seq: from,
-                seq: end.seq,
-                digest: end.digest,
-                updates: latest.into_values().collect(),
-            });
-            Some(counted(
-                &cache.metrics,
-                FrameKind::span,
-                encode(&msg, compress),
-            ))
-        })
-        .clone()
 }
 
 /// One step of catching up.

@@ -1,11 +1,14 @@
 //! typha-server: a fan-out caching proxy for Calico-style networking.
 //!
 //! Data moves through these parts, in this order:
-//! - [`datastore`]: one list + watch on the datastore (the embedded store by default),
-//!   resources in Calico's v3 form, converted once to the felix syncer's KV model.
-//! - [`cache`]: the pipeline (validation, no-op suppression, key ownership) and the
-//!   single-writer snapshot cache of breadcrumbs over `imbl::OrdMap` versions.
-//! - [`fanout`]: frames encoded once per breadcrumb, span and snapshot, shared as `Bytes`.
+//! - [`datastore`]: the backends (the embedded store by default, etcd v3, Kubernetes): a
+//!   consistent listing and a watch of Calico v3 resources ([`calico::v3`]).
+//! - [`syncer`]: one list + watch, kept correct across compaction, restarts and errors, for
+//!   every backend; or the [`syncer::upstream`] feed from another server (tiered fan-out).
+//! - [`cache`]: the pipeline (conversion to KVs by [`calico::convert`], validation, no-op
+//!   suppression, key ownership) and the single-writer snapshot cache of breadcrumbs over
+//!   `imbl::OrdMap` versions, with their frames and shared snapshots.
+//! - [`fanout`]: encoding once per protocol variant, and the catch-up plan.
 //! - [`conn`]: one task per client: handshake, resume (deltas, digest buckets or snapshot),
 //!   streaming, ping/pong, timeouts.
 //! - [`server`]: listeners, TLS ([`tls`]), the connection limit and graceful shutdown;
@@ -13,8 +16,12 @@
 //!
 //! [`config::Config`] holds every setting with its default; [`cli`] parses flags and
 //! `TYPHA_*` environment variables into it and is the whole `typha-server` program.
+//!
+//! With the `test-support` feature (tests, benchmarks and loadtest; never the release binary):
+//! [`pki`], a small certificate authority, and [`sample`], generated clusters.
 
 pub mod cache;
+pub mod calico;
 pub mod cli;
 pub mod config;
 pub mod conn;
@@ -22,7 +29,10 @@ pub mod datastore;
 pub mod fanout;
 pub mod http;
 pub mod metrics;
+#[cfg(feature = "test-support")]
 pub mod pki;
+#[cfg(feature = "test-support")]
 pub mod sample;
 pub mod server;
+pub mod syncer;
 pub mod tls;

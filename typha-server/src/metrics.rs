@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -322,7 +324,13 @@ impl Metrics {
         Self::new(&mut Registry::default())
     }
 
-    /// Counts one encoded frame.
+    /// Counts `frame`, just encoded for `kind`, and passes it on.
+    pub fn counted(&self, kind: FrameKind, frame: Bytes) -> Bytes {
+        self.encoded(kind);
+        frame
+    }
+
+    /// Counts one frame encoded for `kind`.
     pub fn encoded(&self, kind: FrameKind) {
         self.frames_encoded
             .get_or_create(&FrameLabels { kind })

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::datastore::v3::Resource;
+use crate::calico::v3::Resource;
 use typha_protocol::sample::{APPS, Rng};
 
 /// The shape of a generated cluster.
@@ -186,7 +186,7 @@ pub fn cluster(spec: &Spec) -> Vec<Resource> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datastore::convert::convert;
+    use crate::calico::convert::convert;
 
     #[test]
     fn every_generated_resource_converts() {
@@ -203,7 +203,7 @@ mod tests {
         }
         assert_eq!(
             rs.iter()
-                .filter(|r| r.kind() == crate::datastore::v3::Kind::WorkloadEndpoint)
+                .filter(|r| r.kind() == crate::calico::v3::Kind::WorkloadEndpoint)
                 .count(),
             15
         );

@@ -19,12 +19,14 @@ use tracing::{debug, info, warn};
 use typha_protocol::handshake::ServerOffer;
 use typha_protocol::message::{Epoch, GoodbyeReason};
 
-use crate::cache::{Cache, CacheWriter};
+use crate::cache::Cache;
+use crate::cache::writer::CacheWriter;
 use crate::config::Config;
 use crate::conn::{self, Ctx};
-use crate::datastore::{Datastore, SyncerEvent, run_syncer};
+use crate::datastore::Datastore;
 use crate::http::{self, Heartbeat, HttpState};
 use crate::metrics::{DropReason, Metrics};
+use crate::syncer::{SyncerEvent, run_syncer};
 use crate::tls;
 use futures_util::future::BoxFuture;
 
@@ -84,7 +86,7 @@ pub async fn start(
 
 /// Starts a server whose cache is fed by `feed` (given the cache writer's channel, and the
 /// metrics registry for metrics of its own; it runs until the channel closes): [`run_syncer`]
-/// over a datastore, or an upstream server ([`crate::datastore::upstream`]).
+/// over a datastore, or an upstream server ([`crate::syncer::upstream`]).
 pub async fn start_with(
     cfg: Config,
     feed: impl FnOnce(mpsc::Sender<SyncerEvent>, &mut Registry) -> BoxFuture<'static, ()>,
@@ -337,7 +339,7 @@ async fn serve_registered<S>(
             .set(i64::try_from(r.conns.len()).unwrap_or(i64::MAX));
         id
     };
-    conn::serve(stream, peer, accepted, ctx, rx).await;
+    conn::task::serve(stream, peer, accepted, ctx, rx).await;
     let mut r = lock(&conns);
     r.conns.remove(&id);
     m.connections_active

@@ -102,7 +102,8 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
             &metrics.to_string(),
         ])
         .args(["--shutdown-timeout-secs", "2"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        // The repository root, where the README runs it: the default manifests folder is there.
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -282,7 +283,8 @@ async fn a_second_tier_binary_serves_what_the_first_serves() {
             .args(args)
             .args(["--prometheus-metrics-enabled", "false"])
             .args(["--shutdown-timeout-secs", "1"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            // The repository root, where the README runs it: the default manifests folder is there.
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

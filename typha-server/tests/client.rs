@@ -77,7 +77,7 @@ fn expected(store: &Embedded) -> (u64, usize) {
     let mut d = StateDigest::new();
     let mut n = 0;
     for r in store.resources() {
-        for (k, v) in typha_server::datastore::convert::convert(&r).unwrap() {
+        for (k, v) in typha_server::calico::convert::convert(&r).unwrap() {
             d.insert(&k.to_string(), EncodedValue::encode(&v).as_bytes());
             n += 1;
         }
@@ -182,14 +182,14 @@ async fn initial_sync_then_every_update_once_in_order() {
     let mut want = Vec::new();
     for g in 1..=40u64 {
         let r = spec.workload_endpoint((g % 10) as usize, (g % 20) as usize, g);
-        let (k, _) = typha_server::datastore::convert::convert(&r)
+        let (k, _) = typha_server::calico::convert::convert(&r)
             .unwrap()
             .remove(0);
         want.push((KeyPath::from(&k), UpdateKind::Updated));
         store.put(r);
     }
     let victim = spec.workload_endpoint(3, 3, 999);
-    let (vk, _) = typha_server::datastore::convert::convert(&victim)
+    let (vk, _) = typha_server::calico::convert::convert(&victim)
         .unwrap()
         .remove(0);
     store.delete(&victim.id());
@@ -481,7 +481,7 @@ async fn random_churn_with_repeated_disconnects_ends_exact() {
     let want: std::collections::BTreeSet<String> = store
         .resources()
         .iter()
-        .flat_map(|r| typha_server::datastore::convert::convert(r).unwrap())
+        .flat_map(|r| typha_server::calico::convert::convert(r).unwrap())
         .map(|(k, _)| k.to_string())
         .collect();
     let got: std::collections::BTreeSet<String> = c

@@ -35,11 +35,11 @@ use serde_json::json;
 use tokio::sync::watch;
 use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus};
 use typha_protocol::sample::Rng;
+use typha_server::calico::v3::{Kind, Resource, ResourceId};
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::datastore::etcd::Etcd;
 use typha_server::datastore::kubernetes::{CRD_GROUP, CRD_KINDS, Kubernetes};
-use typha_server::datastore::v3::{Kind, Resource, ResourceId};
 use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
 use typha_server::server::{RunningServer, start};
 
@@ -379,7 +379,7 @@ fn seed<B: Backend>(per_kind: usize) -> Vec<Resource> {
 
 /// What a resource converts to, as a client holds it.
 fn kvs(r: &Resource) -> BTreeMap<KeyPath, EncodedValue> {
-    typha_server::datastore::convert::convert(r)
+    typha_server::calico::convert::convert(r)
         .unwrap()
         .into_iter()
         .map(|(k, v)| (KeyPath::from(&k), EncodedValue::encode(&v)))

@@ -23,9 +23,9 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use typha_protocol::model::{Revision, SyncStatus};
+use typha_server::calico::v3::{Kind, Resource, ResourceId};
 use typha_server::config::Config;
 use typha_server::datastore::etcd::{Etcd, EtcdTls, PAGE_SIZE, PREFIX};
-use typha_server::datastore::v3::{Kind, Resource, ResourceId};
 use typha_server::datastore::{Datastore, DatastoreError, WatchEvent};
 use typha_server::server::start;
 

@@ -4,7 +4,7 @@
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use typha_server::datastore::convert::convert;
+use typha_server::calico::convert::convert;
 use typha_server::datastore::embedded::{DirSource, Embedded};
 
 #[test]

@@ -19,9 +19,9 @@ use common::{Peer, digest_of, eventually, metric};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use typha_protocol::model::{Revision, SyncStatus};
+use typha_server::calico::v3::{Resource, ResourceId};
 use typha_server::config::Config;
 use typha_server::datastore::kubernetes::Kubernetes;
-use typha_server::datastore::v3::{Resource, ResourceId};
 use typha_server::datastore::{Datastore, WatchEvent};
 use typha_server::server::{RunningServer, start};
 
@@ -236,7 +236,7 @@ async fn creates_updates_and_deletes_arrive() {
     run.converge(&mut p, "node readdressed").await;
     run.api.delete("v1", "serviceaccounts", "web", "api");
     run.want.remove(&ResourceId::global(
-        typha_server::datastore::v3::Kind::Profile,
+        typha_server::calico::v3::Kind::Profile,
         "ksa.web.api",
     ));
     run.converge(&mut p, "service account deleted").await;

@@ -175,7 +175,7 @@ async fn a_client_that_never_reads_does_not_hold_back_the_others() {
             .map(|r| serde_json::json!({"action": "Allow", "protocol": "TCP", "source": {"nets": [format!("10.{}.{}.0/24", i % 200, r)]}, "destination": {"ports": [1000 + r]}}))
             .collect();
         store.put(
-            typha_server::datastore::v3::Resource::from_json(serde_json::json!({
+            typha_server::calico::v3::Resource::from_json(serde_json::json!({
                 "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
                 "metadata": {"name": format!("big-{}", i % 50)},
                 "spec": {"selector": "all()", "ingress": big, "order": i}
@@ -238,7 +238,7 @@ async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
 fn noisy_set(
     rng: &mut typha_protocol::sample::Rng,
     name: &str,
-) -> typha_server::datastore::v3::Resource {
+) -> typha_server::calico::v3::Resource {
     let nets: Vec<String> = (0..300)
         .map(|_| {
             let a = rng.next_u64();
@@ -251,7 +251,7 @@ fn noisy_set(
             )
         })
         .collect();
-    typha_server::datastore::v3::Resource::from_json(serde_json::json!({
+    typha_server::calico::v3::Resource::from_json(serde_json::json!({
         "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
         "metadata": {"name": name}, "spec": {"nets": nets}
     }))

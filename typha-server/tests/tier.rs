@@ -13,8 +13,8 @@ use common::{Peer, cluster, expected_digest, server, settle};
 use typha_protocol::model::SyncStatus;
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
-use typha_server::datastore::upstream::{self, UpstreamConfig};
 use typha_server::server::{RunningServer, start_with};
+use typha_server::syncer::upstream::{self, UpstreamConfig};
 
 async fn tier(upstream_addr: std::net::SocketAddr) -> RunningServer {
     let u = UpstreamConfig {

@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 use tracing::warn;
 use typha_protocol::model::{EncodedValue, Key, KeyPath, Revision, Value};
 
-use crate::datastore::convert::convert;
-use crate::datastore::v3::ResourceId;
+use crate::calico::convert::convert;
+use crate::calico::v3::ResourceId;
 use crate::datastore::{Invalid, Item, Listing};
 
 /// Largest encoded value accepted; larger ones are invalid. Keeps every batch frame bounded.
@@ -239,7 +239,7 @@ pub fn validate(key: &Key, value: &Value, encoded: &EncodedValue) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datastore::v3::{Kind, Resource};
+    use crate::calico::v3::{Kind, Resource};
 
     fn wep(name: &str, node: &str, iface: &str) -> Resource {
         Resource::from_json(serde_json::json!({
@@ -281,7 +281,7 @@ mod tests {
         assert_eq!(p.invalid, 1);
         // A resource that does not convert at all deletes what it produced before.
         let mut bad = wep("pod", "node-1", "cali1");
-        if let crate::datastore::v3::Spec::WorkloadEndpoint(s) = &mut bad.spec {
+        if let crate::calico::v3::Spec::WorkloadEndpoint(s) = &mut bad.spec {
             s.ip_networks = vec!["garbage".into()];
         }
         p.put(Revision(3), Ok(wep("pod", "node-1", "cali1")));

@@ -17,7 +17,8 @@ use typha_protocol::message::{
 };
 use typha_protocol::model::{Update, UpdateKind};
 
-use super::{Breadcrumb, Cache, counted};
+use super::Cache;
+use super::breadcrumb::{Breadcrumb, Kv, KvMap};
 use crate::fanout::{PerVariant, encode};
 use crate::metrics::FrameKind;
 
@@ -160,7 +161,7 @@ fn chunks(
             let msg = Message::SnapshotChunk(SnapshotChunk {
                 updates: std::mem::take(batch),
             });
-            out.push(counted(&cache.metrics, kind, encode(&msg, compress)));
+            out.push(cache.metrics.counted(kind, encode(&msg, compress)));
         }
     };
     for u in kvs {
@@ -177,7 +178,7 @@ fn chunks(
     out
 }
 
-fn as_update((k, kv): (&typha_protocol::model::KeyPath, &super::Kv)) -> Update {
+fn as_update((k, kv): (&typha_protocol::model::KeyPath, &Kv)) -> Update {
     Update {
         key: k.clone(),
         value: Some(kv.value.clone()),
@@ -187,7 +188,7 @@ fn as_update((k, kv): (&typha_protocol::model::KeyPath, &super::Kv)) -> Update {
 }
 
 /// The breadcrumb to build from and its map: `crumb` if it still has its map, else the latest.
-fn with_map(cache: &Cache, crumb: Arc<Breadcrumb>) -> (Arc<Breadcrumb>, Arc<super::KvMap>) {
+fn with_map(cache: &Cache, crumb: Arc<Breadcrumb>) -> (Arc<Breadcrumb>, Arc<KvMap>) {
     if let Some(m) = crumb.map() {
         return (crumb, m);
     }
@@ -208,11 +209,11 @@ fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Snapshot
         scope: SnapshotScope::Full,
         kvs: map.len() as u64,
     });
-    let mut frames = vec![counted(
-        &cache.metrics,
-        FrameKind::snapshot,
-        encode(&begin, compress),
-    )];
+    let mut frames = vec![
+        cache
+            .metrics
+            .counted(FrameKind::snapshot, encode(&begin, compress)),
+    ];
     frames.extend(chunks(
         cache,
         map.iter().map(as_update),
@@ -224,11 +225,11 @@ fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Snapshot
         seq: crumb.seq,
         digest: crumb.digest,
     });
-    frames.push(counted(
-        &cache.metrics,
-        FrameKind::snapshot,
-        encode(&end, compress),
-    ));
+    frames.push(
+        cache
+            .metrics
+            .counted(FrameKind::snapshot, encode(&end, compress)),
+    );
     cache
         .metrics
         .snapshot_raw_bytes
@@ -277,7 +278,9 @@ fn build_buckets(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Bucke
         digest,
         buckets,
         counts,
-        end: counted(&cache.metrics, FrameKind::bucket, encode(&end, compress)),
+        end: cache
+            .metrics
+            .counted(FrameKind::bucket, encode(&end, compress)),
         built: Instant::now(),
         crumb,
     }

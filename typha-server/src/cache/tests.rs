@@ -2,12 +2,16 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use typha_protocol::digest::StateDigest;
-use typha_protocol::model::Value;
+use typha_protocol::message::Epoch;
+use typha_protocol::model::{Revision, SyncStatus, Update, UpdateKind, Value};
 
+use super::breadcrumb::{KvMap, MAP_VERSIONS_KEPT};
+use super::writer::CacheWriter;
 use super::*;
-use crate::datastore::v3::{Kind, Resource, ResourceId};
-use crate::datastore::{Item, Listing};
+use crate::calico::v3::{Kind, Resource, ResourceId};
+use crate::datastore::{Item, Listing, WatchEvent};
 use crate::metrics::Metrics;
+use crate::syncer::SyncerEvent;
 
 fn netset(name: &str, net: &str) -> Resource {
     Resource::from_json(serde_json::json!({
@@ -162,7 +166,7 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
         w.flush();
     }
     let end = cache.get(Seq(32)).unwrap();
-    let frame = crate::fanout::span_frame(&cache, &end, 16, false).unwrap();
+    let frame = cache.span_frame(&end, 16, false).unwrap();
     let mut dec = typha_protocol::FrameDecoder::new(typha_protocol::Limits::CLIENT_INBOUND);
     let msg = dec
         .decode(&mut bytes::BytesMut::from(&frame[..]))
@@ -184,14 +188,18 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
     fold(&mut state, &d.updates);
     assert_eq!(state, map_of(&end.map().unwrap()));
     // Built once, shared.
-    let again = crate::fanout::span_frame(&cache, &end, 16, false).unwrap();
+    let again = cache.span_frame(&end, 16, false).unwrap();
     assert_eq!(again.as_ptr(), frame.as_ptr());
     assert_eq!(
         cache.metrics.encoded_count(crate::metrics::FrameKind::span),
         1
     );
     // Not aligned: no span.
-    assert!(crate::fanout::span_frame(&cache, &cache.get(Seq(31)).unwrap(), 16, false).is_none());
+    assert!(
+        cache
+            .span_frame(&cache.get(Seq(31)).unwrap(), 16, false)
+            .is_none()
+    );
 }
 
 /// Random operations on a few keys (so values change, repeat and get deleted).

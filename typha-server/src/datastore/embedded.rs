@@ -18,8 +18,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use typha_protocol::model::Revision;
 
-use super::v3::{ObjectMeta, Resource, ResourceId, yaml_documents};
 use super::{Datastore, DatastoreError, Item, Listing, WatchEvent, WatchStream};
+use crate::calico::v3::{ObjectMeta, Resource, ResourceId, yaml_documents};
 
 /// Changes kept for watchers by default.
 pub const DEFAULT_HISTORY: usize = 10_000;
@@ -442,7 +442,7 @@ impl DirSource {
             let resource = Resource::from_json(doc)
                 .map_err(|e| e.to_string())
                 .and_then(|r| {
-                    super::convert::convert(&r)
+                    crate::calico::convert::convert(&r)
                         .map(|_| r)
                         .map_err(|e| e.to_string())
                 });
@@ -540,7 +540,7 @@ fn xxhash_of(text: &str) -> u64 {
 
 /// The id a raw document claims, for messages about documents that do not parse.
 pub(crate) fn claimed_id(doc: &serde_json::Value) -> Option<ResourceId> {
-    let kind = super::v3::Kind::from_name(doc.get("kind")?.as_str()?)?;
+    let kind = crate::calico::v3::Kind::from_name(doc.get("kind")?.as_str()?)?;
     let meta = doc.get("metadata")?;
     let name = meta.get("name")?.as_str()?.to_owned();
     let namespace = kind.is_namespaced().then(|| {

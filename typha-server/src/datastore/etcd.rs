@@ -27,8 +27,8 @@ use futures_util::stream::StreamExt;
 use tracing::debug;
 use typha_protocol::model::Revision;
 
-use super::v3::{API_VERSION, Kind, Resource, ResourceId};
 use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
+use crate::calico::v3::{API_VERSION, Kind, Resource, ResourceId};
 
 /// Where Calico keeps v3 resources in etcd.
 pub const PREFIX: &str = "/calico/resources/v3/projectcalico.org/";

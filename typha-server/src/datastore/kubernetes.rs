@@ -64,8 +64,8 @@ use serde_json::{Map, Value, json};
 use tracing::debug;
 use typha_protocol::model::Revision;
 
-use super::v3::{Kind, Resource, ResourceId};
 use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
+use crate::calico::v3::{Kind, Resource, ResourceId};
 
 mod convert;
 pub use convert::interface_name;
@@ -420,7 +420,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
     use super::*;
-    use crate::datastore::v3::Spec;
+    use crate::calico::v3::Spec;
 
     fn object(v: Value) -> DynamicObject {
         serde_json::from_value(v).unwrap()
@@ -629,7 +629,7 @@ mod tests {
         assert_eq!(p.ingress[2].source.not_nets, ["10.1.0.0/16"]);
         assert_eq!(p.egress.len(), 1, "an empty egress rule allows everything");
         // And the pipeline accepts it.
-        let kvs = crate::datastore::convert::convert(&r).unwrap();
+        let kvs = crate::calico::convert::convert(&r).unwrap();
         assert_eq!(kvs.len(), 1);
     }
 

@@ -11,8 +11,8 @@ use etcd_client::{
     Certificate, Client, CompactionOptions, ConnectOptions, GetOptions, Identity, TlsOptions, Txn,
     TxnOp,
 };
+use typha_server::calico::v3::{Resource, ResourceId};
 use typha_server::datastore::etcd::{ClientCert, EtcdTls, PREFIX, key_of};
-use typha_server::datastore::v3::{Resource, ResourceId};
 
 /// How long etcd may take to answer after it is started.
 const STARTUP: Duration = Duration::from_secs(20);

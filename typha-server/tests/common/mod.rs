@@ -17,9 +17,9 @@ use typha_protocol::frame::{FrameDecoder, FrameEncoder, Limits};
 use typha_protocol::handshake::{ClientHandshake, ClientOffer, Session};
 use typha_protocol::message::{Cursor, Epoch, Goodbye, Message, Pong, Resume, Seq, SnapshotScope};
 use typha_protocol::model::{EncodedValue, KeyPath, SyncStatus};
+use typha_server::calico::v3::Resource;
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
-use typha_server::datastore::v3::Resource;
 use typha_server::server::{RunningServer, start};
 
 pub mod etcd;
@@ -52,7 +52,7 @@ pub fn expected_digest(store: &Embedded) -> (u64, usize) {
     let mut d = StateDigest::new();
     let mut n = 0;
     for r in store.resources() {
-        for (k, v) in typha_server::datastore::convert::convert(&r).expect("valid resource") {
+        for (k, v) in typha_server::calico::convert::convert(&r).expect("valid resource") {
             d.insert(&k.to_string(), EncodedValue::encode(&v).as_bytes());
             n += 1;
         }
@@ -66,7 +66,7 @@ pub fn digest_of<'a>(resources: impl IntoIterator<Item = &'a Resource>) -> (u64,
     let mut d = StateDigest::new();
     let mut n = 0;
     for r in resources {
-        for (k, v) in typha_server::datastore::convert::convert(r).expect("valid resource") {
+        for (k, v) in typha_server::calico::convert::convert(r).expect("valid resource") {
             d.insert(&k.to_string(), EncodedValue::encode(&v).as_bytes());
             n += 1;
         }

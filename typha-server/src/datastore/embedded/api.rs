@@ -25,8 +25,8 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use super::{Embedded, claimed_id};
-use crate::datastore::convert::convert;
-use crate::datastore::v3::{Resource, ResourceId, yaml_documents};
+use crate::calico::convert::convert;
+use crate::calico::v3::{Resource, ResourceId, yaml_documents};
 
 /// Largest request body.
 pub const MAX_BODY: usize = 64 << 20;
@@ -130,7 +130,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
     use super::*;
-    use crate::datastore::v3::Kind;
+    use crate::calico::v3::Kind;
 
     async fn call(store: &Embedded, path: &str, body: &str) -> (StatusCode, serde_json::Value) {
         use tower_service::Service;

@@ -3,7 +3,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::*;
-use crate::datastore::v3::Kind;
+use crate::calico::v3::Kind;
 
 fn netset(name: &str, net: &str) -> Resource {
     Resource::from_json(serde_json::json!({

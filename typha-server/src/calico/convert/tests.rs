@@ -1,5 +1,5 @@
 use super::*;
-use crate::datastore::v3::yaml_documents;
+use crate::calico::v3::yaml_documents;
 use ipnet::{Ipv4Net, Ipv6Net};
 
 fn one(yaml: &str) -> Result<Vec<(Key, Value)>, ConvertError> {

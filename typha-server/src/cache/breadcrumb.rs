@@ -1,0 +1,134 @@
+//! A breadcrumb: one step of the cache, the state after a batch of changes, with the frames
+//! that take a client to it (encoded once, on first use, shared by every connection).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use imbl::OrdMap;
+use tokio::time::Instant;
+use typha_protocol::message::{Deltas, Epoch, Message, Seq};
+use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update};
+
+use crate::fanout::{PerVariant, encode};
+use crate::metrics::{FrameKind, Metrics};
+
+/// A cached value and the revision it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kv {
+    /// The value, encoded once.
+    pub value: EncodedValue,
+    /// Datastore revision.
+    pub revision: Revision,
+}
+
+/// One version of the whole state.
+pub type KvMap = OrdMap<KeyPath, Kv>;
+
+/// How many of the newest breadcrumbs keep their map version. Snapshots are always built from
+/// the latest; keeping every version in the history would retain every node a later batch
+/// replaced (about 10 KB per update: hundreds of MB after a large initial load).
+pub const MAP_VERSIONS_KEPT: usize = 16;
+
+/// One step of the cache: the state after a batch of changes.
+#[derive(Debug)]
+pub struct Breadcrumb {
+    /// The server run this belongs to.
+    pub epoch: Epoch,
+    /// Sequence number, +1 per breadcrumb.
+    pub seq: Seq,
+    /// Highest datastore revision applied.
+    pub revision: Revision,
+    /// When it was made.
+    pub created: Instant,
+    /// The whole state at this point, while this breadcrumb is one of the most recent
+    /// [`MAP_VERSIONS_KEPT`]; older breadcrumbs drop it (see [`Breadcrumb::map`]).
+    pub(super) map: arc_swap::ArcSwapOption<KvMap>,
+    /// Number of KVs in the state at this point.
+    pub kvs: usize,
+    /// The changes from the previous breadcrumb.
+    pub deltas: Arc<[Update]>,
+    /// Sync status at this point.
+    pub status: SyncStatus,
+    /// Combined state digest at this point.
+    pub digest: u64,
+    /// Encoded frames, built once on first use and shared by every connection.
+    pub(super) frames: CrumbFrames,
+}
+
+impl Breadcrumb {
+    /// The state at this breadcrumb, if it is still kept (always, for the latest).
+    pub fn map(&self) -> Option<Arc<KvMap>> {
+        self.map.load_full()
+    }
+
+    /// This breadcrumb's delta frame (from `seq - 1` to `seq`), encoded on first use.
+    pub fn delta_frame(&self, compress: bool, m: &Metrics) -> Bytes {
+        self.frames
+            .delta
+            .get(compress)
+            .get_or_init(|| {
+                m.kvs_per_msg.observe(self.deltas.len() as f64);
+                m.counted(FrameKind::delta, encode(&deltas_message(self), compress))
+            })
+            .clone()
+    }
+
+    /// The coalesced span of `stride` breadcrumbs ending at this one, encoded on first use,
+    /// if this one is aligned and `span` (called with the span's bounds, exclusive and
+    /// inclusive) can still give every breadcrumb of it.
+    pub fn span_frame(
+        &self,
+        stride: u64,
+        compress: bool,
+        m: &Metrics,
+        span: impl FnOnce(Seq, Seq) -> Option<Vec<Arc<Breadcrumb>>>,
+    ) -> Option<Bytes> {
+        let slot = match stride {
+            256 => &self.frames.span256,
+            16 => &self.frames.span16,
+            _ => return None,
+        };
+        if !self.seq.0.is_multiple_of(stride) || self.seq.0 < stride {
+            return None;
+        }
+        slot.get(compress)
+            .get_or_init(|| {
+                let from = Seq(self.seq.0 - stride);
+                let crumbs = span(from, self.seq)?;
+                let mut latest: BTreeMap<KeyPath, Update> = BTreeMap::new();
+                for c in &crumbs {
+                    for u in c.deltas.iter() {
+                        latest.insert(u.key.clone(), u.clone());
+                    }
+                }
+                let msg = Message::Deltas(Deltas {
+                    from_seq: from,
+                    seq: self.seq,
+                    digest: self.digest,
+                    updates: latest.into_values().collect(),
+                });
+                Some(m.counted(FrameKind::span, encode(&msg, compress)))
+            })
+            .clone()
+    }
+}
+
+/// Frames kept with a breadcrumb, built once on first use and shared by every connection.
+#[derive(Debug, Default)]
+pub(super) struct CrumbFrames {
+    delta: PerVariant<OnceLock<Bytes>>,
+    /// Spans ending at this breadcrumb: stride 256, stride 16.
+    span256: PerVariant<OnceLock<Option<Bytes>>>,
+    span16: PerVariant<OnceLock<Option<Bytes>>>,
+}
+
+/// Encodes the delta frame of a breadcrumb: what takes a client from `seq - 1` to `seq`.
+fn deltas_message(c: &Breadcrumb) -> Message {
+    Message::Deltas(Deltas {
+        from_seq: Seq(c.seq.0.saturating_sub(1)),
+        seq: c.seq,
+        digest: c.digest,
+        updates: c.deltas.to_vec(),
+    })
+}

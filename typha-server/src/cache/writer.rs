@@ -1,0 +1,280 @@
+//! The cache's single writer: takes the syncer's events through the pipeline, applies them to
+//! the map and the digest, and publishes breadcrumbs.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::debug;
+use typha_protocol::digest::StateDigest;
+use typha_protocol::message::{Epoch, Seq};
+use typha_protocol::model::{EncodedValue, Revision, SyncStatus, Update, UpdateKind};
+
+use super::breadcrumb::{Breadcrumb, CrumbFrames, Kv, KvMap, MAP_VERSIONS_KEPT};
+use super::pipeline::{KvChange, Pipeline};
+use super::{Cache, CacheConfig};
+use crate::datastore::WatchEvent;
+use crate::metrics::Metrics;
+use crate::syncer::SyncerEvent;
+
+/// The cache's single writer.
+#[derive(Debug)]
+pub struct CacheWriter {
+    cache: Arc<Cache>,
+    cfg: CacheConfig,
+    map: KvMap,
+    digest: StateDigest,
+    seq: u64,
+    revision: Revision,
+    status: SyncStatus,
+    pending: Vec<KvChange>,
+    pending_status: SyncStatus,
+    pipeline: Pipeline,
+    last_publish: Option<Instant>,
+}
+
+impl CacheWriter {
+    /// A writer with an empty cache at sequence 0 (status WaitForDatastore), and the shared
+    /// read side.
+    pub fn new(cfg: CacheConfig, epoch: Epoch, metrics: Arc<Metrics>) -> (CacheWriter, Arc<Cache>) {
+        let first = Arc::new(Breadcrumb {
+            epoch,
+            seq: Seq(0),
+            revision: Revision(0),
+            created: Instant::now(),
+            map: arc_swap::ArcSwapOption::from_pointee(KvMap::new()),
+            kvs: 0,
+            deltas: Arc::from(Vec::new()),
+            status: SyncStatus::WaitForDatastore,
+            digest: 0,
+            frames: CrumbFrames::default(),
+        });
+        let cache = Arc::new(Cache {
+            epoch,
+            crumbs: RwLock::new(VecDeque::from([first.clone()])),
+            latest: watch::channel(first).0,
+            ever_in_sync: std::sync::atomic::AtomicBool::new(false),
+            metrics,
+        });
+        let writer = CacheWriter {
+            cache: cache.clone(),
+            cfg,
+            map: KvMap::new(),
+            digest: StateDigest::new(),
+            seq: 0,
+            revision: Revision(0),
+            status: SyncStatus::WaitForDatastore,
+            pending: Vec::new(),
+            pending_status: SyncStatus::WaitForDatastore,
+            pipeline: Pipeline::default(),
+            last_publish: None,
+        };
+        (writer, cache)
+    }
+
+    /// The read side.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    /// Takes in one event from the syncer (applied at the next [`CacheWriter::flush`]).
+    pub fn handle(&mut self, ev: SyncerEvent) {
+        let invalid_before = self.pipeline.invalid;
+        let changes = match ev {
+            SyncerEvent::Status(s) => {
+                self.pending_status = s;
+                return;
+            }
+            SyncerEvent::Resync(listing) => {
+                // Compare with the state as it will be after what is already pending.
+                self.flush_changes_only();
+                self.pipeline.resync(listing, self.map.keys())
+            }
+            SyncerEvent::Change(WatchEvent::Put { revision, item }) => {
+                self.pipeline.put(revision, item)
+            }
+            SyncerEvent::Change(WatchEvent::Delete { revision, id }) => {
+                self.pipeline.delete(revision, &id)
+            }
+            SyncerEvent::Change(WatchEvent::Progress(_)) => return,
+            SyncerEvent::Kvs(updates) => updates
+                .into_iter()
+                .map(|u| KvChange {
+                    key: u.key,
+                    value: u.value,
+                    revision: u.revision,
+                })
+                .collect(),
+        };
+        self.cache
+            .metrics
+            .updates_invalid
+            .inc_by(self.pipeline.invalid - invalid_before);
+        self.pending.extend(changes);
+    }
+
+    /// Changes waiting for the next flush.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Publishes what is pending without changing the status.
+    fn flush_changes_only(&mut self) {
+        let status = self.pending_status;
+        self.pending_status = self.status;
+        self.flush();
+        self.pending_status = status;
+    }
+
+    /// Publishes what is pending as breadcrumbs. The status change, if any, goes with the last
+    /// one (never InSync before the data that makes it true).
+    pub fn flush(&mut self) {
+        let m = self.cache.metrics.clone();
+        let changes = std::mem::take(&mut self.pending);
+        let mut batch: Vec<Update> = Vec::new();
+        let mut batch_bytes = 0;
+        let n = changes.len();
+        for (i, c) in changes.into_iter().enumerate() {
+            let old = self.map.get(&c.key);
+            let kind = match (&c.value, old) {
+                (None, None) => continue,
+                (Some(v), Some(o)) if o.value == *v => {
+                    m.updates_skipped.inc();
+                    continue;
+                }
+                (None, Some(_)) => UpdateKind::Deleted,
+                (Some(_), Some(_)) => UpdateKind::Updated,
+                (Some(_), None) => UpdateKind::New,
+            };
+            self.digest.apply(
+                c.key.as_str(),
+                old.map(|o| o.value.as_bytes()),
+                c.value.as_ref().map(EncodedValue::as_bytes),
+            );
+            match &c.value {
+                Some(v) => {
+                    batch_bytes += v.len();
+                    self.map.insert(
+                        c.key.clone(),
+                        Kv {
+                            value: v.clone(),
+                            revision: c.revision,
+                        },
+                    );
+                }
+                None => {
+                    self.map.remove(&c.key);
+                }
+            }
+            self.revision = self.revision.max(c.revision);
+            m.updates.inc();
+            batch.push(Update {
+                key: c.key,
+                value: c.value,
+                revision: c.revision,
+                kind,
+            });
+            let last = i + 1 == n;
+            if (batch.len() >= self.cfg.max_batch || batch_bytes >= self.cfg.max_batch_bytes)
+                && !last
+            {
+                let status = self.status;
+                self.publish(std::mem::take(&mut batch), status);
+                batch_bytes = 0;
+            }
+        }
+        if !batch.is_empty() || self.pending_status != self.status {
+            self.publish(batch, self.pending_status);
+        }
+    }
+
+    fn publish(&mut self, deltas: Vec<Update>, status: SyncStatus) {
+        self.seq += 1;
+        self.last_publish = Some(Instant::now());
+        self.status = status;
+        let m = &self.cache.metrics;
+        m.breadcrumb_size.observe(deltas.len() as f64);
+        let crumb = Arc::new(Breadcrumb {
+            epoch: self.cache.epoch,
+            seq: Seq(self.seq),
+            revision: self.revision,
+            created: Instant::now(),
+            map: arc_swap::ArcSwapOption::from_pointee(self.map.clone()),
+            kvs: self.map.len(),
+            deltas: Arc::from(deltas),
+            status,
+            digest: self.digest.combined(),
+            frames: CrumbFrames::default(),
+        });
+        // Encode the common (compressed) delta frame now, once, off the connections' path.
+        crumb.delta_frame(true, m);
+        {
+            let mut crumbs = self.cache.crumbs.write().unwrap_or_else(|p| p.into_inner());
+            crumbs.push_back(crumb.clone());
+            if let Some(old) = crumbs
+                .len()
+                .checked_sub(MAP_VERSIONS_KEPT + 1)
+                .and_then(|i| crumbs.get(i))
+            {
+                old.map.store(None);
+            }
+            let now = crumb.created;
+            while crumbs.len() > self.cfg.history_max.max(1)
+                || crumbs.front().is_some_and(|c| {
+                    now.duration_since(c.created) > self.cfg.history_max_age && crumbs.len() > 1
+                })
+            {
+                crumbs.pop_front();
+            }
+        }
+        m.breadcrumb_seq
+            .set(i64::try_from(self.seq).unwrap_or(i64::MAX));
+        m.cache_size
+            .set(i64::try_from(self.map.len()).unwrap_or(i64::MAX));
+        debug!(seq = self.seq, updates = crumb.deltas.len(), %status, "breadcrumb");
+        if status == SyncStatus::InSync {
+            self.cache
+                .ever_in_sync
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.cache.latest.send_replace(crumb);
+    }
+
+    /// Runs until the syncer's channel closes, batching what arrives together: everything
+    /// already queued, and, when the previous breadcrumb is younger than the window (see
+    /// [`CacheConfig::window`]), whatever arrives until it is that old (or the batch is full).
+    pub async fn run(mut self, mut rx: mpsc::Receiver<SyncerEvent>) {
+        while let Some(ev) = rx.recv().await {
+            self.handle(ev);
+            self.drain(&mut rx);
+            let clients = self.cache.metrics.connections_streaming.get();
+            let window = self.cfg.window(u64::try_from(clients).unwrap_or(0));
+            let hold = self
+                .last_publish
+                .map(|t| t + window)
+                .filter(|t| *t > Instant::now());
+            if let Some(until) = hold {
+                while self.pending.len() < self.cfg.max_batch {
+                    match tokio::time::timeout_at(until, rx.recv()).await {
+                        Ok(Some(ev)) => {
+                            self.handle(ev);
+                            self.drain(&mut rx);
+                        }
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
+            self.flush();
+        }
+    }
+
+    fn drain(&mut self, rx: &mut mpsc::Receiver<SyncerEvent>) {
+        while self.pending.len() < self.cfg.max_batch {
+            match rx.try_recv() {
+                Ok(ev) => self.handle(ev),
+                Err(_) => break,
+            }
+        }
+    }
+}

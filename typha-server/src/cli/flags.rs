@@ -1,0 +1,212 @@
+//! The flags and `TYPHA_*` environment variables (Calico Typha's names where the meaning is
+//! the same), as clap parses them.
+
+use std::path::PathBuf;
+
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Parser};
+
+/// The fan-out caching proxy for Calico-style networking.
+#[derive(Debug, Parser)]
+#[command(name = "typha-server", version, about)]
+pub struct Cli {
+    /// Datastore: `embedded` (the in-process store fed from --embedded-dir), `etcdv3`
+    /// (Calico's etcd v3 layout, at --etcd-endpoints) or `typha` (another typha server, at
+    /// --upstream: tiered fan-out).
+    #[arg(
+        long,
+        alias = "datastore",
+        env = "TYPHA_DATASTORETYPE",
+        default_value = "embedded"
+    )]
+    pub datastore_type: String,
+    /// etcd client URLs (comma-separated): all `http://`, or all `https://` with
+    /// --etcd-ca-file.
+    #[arg(
+        long,
+        env = "TYPHA_ETCDENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    pub etcd_endpoints: Vec<String>,
+    /// CA certificate that signs etcd's server certificate (PEM); needed for https endpoints.
+    #[arg(long, env = "TYPHA_ETCDCAFILE")]
+    pub etcd_ca_file: Option<PathBuf>,
+    /// Client certificate for etcd (PEM), for etcd's --client-cert-auth.
+    #[arg(long, env = "TYPHA_ETCDCERTFILE")]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// Private key of the etcd client certificate (PEM).
+    #[arg(long, env = "TYPHA_ETCDKEYFILE")]
+    pub etcd_key_file: Option<PathBuf>,
+    /// Kubernetes API server URL for `TYPHA_DATASTORETYPE=kubernetes` (default: the in-cluster
+    /// service account, else `$KUBECONFIG` / `~/.kube/config`).
+    #[arg(long, env = "TYPHA_K8SAPIENDPOINT")]
+    pub k8s_api_endpoint: Option<String>,
+    /// Upstream typha servers (`host:port`, comma-separated) for `TYPHA_DATASTORETYPE=typha`:
+    /// this server is fed by them instead of a datastore (tiered fan-out).
+    #[arg(long, env = "TYPHA_UPSTREAMADDR", value_delimiter = ',')]
+    pub upstream: Vec<String>,
+    /// CA that signs the upstream's certificate (PEM): mutual TLS to the upstream.
+    #[arg(long, env = "TYPHA_UPSTREAMCAFILE")]
+    pub upstream_ca_file: Option<PathBuf>,
+    /// This server's client certificate for the upstream (PEM).
+    #[arg(long, env = "TYPHA_UPSTREAMCERTFILE")]
+    pub upstream_cert_file: Option<PathBuf>,
+    /// The key of that certificate (PEM).
+    #[arg(long, env = "TYPHA_UPSTREAMKEYFILE")]
+    pub upstream_key_file: Option<PathBuf>,
+    /// Required CN of the upstream's certificate.
+    #[arg(long, env = "TYPHA_UPSTREAMCN")]
+    pub upstream_cn: Option<String>,
+    /// Required URI SAN of the upstream's certificate.
+    #[arg(long, env = "TYPHA_UPSTREAMURISAN")]
+    pub upstream_uri_san: Option<String>,
+    /// Manifest directory for the embedded datastore (Calico v3 YAML/JSON), watched for changes.
+    #[arg(long, env = "TYPHA_EMBEDDEDDIR")]
+    pub embedded_dir: Option<PathBuf>,
+    /// Address (`host:port`) of the embedded datastore's write API (`POST /apply`, `POST
+    /// /delete`, manifests in the body). Empty: off. It has no authentication: bind it to the
+    /// loopback.
+    #[arg(long, env = "TYPHA_EMBEDDEDAPIADDR", default_value = "")]
+    pub embedded_api_addr: String,
+    /// Address to listen on for agents (empty: all interfaces).
+    #[arg(long, env = "TYPHA_SERVERHOST", default_value = "")]
+    pub server_host: String,
+    /// Port to listen on for agents.
+    #[arg(long, env = "TYPHA_SERVERPORT", default_value_t = 5473)]
+    pub server_port: u16,
+    /// Server private key (PEM).
+    #[arg(long, env = "TYPHA_SERVERKEYFILE")]
+    pub server_key_file: Option<PathBuf>,
+    /// Server certificate (PEM).
+    #[arg(long, env = "TYPHA_SERVERCERTFILE")]
+    pub server_cert_file: Option<PathBuf>,
+    /// CA certificate that signs client certificates (PEM).
+    #[arg(long, env = "TYPHA_CAFILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Allowed client certificate common names (comma-separated).
+    #[arg(long, env = "TYPHA_CLIENTCN", value_delimiter = ',')]
+    pub client_cn: Vec<String>,
+    /// Allowed client certificate URI SANs (comma-separated).
+    #[arg(long, env = "TYPHA_CLIENTURISAN", value_delimiter = ',')]
+    pub client_uri_san: Vec<String>,
+    /// Serve /liveness and /readiness.
+    #[arg(long, env = "TYPHA_HEALTHENABLED", default_value = "true", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub health_enabled: bool,
+    /// Health listener address (empty: all interfaces).
+    #[arg(long, env = "TYPHA_HEALTHHOST", default_value = "")]
+    pub health_host: String,
+    /// Health listener port.
+    #[arg(long, env = "TYPHA_HEALTHPORT", default_value_t = 9098)]
+    pub health_port: u16,
+    /// Serve /metrics.
+    #[arg(long, env = "TYPHA_PROMETHEUSMETRICSENABLED", default_value = "true", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub prometheus_metrics_enabled: bool,
+    /// Metrics listener address (empty: all interfaces).
+    #[arg(long, env = "TYPHA_PROMETHEUSMETRICSHOST", default_value = "")]
+    pub prometheus_metrics_host: String,
+    /// Metrics listener port.
+    #[arg(long, env = "TYPHA_PROMETHEUSMETRICSPORT", default_value_t = 9093)]
+    pub prometheus_metrics_port: u16,
+    /// Seconds between pings to each client (±10 % jitter).
+    #[arg(long, env = "TYPHA_SERVERPINGINTERVALSECS", default_value_t = 10.0)]
+    pub server_ping_interval_secs: f64,
+    /// Seconds without a pong before a client is dropped (at least 2× the ping interval,
+    /// else 6× is used).
+    #[arg(long, env = "TYPHA_SERVERPONGTIMEOUTSECS", default_value_t = 60.0)]
+    pub server_pong_timeout_secs: f64,
+    /// Seconds for TLS and the hello to complete.
+    #[arg(long, env = "TYPHA_SERVERHANDSHAKETIMEOUTSECS", default_value_t = 10.0)]
+    pub server_handshake_timeout_secs: f64,
+    /// Seconds a client may fall behind before it is dropped.
+    #[arg(long, env = "TYPHA_SERVERMAXFALLBEHINDSECS", default_value_t = 300.0)]
+    pub server_max_fall_behind_secs: f64,
+    /// Most initial syncs written at once; the others wait their turn (0: no limit).
+    #[arg(long, env = "TYPHA_MAXCONCURRENTSYNCS", default_value_t = 64)]
+    pub max_concurrent_syncs: usize,
+    /// Extra seconds of fall-behind allowed right after a client's initial sync.
+    #[arg(
+        long,
+        env = "TYPHA_SERVERNEWCLIENTFALLBEHINDGRACEPERIOD",
+        default_value_t = 300.0
+    )]
+    pub server_new_client_fall_behind_grace_period: f64,
+    /// Seconds a write to a client may stall before the client is dropped.
+    #[arg(long, env = "TYPHA_SERVERWRITETIMEOUTSECS", default_value_t = 120.0)]
+    pub server_write_timeout_secs: f64,
+    /// Most updates per breadcrumb.
+    #[arg(long, env = "TYPHA_SNAPSHOTCACHEMAXBATCHSIZE", default_value_t = 100)]
+    pub snapshot_cache_max_batch_size: usize,
+    /// Least milliseconds between breadcrumbs under load (updates within it share one).
+    #[arg(long, env = "TYPHA_BATCHWINDOWMS", default_value_t = 20)]
+    pub batch_window_ms: u64,
+    /// Delta frames per second to all clients together that the batch window grows to keep
+    /// to, up to TYPHA_MAXBATCHWINDOWMS (0: a fixed window).
+    #[arg(long, env = "TYPHA_FANOUTFRAMESPERSEC", default_value_t = 100_000)]
+    pub fanout_frames_per_sec: u64,
+    /// Largest batch window the fan-out budget may ask for, milliseconds.
+    #[arg(long, env = "TYPHA_MAXBATCHWINDOWMS", default_value_t = 200)]
+    pub max_batch_window_ms: u64,
+    /// Breadcrumbs kept for catch-up and resume.
+    #[arg(long, env = "TYPHA_HISTORYMAXBREADCRUMBS", default_value_t = 1024)]
+    pub history_max_breadcrumbs: usize,
+    /// Seconds of breadcrumbs kept for catch-up and resume.
+    #[arg(long, env = "TYPHA_HISTORYMAXAGESECS", default_value_t = 120.0)]
+    pub history_max_age_secs: f64,
+    /// Most connections; more are turned away with a Goodbye.
+    #[arg(long, env = "TYPHA_MAXCONNECTIONSUPPERLIMIT", default_value_t = 10_000)]
+    pub max_connections_upper_limit: usize,
+    /// Seconds SIGTERM may take to move clients away.
+    #[arg(long, env = "TYPHA_SHUTDOWNTIMEOUTSECS", default_value_t = 300.0)]
+    pub shutdown_timeout_secs: f64,
+    /// Other servers (host:port, comma-separated) to suggest to clients this one turns away.
+    #[arg(long, env = "TYPHA_REDIRECTADDRS", value_delimiter = ',')]
+    pub redirect_addrs: Vec<String>,
+    /// Log level: Debug, Info, Warning, Error, Fatal (or a tracing filter).
+    #[arg(long, env = "TYPHA_LOGSEVERITYSCREEN", default_value = "Info")]
+    pub log_severity_screen: String,
+    /// Log as JSON lines.
+    #[arg(long, env = "TYPHA_LOGFORMATJSON", default_value = "false", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub log_json: bool,
+}
+
+impl Cli {
+    /// The tracing filter for the log severity (Typha's level names, or a filter string).
+    pub fn log_filter(&self) -> String {
+        match self.log_severity_screen.to_ascii_lowercase().as_str() {
+            "debug" => "debug".into(),
+            "info" => "info".into(),
+            "warning" | "warn" => "warn".into(),
+            "error" | "fatal" | "panic" => "error".into(),
+            _ => self.log_severity_screen.clone(),
+        }
+    }
+}
+
+/// One line for a flag or variable clap could not parse, naming the environment variable too.
+pub fn describe_clap_error(e: &clap::Error) -> String {
+    use clap::CommandFactory;
+    use clap::error::ContextKind;
+    let first = e
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_owned();
+    let arg = e
+        .get(ContextKind::InvalidArg)
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    let cmd = Cli::command();
+    let env = cmd.get_arguments().find_map(|a| {
+        let long = a.get_long()?;
+        (arg.starts_with(&format!("--{long} ")) || arg == format!("--{long}"))
+            .then(|| a.get_env())?
+            .map(|e| e.to_string_lossy().into_owned())
+    });
+    match env {
+        Some(env) => format!("{env}: {first}"),
+        None => first,
+    }
+}

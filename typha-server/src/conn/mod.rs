@@ -1,0 +1,149 @@
+//! One task per client connection.
+//!
+//! ```text
+//! accept (TLS) ─▶ handshake (hello within the deadline) ─▶ initial sync ─▶ stream
+//!                                                           │               │
+//!                       deltas / digest buckets / snapshot ─┘   breadcrumbs, spans, status,
+//!                                                                pings; reads pongs and acks
+//! ```
+//!
+//! The task writes only shared, pre-encoded frames (the hello, a digest resync's begin marker
+//! and pings are the only per-client encodes, all tiny). Several waiting frames go out in one
+//! bounded write. A client that stops reading stalls only its own task: the writer and every
+//! other connection go on, and it is dropped when a write stalls past the write timeout or its
+//! position falls past the fall-behind limit.
+
+//!
+//! Files: [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
+//! pongs and acks), `sync` (what to send: the initial sync by deltas, digest buckets or
+//! snapshot, and catching up), `out` (queueing frames and bounded writes); this file holds
+//! what they share.
+
+mod out;
+mod sync;
+pub mod task;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use typha_protocol::handshake::ServerOffer;
+use typha_protocol::message::GoodbyeReason;
+
+use crate::cache::Cache;
+use crate::cache::snapshot::Snapshots;
+
+/// Connection settings (defaults are Calico Typha's).
+#[derive(Debug, Clone)]
+pub struct ConnConfig {
+    /// TLS and hello must complete within this (TYPHA_SERVERHANDSHAKETIMEOUTSECS, 10 s).
+    pub handshake_timeout: Duration,
+    /// Ping period (TYPHA_SERVERPINGINTERVALSECS, 10 s, ±10 % jitter).
+    pub ping_interval: Duration,
+    /// No pong for this long closes the connection (TYPHA_SERVERPONGTIMEOUTSECS, 60 s).
+    pub pong_timeout: Duration,
+    /// A write that takes longer closes the connection (TYPHA_SERVERWRITETIMEOUTSECS, 120 s).
+    pub write_timeout: Duration,
+    /// A client whose next breadcrumb is this old is dropped (TYPHA_SERVERMAXFALLBEHINDSECS).
+    pub max_fall_behind: Duration,
+    /// Extra allowance after an initial sync (TYPHA_SERVERNEWCLIENTFALLBEHINDGRACEPERIOD).
+    pub new_client_grace: Duration,
+    /// Most bytes per write when several frames are waiting.
+    pub max_write: usize,
+    /// Most initial syncs written at once (TYPHA_MAXCONCURRENTSYNCS, 64; 0: no limit). When
+    /// thousands of agents connect together, the others wait their turn (pinged, so they do
+    /// not time out) instead of all sharing the CPU: handshakes keep finishing inside their
+    /// timeout, each sync finishes sooner, and per-connection buffers are held by a bounded
+    /// number of connections at a time.
+    pub max_concurrent_syncs: usize,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(10),
+            ping_interval: Duration::from_secs(10),
+            pong_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(120),
+            max_fall_behind: Duration::from_secs(300),
+            new_client_grace: Duration::from_secs(300),
+            max_write: 16 << 10,
+            max_concurrent_syncs: 64,
+        }
+    }
+}
+
+impl ConnConfig {
+    /// Applies Typha's rule: a pong timeout of at most twice the ping interval is too tight to
+    /// be meant, so it becomes six times the interval.
+    pub fn normalized(mut self) -> Self {
+        if self.pong_timeout <= self.ping_interval * 2 {
+            self.pong_timeout = self.ping_interval * 6;
+        }
+        self
+    }
+}
+
+/// What every connection shares.
+#[derive(Debug)]
+pub struct Ctx {
+    /// The cache.
+    pub cache: Arc<Cache>,
+    /// Shared snapshot and bucket frames for joining and resuming clients.
+    pub snapshots: Snapshots,
+    /// Settings.
+    pub cfg: ConnConfig,
+    /// What the handshake offers.
+    pub offer: ServerOffer,
+    /// Reference point for ping timestamps.
+    pub started: Instant,
+    /// Servers to suggest in a Goodbye.
+    pub redirect: Vec<String>,
+    /// Initial syncs in progress ([`ConnConfig::max_concurrent_syncs`]; `None`: no limit).
+    pub sync_slots: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+impl Ctx {
+    /// Shared state for connections with these settings.
+    pub fn new(
+        cache: Arc<Cache>,
+        cfg: ConnConfig,
+        offer: ServerOffer,
+        redirect: Vec<String>,
+    ) -> Self {
+        let sync_slots = (cfg.max_concurrent_syncs > 0)
+            .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_syncs)));
+        Self {
+            cache,
+            snapshots: Snapshots::default(),
+            cfg: cfg.normalized(),
+            offer,
+            started: Instant::now(),
+            redirect,
+            sync_slots,
+        }
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// The socket failed or the peer went away.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// A write did not complete in time.
+    #[error("write stalled for {0:?}")]
+    WriteTimeout(Duration),
+    /// The peer broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The handshake failed.
+    #[error("handshake: {0}")]
+    Handshake(String),
+    /// The server closed it (reason sent as a Goodbye).
+    #[error("closed: {0}")]
+    Closed(GoodbyeReason),
+    /// The peer closed it.
+    #[error("peer closed the connection")]
+    PeerClosed,
+}

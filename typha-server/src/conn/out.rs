@@ -1,0 +1,137 @@
+//! Writing to a client: frames queue up and leave in bounded writes, each under the write
+//! timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::time::{Instant, timeout_at};
+use typha_protocol::message::{Goodbye, GoodbyeReason, Message};
+
+use super::{ConnError, Ctx};
+use crate::fanout::encode;
+
+/// Frames waiting to be written, and the writing.
+pub(super) struct Out<W> {
+    w: W,
+    pending: Vec<Bytes>,
+    /// Bytes queued and not yet written.
+    pub(super) pending_len: usize,
+    write_timeout: Duration,
+    max_write: usize,
+    ctx: Arc<Ctx>,
+    /// Total time spent in [`Out::flush`]: while we write, we neither read pongs nor send pings.
+    pub(super) writing: Duration,
+}
+
+impl<W: AsyncWrite + Unpin> Out<W> {
+    /// Queues writes to `w` for a connection of `ctx`.
+    pub(super) fn new(w: W, ctx: Arc<Ctx>) -> Self {
+        Out {
+            w,
+            pending: Vec::new(),
+            pending_len: 0,
+            write_timeout: ctx.cfg.write_timeout,
+            max_write: ctx.cfg.max_write,
+            ctx,
+            writing: Duration::ZERO,
+        }
+    }
+
+    /// Queues a frame; an empty one (it could not be encoded) ends the connection.
+    pub(super) fn queue(&mut self, b: Bytes) -> Result<(), ConnError> {
+        if b.is_empty() {
+            return Err(ConnError::Protocol("a frame could not be encoded".into()));
+        }
+        self.pending_len += b.len();
+        self.pending.push(b);
+        Ok(())
+    }
+
+    /// Writes what is queued: a lone frame as it is, several coalesced into writes of at most
+    /// `max_write` bytes (the copy is cheap next to a syscall per frame).
+    pub(super) async fn flush(&mut self) -> Result<(), ConnError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let deadline = start + self.write_timeout;
+        let frames = std::mem::take(&mut self.pending);
+        let total = std::mem::take(&mut self.pending_len);
+        let write = async {
+            if let [one] = frames.as_slice() {
+                self.w.write_all(one).await?;
+            } else {
+                let mut buf = Vec::with_capacity(total.min(self.max_write));
+                for f in &frames {
+                    if !buf.is_empty() && buf.len() + f.len() > self.max_write {
+                        self.w.write_all(&buf).await?;
+                        buf.clear();
+                    }
+                    if f.len() >= self.max_write {
+                        self.w.write_all(f).await?;
+                    } else {
+                        buf.extend_from_slice(f);
+                    }
+                }
+                if !buf.is_empty() {
+                    self.w.write_all(&buf).await?;
+                }
+            }
+            self.w.flush().await
+        };
+        let written = timeout_at(deadline, write).await;
+        self.writing += start.elapsed();
+        match written {
+            Ok(r) => r?,
+            Err(_) => return Err(ConnError::WriteTimeout(self.write_timeout)),
+        }
+        let m = &self.ctx.cache.metrics;
+        m.bytes_sent.inc_by(total as u64);
+        m.client_write_latency_secs
+            .observe(start.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Sends a Goodbye (with servers to try, when the reason calls for them) in place of
+    /// anything still queued, and closes the write side.
+    pub(super) async fn goodbye(&mut self, reason: GoodbyeReason, message: &str) {
+        let redirect = match reason {
+            GoodbyeReason::Shutdown
+            | GoodbyeReason::TooManyConnections
+            | GoodbyeReason::Rebalance => self.ctx.redirect.clone(),
+            _ => Vec::new(),
+        };
+        let g = Message::Goodbye(Goodbye {
+            reason,
+            message: message.into(),
+            redirect,
+        });
+        self.pending.clear();
+        self.pending_len = 0;
+        if self.queue(encode(&g, false)).is_ok() {
+            let _ = self.flush().await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.w.shutdown()).await;
+    }
+}
+
+/// ±10 % jitter, as Typha does, so pings from thousands of connections do not line up.
+pub(super) fn jitter(d: Duration) -> Duration {
+    let f = 0.9 + rand::random::<f64>() * 0.2;
+    d.mul_f64(f)
+}
+
+/// Runs `f` when dropped.
+pub(super) fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct G<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for G<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    G(Some(f))
+}

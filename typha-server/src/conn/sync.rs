@@ -1,0 +1,245 @@
+//! What a client is sent: its initial sync (the missed deltas, the digest buckets that
+//! differ, or a full snapshot, as its resume allows), then catching up from its position with
+//! as few shared frames as the history allows. Waits before the initial sync (for a sync slot,
+//! or for a complete cache) ping the client so it does not time out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWrite;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, sleep_until};
+use typha_protocol::digest::BUCKETS;
+use typha_protocol::handshake::Session;
+use typha_protocol::message::{Deltas, Features, GoodbyeReason, Message, Ping, Resume, Seq};
+use typha_protocol::model::SyncStatus;
+
+use super::out::{Out, jitter, scopeguard};
+use super::{ConnError, Ctx};
+use crate::cache::breadcrumb::Breadcrumb;
+use crate::fanout::{self, Step, encode, plan};
+use crate::metrics::ResumeKind;
+
+/// Waits for `until`, pinging the client meanwhile (so its read timeout does not fire); a
+/// close request ends the wait with a Goodbye.
+async fn pinging<W: AsyncWrite + Unpin, T>(
+    ctx: &Arc<Ctx>,
+    out: &mut Out<W>,
+    close: &mut oneshot::Receiver<GoodbyeReason>,
+    until: impl std::future::Future<Output = T>,
+) -> Result<T, ConnError> {
+    tokio::pin!(until);
+    loop {
+        let ping = Instant::now() + jitter(ctx.cfg.ping_interval);
+        tokio::select! {
+            v = &mut until => return Ok(v),
+            reason = &mut *close => {
+                let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
+                out.goodbye(reason, "server closing this connection").await;
+                return Err(ConnError::Closed(reason));
+            }
+            () = sleep_until(ping) => {
+                let ts = u64::try_from(ping.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
+                out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
+                out.flush().await?;
+            }
+        }
+    }
+}
+
+/// Waits for a turn to write an initial sync, pinging the client meanwhile; the turn lasts
+/// as long as the permit is held.
+pub(super) async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    out: &mut Out<W>,
+    close: &mut oneshot::Receiver<GoodbyeReason>,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ConnError> {
+    let Some(slots) = &ctx.sync_slots else {
+        return Ok(None);
+    };
+    if let Ok(p) = slots.clone().try_acquire_owned() {
+        return Ok(Some(p));
+    }
+    ctx.cache.metrics.syncs_waiting.inc();
+    let _waiting = scopeguard(|| {
+        ctx.cache.metrics.syncs_waiting.dec();
+    });
+    // The semaphore is never closed.
+    let permit = pinging(ctx, out, close, slots.clone().acquire_owned()).await?;
+    Ok(permit.ok())
+}
+
+/// Waits until the cache has been in sync once, pinging the client meanwhile.
+pub(super) async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    out: &mut Out<W>,
+    close: &mut oneshot::Receiver<GoodbyeReason>,
+) -> Result<(), ConnError> {
+    let mut crumbs = ctx.cache.subscribe();
+    let in_sync = async {
+        while !ctx.cache.ever_in_sync() {
+            if crumbs.changed().await.is_err() {
+                return false;
+            }
+        }
+        true
+    };
+    if pinging(ctx, out, close, in_sync).await? {
+        Ok(())
+    } else {
+        Err(ConnError::Closed(GoodbyeReason::Shutdown))
+    }
+}
+
+/// Brings a newly connected client to a position in the cache: by deltas, by digest buckets,
+/// or by full snapshot. Returns the breadcrumb the client is now at.
+pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    session: &Session,
+    resume: Option<&Resume>,
+    out: &mut Out<W>,
+) -> Result<Arc<Breadcrumb>, ConnError> {
+    let cache = &ctx.cache;
+    let m = &cache.metrics;
+    let compress = session.peer_decodes_zstd;
+    // Same epoch, still in the window: only the missed deltas.
+    if session.features.contains(Features::DELTA_RESUME)
+        && let Some(at) = resume
+            .and_then(|r| r.cursor)
+            .filter(|c| c.epoch == cache.epoch())
+            .and_then(|c| cache.get(c.seq))
+    {
+        // Confirms the position and its digest; the catch-up follows from the stream loop.
+        let msg = Message::Deltas(Deltas {
+            from_seq: at.seq,
+            seq: at.seq,
+            digest: at.digest,
+            updates: vec![],
+        });
+        out.queue(encode(&msg, compress))?;
+        out.queue(fanout::status_frame(at.status))?;
+        m.resumed(ResumeKind::deltas);
+        return Ok(at);
+    }
+    // A digest: only the buckets that differ, unless most do.
+    if session.features.contains(Features::BUCKET_RESYNC)
+        && let Some(theirs) = resume.and_then(|r| r.digest.as_ref())
+    {
+        let bf = ctx.snapshots.buckets(cache, compress).await;
+        let diff = theirs.diff(&bf.digest);
+        if diff.len() <= BUCKETS / 2 {
+            out.queue(bf.begin(&diff, compress))?;
+            for b in diff.ids() {
+                for f in bf.buckets.get(usize::from(b.0)).into_iter().flatten() {
+                    out.queue(f.clone())?;
+                }
+                if out.pending_len >= ctx.cfg.max_write * 4 {
+                    out.flush().await?;
+                }
+            }
+            out.queue(bf.end.clone())?;
+            out.queue(fanout::status_frame(bf.crumb.status))?;
+            m.resumed(ResumeKind::digest);
+            return Ok(bf.crumb.clone());
+        }
+    }
+    let snap = ctx.snapshots.full(cache, compress).await;
+    for f in &snap.frames {
+        out.queue(f.clone())?;
+        if out.pending_len >= ctx.cfg.max_write * 4 {
+            out.flush().await?;
+        }
+    }
+    out.queue(fanout::status_frame(snap.crumb.status))?;
+    m.resumed(ResumeKind::snapshot);
+    Ok(snap.crumb.clone())
+}
+
+/// Sends what the client has not seen, as few shared frames as the history allows. A client
+/// whose position has left the window gets a fresh snapshot in-band.
+pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    cursor: &mut Arc<Breadcrumb>,
+    sent_status: &mut SyncStatus,
+    compress: bool,
+    grace_until: Instant,
+    out: &mut Out<W>,
+) -> Result<(), ConnError> {
+    let cache = &ctx.cache;
+    let latest = cache.latest();
+    if latest.seq <= cursor.seq {
+        return Ok(());
+    }
+    let Some(next) = cache.get(Seq(cursor.seq.0 + 1)) else {
+        // Fell out of the window: resnapshot (the client replaces its state).
+        let snap = ctx.snapshots.full(cache, compress).await;
+        for f in &snap.frames {
+            out.queue(f.clone())?;
+            if out.pending_len >= ctx.cfg.max_write * 4 {
+                out.flush().await?;
+            }
+        }
+        *cursor = snap.crumb.clone();
+        out.queue(fanout::status_frame(cursor.status))?;
+        *sent_status = cursor.status;
+        return Ok(());
+    };
+    let now = Instant::now();
+    let allowance = ctx.cfg.max_fall_behind
+        + if now < grace_until {
+            ctx.cfg.new_client_grace
+        } else {
+            Duration::ZERO
+        };
+    if now.duration_since(next.created) > allowance {
+        out.goodbye(GoodbyeReason::FellBehind, "fell too far behind")
+            .await;
+        return Err(ConnError::Closed(GoodbyeReason::FellBehind));
+    }
+    let m = &cache.metrics;
+    // Bound one round so reads and pings are served between rounds.
+    let mut budget = 256;
+    for step in plan(cursor.seq, latest.seq) {
+        if budget == 0 || out.pending_len >= ctx.cfg.max_write * 8 {
+            break;
+        }
+        budget -= 1;
+        let span = match step {
+            Step::Crumb(_) => None,
+            Step::Span { end, stride } => cache
+                .get(end)
+                .and_then(|c| cache.span_frame(&c, stride, compress).map(|f| (f, c))),
+        };
+        let spanned = span.is_some();
+        let (frame, reached) = match span {
+            Some(x) => x,
+            // A single breadcrumb; also the fallback when part of a span left the window.
+            None => match cache.get(Seq(cursor.seq.0 + 1)) {
+                Some(c) => (c.delta_frame(compress, m), c),
+                None => break,
+            },
+        };
+        out.queue(frame)?;
+        *cursor = reached;
+        send_status(cursor, sent_status, out)?;
+        if matches!(step, Step::Span { .. }) && !spanned {
+            // The plan assumed a span: re-plan from the new position next round.
+            break;
+        }
+    }
+    m.client_latency_secs
+        .observe(cursor.created.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn send_status<W: AsyncWrite + Unpin>(
+    cursor: &Breadcrumb,
+    sent: &mut SyncStatus,
+    out: &mut Out<W>,
+) -> Result<(), ConnError> {
+    if cursor.status != *sent {
+        out.queue(fanout::status_frame(cursor.status))?;
+        *sent = cursor.status;
+    }
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! A connection's life: handshake (hello within the deadline, counted from accept), initial
+//! sync, then the stream loop: breadcrumbs as they come, pings, pongs and acks read, until
+//! either side closes or a limit is hit. The outcome is logged once, at the task's boundary.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::sync::{oneshot, watch};
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tracing::{debug, info};
+use typha_protocol::frame::{FrameDecoder, Limits};
+use typha_protocol::handshake::{ServerHandshake, Session};
+use typha_protocol::message::{GoodbyeReason, Message, Ping};
+
+use super::out::{Out, jitter, scopeguard};
+use super::sync::{catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
+use super::{ConnError, Ctx};
+use crate::cache::breadcrumb::Breadcrumb;
+use crate::fanout::encode;
+use crate::metrics::DropReason;
+
+/// Serves one connection until it ends; logs the outcome once.
+pub async fn serve<S>(
+    stream: S,
+    peer: SocketAddr,
+    accepted: Instant,
+    ctx: Arc<Ctx>,
+    close: oneshot::Receiver<GoodbyeReason>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let m = ctx.cache.metrics.clone();
+    match run(stream, accepted, ctx, close).await {
+        Ok(()) | Err(ConnError::PeerClosed) => debug!(%peer, "connection closed"),
+        Err(e @ ConnError::Closed(GoodbyeReason::Shutdown)) => debug!(%peer, "{e}"),
+        Err(e) => {
+            let reason = match &e {
+                ConnError::WriteTimeout(_) => Some(DropReason::write_timeout),
+                ConnError::Protocol(_) => Some(DropReason::protocol_error),
+                ConnError::Handshake(_) => Some(DropReason::handshake),
+                ConnError::Closed(GoodbyeReason::PingTimeout) => Some(DropReason::ping_timeout),
+                ConnError::Closed(GoodbyeReason::FellBehind) => Some(DropReason::fell_behind),
+                _ => None,
+            };
+            if let Some(r) = reason {
+                m.dropped(r);
+            }
+            info!(%peer, error = %e, "connection ended");
+        }
+    }
+}
+
+async fn run<S>(
+    stream: S,
+    accepted: Instant,
+    ctx: Arc<Ctx>,
+    mut close: oneshot::Receiver<GoodbyeReason>,
+) -> Result<(), ConnError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut r, w) = tokio::io::split(stream);
+    let mut out = Out::new(w, ctx.clone());
+    let mut dec = FrameDecoder::new(Limits::SERVER_INBOUND);
+    let mut rbuf = BytesMut::with_capacity(1024);
+
+    // Handshake: the deadline counts from accept, so TLS and hello share it.
+    let deadline = accepted + ctx.cfg.handshake_timeout;
+    let mut hs = ServerHandshake::new(ctx.offer.clone(), accepted.into_std());
+    let first = loop {
+        match dec.decode(&mut rbuf) {
+            Ok(Some(m)) => break m,
+            Ok(None) => {}
+            Err(e) => {
+                out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
+                    .await;
+                return Err(ConnError::Handshake(e.to_string()));
+            }
+        }
+        match timeout_at(deadline, r.read_buf(&mut rbuf)).await {
+            Ok(Ok(0)) => return Err(ConnError::PeerClosed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => {
+                let rej = hs.handle_timeout(Instant::now().into_std());
+                let msg = rej
+                    .as_ref()
+                    .map_or_else(|| "handshake timed out".into(), |r| r.to_string());
+                out.goodbye(GoodbyeReason::HandshakeTimeout, &msg).await;
+                return Err(ConnError::Handshake(msg));
+            }
+        }
+    };
+    let accepted_hello = match hs.handle_message(first, Instant::now().into_std()) {
+        Ok(a) => a,
+        Err(rej) => {
+            if let Some(g) = &rej.goodbye {
+                out.goodbye(g.reason, &g.message).await;
+            }
+            return Err(ConnError::Handshake(rej.to_string()));
+        }
+    };
+    let session = accepted_hello.session;
+    debug!(host = %accepted_hello.hostname, client = %accepted_hello.client_info, version = %session.version, "client hello");
+    out.queue(encode(&Message::ServerHello(accepted_hello.reply), false))?;
+    // The hello's digest was the big part of the read buffer; do not keep its capacity.
+    rbuf = BytesMut::from(&rbuf[..]);
+
+    let compress = session.peer_decodes_zstd;
+    if accepted_hello.resume.is_some() && !ctx.cache.ever_in_sync() {
+        // A resuming client has state: comparing it with a partial cache would tell it to
+        // delete what this server has not loaded yet. Hold it (answering pings) until the
+        // cache is complete; a new client has nothing to lose and gets the partial state.
+        out.flush().await?;
+        wait_for_first_sync(&ctx, &mut out, &mut close).await?;
+    }
+    let slot = wait_for_sync_slot(&ctx, &mut out, &mut close).await?;
+    let sync_started = Instant::now();
+    let mut cursor = initial_sync(&ctx, &session, accepted_hello.resume.as_ref(), &mut out).await?;
+    out.flush().await?;
+    drop(slot);
+    let m = &ctx.cache.metrics;
+    m.client_snapshot_send_secs
+        .observe(sync_started.elapsed().as_secs_f64());
+    let grace_until = Instant::now() + ctx.cfg.new_client_grace;
+    m.connections_streaming.inc();
+    let _streaming = scopeguard(|| {
+        ctx.cache.metrics.connections_streaming.dec();
+    });
+
+    let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
+    let mut sent_status = cursor.status;
+    let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
+    let mut last_heard = Instant::now();
+    let mut ping_sent: Option<(u64, Instant)> = None;
+    // The client is alive if it answers pings or acknowledges what it applied (acks come while
+    // it works through a long catch-up, when our pings wait behind the data). The clock stops
+    // while we are writing to it: a client that reads slowly but steadily is the write
+    // timeout's business, not the pong timeout's.
+    let mut writing_seen = out.writing;
+
+    loop {
+        // First time round this also sends breadcrumbs published while the initial sync was
+        // being written (they came before the subscription and would not wake us).
+        catch_up(
+            &ctx,
+            &mut cursor,
+            &mut sent_status,
+            compress,
+            grace_until,
+            &mut out,
+        )
+        .await?;
+        out.flush().await?;
+        tokio::select! {
+            reason = &mut close => {
+                let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
+                out.goodbye(reason, "server closing this connection").await;
+                return Err(ConnError::Closed(reason));
+            }
+            changed = crumbs.changed() => {
+                if changed.is_err() {
+                    out.goodbye(GoodbyeReason::Shutdown, "cache closed").await;
+                    return Err(ConnError::Closed(GoodbyeReason::Shutdown));
+                }
+            }
+            n = r.read_buf(&mut rbuf) => {
+                match n {
+                    Ok(0) => return Err(ConnError::PeerClosed),
+                    Ok(_) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent).await?;
+            }
+            () = sleep_until(next_ping) => {
+                let paused = out.writing.saturating_sub(writing_seen);
+                writing_seen = out.writing;
+                last_heard = (last_heard + paused).min(Instant::now());
+                if last_heard.elapsed() > ctx.cfg.pong_timeout {
+                    // While a long write to this client was in progress nothing was read: its
+                    // pongs may be waiting in the socket. Judge only after reading them.
+                    // (Bounded: a client that keeps sending cannot keep us here.)
+                    for _ in 0..64 {
+                        let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await else {
+                            break;
+                        };
+                        match n {
+                            Ok(0) => return Err(ConnError::PeerClosed),
+                            Ok(_) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent).await?;
+                    }
+                }
+                let now = Instant::now();
+                if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
+                    out.goodbye(GoodbyeReason::PingTimeout, "no pong in time").await;
+                    return Err(ConnError::Closed(GoodbyeReason::PingTimeout));
+                }
+                let ts = u64::try_from(now.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
+                out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
+                if ping_sent.is_none() {
+                    ping_sent = Some((ts, now));
+                }
+                next_ping = now + jitter(ctx.cfg.ping_interval);
+            }
+        }
+    }
+}
+
+/// Handles every complete message in `rbuf`: pongs and acks; a goodbye or anything a client
+/// may not send ends the connection.
+async fn inbound<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    session: &Session,
+    dec: &mut FrameDecoder,
+    rbuf: &mut BytesMut,
+    out: &mut Out<W>,
+    last_heard: &mut Instant,
+    ping_sent: &mut Option<(u64, Instant)>,
+) -> Result<(), ConnError> {
+    loop {
+        let msg = match dec.decode(rbuf) {
+            Ok(Some(msg)) => msg,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
+                    .await;
+                return Err(ConnError::Protocol(e.to_string()));
+            }
+        };
+        if !session.may_receive(msg.message_type()) {
+            let why = format!("unexpected {} from a client", msg.message_type());
+            out.goodbye(GoodbyeReason::ProtocolError, &why).await;
+            return Err(ConnError::Protocol(why));
+        }
+        match msg {
+            Message::Pong(p) => {
+                *last_heard = Instant::now();
+                if let Some((_, at)) = ping_sent.take_if(|(ts, _)| *ts == p.ping_timestamp_micros) {
+                    ctx.cache
+                        .metrics
+                        .ping_latency
+                        .observe(at.elapsed().as_secs_f64());
+                }
+            }
+            Message::Ack(a) => {
+                // A client acknowledging what it applied is alive and reading.
+                *last_heard = Instant::now();
+                if let Some(c) = ctx.cache.get(a.seq) {
+                    ctx.cache
+                        .metrics
+                        .client_ack_lag_secs
+                        .observe(c.created.elapsed().as_secs_f64());
+                }
+            }
+            Message::Goodbye(g) => {
+                debug!(reason = %g.reason, message = %g.message, "client said goodbye");
+                return Err(ConnError::PeerClosed);
+            }
+            other => {
+                let why = format!("unexpected {} from a client", other.message_type());
+                out.goodbye(GoodbyeReason::ProtocolError, &why).await;
+                return Err(ConnError::Protocol(why));
+            }
+        }
+    }
+}
