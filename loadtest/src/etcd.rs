@@ -83,7 +83,7 @@ impl EtcdProc {
 /// Writes the generated cluster (`(nodes, pods per node)`) into etcd.
 pub(crate) async fn seed(e: &EtcdProc, shape: (usize, usize)) -> anyhow::Result<usize> {
     let mut c = e.client().await?;
-    let resources = crate::harness::cluster_spec(shape.0, shape.1).resources();
+    let resources = crate::cluster::cluster_spec(shape.0, shape.1).resources();
     for chunk in resources.chunks(TXN_OPS) {
         let ops = chunk
             .iter()
@@ -109,7 +109,7 @@ pub(crate) fn churn(endpoint: String, shape: (usize, usize), rate: f64, secs: f6
         let mut c = Client::connect([endpoint.as_str()], None)
             .await
             .context("connecting to etcd")?;
-        let spec = crate::harness::cluster_spec(shape.0, shape.1);
+        let spec = crate::cluster::cluster_spec(shape.0, shape.1);
         let total = (rate * secs).round() as u64;
         let started = tokio::time::Instant::now();
         let per = Duration::from_secs_f64(1.0 / rate.max(0.001));
@@ -236,7 +236,7 @@ pub(crate) async fn direct_node(
 mod tests {
     #[test]
     fn finds_the_stamp_in_json() {
-        let spec = crate::harness::cluster_spec(2, 2);
+        let spec = crate::cluster::cluster_spec(2, 2);
         let mut r = spec.workload_endpoint(1, 1, 7);
         let plain = serde_json::to_vec(&r.to_json()).unwrap_or_default();
         assert_eq!(super::sent_ns_json(&plain), None);

@@ -19,6 +19,7 @@ mod agent;
 mod broadcast;
 mod ceiling;
 mod child;
+mod cluster;
 mod direct;
 mod etcd;
 mod failover;
@@ -83,22 +84,11 @@ fn main() -> ExitCode {
     } else {
         Cli::parse()
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LOADTEST_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let filter = std::env::var("LOADTEST_LOG").unwrap_or_else(|_| "warn".into());
+    typha_service::logging::init(&filter, false, typha_service::logging::Output::Stderr);
+    let rt = match typha_service::runtime::multi_thread("loadtest", None) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("loadtest: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let cmd = cli.cmd;
     let outcome = rt.block_on(async move {

@@ -358,7 +358,7 @@ const MAX_BATCH: u64 = 2_000;
 /// seconds: the generated cluster's own endpoints (`(nodes, pods per node)`), rewritten. Updates that fall due while a request
 /// is in flight go together in the next one; each is stamped with the time its request is sent.
 async fn churn(api: String, shape: (usize, usize), rate: f64, secs: f64) -> anyhow::Result<u64> {
-    let spec = crate::harness::cluster_spec(shape.0, shape.1);
+    let spec = crate::cluster::cluster_spec(shape.0, shape.1);
     let mut http = Http::new(&api);
     let total = (rate * secs).round() as u64;
     let started = tokio::time::Instant::now();
@@ -397,7 +397,7 @@ async fn churn(api: String, shape: (usize, usize), rate: f64, secs: f64) -> anyh
 mod tests {
     #[test]
     fn churn_rewrites_endpoints_the_cluster_has() {
-        let spec = crate::harness::cluster_spec(3, 4);
+        let spec = crate::cluster::cluster_spec(3, 4);
         let ids: std::collections::HashSet<_> = spec.resources().iter().map(|r| r.id()).collect();
         for (node, pod) in [(0, 0), (2, 3), (1, 2)] {
             let r = spec.workload_endpoint(node, pod, 99);
