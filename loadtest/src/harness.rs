@@ -79,7 +79,7 @@ impl Workdir {
             .context("writing the cluster manifests")?;
         if let Some(t) = &wd.tls {
             typha_server::pki::write_bundle(t, &["localhost", "127.0.0.1"], "typha-client")
-                .map_err(anyhow::Error::msg)?;
+                .context("writing the TLS bundle")?;
         }
         Ok(wd)
     }

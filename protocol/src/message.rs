@@ -593,12 +593,34 @@ pub enum Message {
 
 /// A payload that does not decode as its message type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message_type} payload: {reason}")]
-pub struct PayloadError {
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The bytes are not a message of this type.
+    #[error("{message_type} payload: {source}")]
+    Decode {
+        /// The type from the frame header.
+        message_type: MessageType,
+        /// Why they do not decode.
+        source: postcard::Error,
+    },
+    /// The message ends before the payload does.
+    #[error("{message_type} payload: {len} trailing bytes")]
+    TrailingBytes {
+        /// The type from the frame header.
+        message_type: MessageType,
+        /// How many bytes follow the message.
+        len: usize,
+    },
+}
+
+impl PayloadError {
     /// The type from the frame header.
-    pub message_type: MessageType,
-    /// What went wrong.
-    pub reason: String,
+    pub fn message_type(&self) -> MessageType {
+        match self {
+            PayloadError::Decode { message_type, .. }
+            | PayloadError::TrailingBytes { message_type, .. } => *message_type,
+        }
+    }
 }
 
 impl Message {
@@ -660,13 +682,13 @@ impl Message {
         fn take<'a, T: Deserialize<'a>>(ty: MessageType, p: &'a [u8]) -> Result<T, PayloadError> {
             match postcard::take_from_bytes::<T>(p) {
                 Ok((v, [])) => Ok(v),
-                Ok((_, rest)) => Err(PayloadError {
+                Ok((_, rest)) => Err(PayloadError::TrailingBytes {
                     message_type: ty,
-                    reason: format!("{} trailing bytes", rest.len()),
+                    len: rest.len(),
                 }),
-                Err(e) => Err(PayloadError {
+                Err(source) => Err(PayloadError::Decode {
                     message_type: ty,
-                    reason: e.to_string(),
+                    source,
                 }),
             }
         }

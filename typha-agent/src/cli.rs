@@ -181,7 +181,7 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 
     let (feeder, rx) = Feeder::new();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (opened_tx, opened_rx) = oneshot::channel::<Result<(), String>>();
+    let (opened_tx, opened_rx) = oneshot::channel::<Result<(), OpenError>>();
     let dp_thread = {
         let shared = shared.clone();
         let agent_cfg = s.agent.clone();
@@ -240,6 +240,17 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Why the dataplane thread could not start its loop.
+#[derive(Debug, thiserror::Error)]
+enum OpenError {
+    /// Its runtime could not be built.
+    #[error("{0}")]
+    Runtime(#[source] std::io::Error),
+    /// The Linux dataplane could not be opened.
+    #[error("{0}")]
+    Dataplane(#[source] DataplaneError),
+}
+
 fn dataplane_thread(
     cfg: AgentConfig,
     linux: LinuxConfig,
@@ -247,12 +258,12 @@ fn dataplane_thread(
     rx: tokio::sync::mpsc::UnboundedReceiver<crate::run::Input>,
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
-    opened: oneshot::Sender<Result<(), String>>,
+    opened: oneshot::Sender<Result<(), OpenError>>,
 ) {
     let rt = match typha_service::runtime::current_thread() {
         Ok(rt) => rt,
         Err(e) => {
-            let _ = opened.send(Err(e.to_string()));
+            let _ = opened.send(Err(OpenError::Runtime(e)));
             return;
         }
     };
@@ -272,7 +283,7 @@ fn dataplane_thread(
             let mut dp = match LinuxDataplane::new(&linux) {
                 Ok(dp) => dp,
                 Err(e) => {
-                    let _ = opened.send(Err(e.to_string()));
+                    let _ = opened.send(Err(OpenError::Dataplane(e)));
                     return;
                 }
             };

@@ -4,8 +4,8 @@
 //! graph never sees half-understood data, and whatever the key held before is withdrawn. The
 //! agent logs each rejection with the key and the reason and counts it.
 
-use typha_protocol::model::{Key, Port, Rule, Update, Value};
-use typha_protocol::selector::Selector;
+use typha_protocol::model::{Key, Port, Rule, Update, Value, ValueError};
+use typha_protocol::selector::{Selector, SelectorError};
 
 /// Why an update was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -14,7 +14,54 @@ pub struct Invalid {
     /// The key.
     pub key: String,
     /// What is wrong.
-    pub reason: String,
+    #[source]
+    pub reason: InvalidValue,
+}
+
+/// What is wrong with a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidValue {
+    /// The bytes do not decode, or decode to a value of another type than the key's.
+    #[error("{0}")]
+    Undecodable(#[source] ValueError),
+    /// An interface name that Linux would refuse (empty, longer than 15 bytes, `.`, `..`).
+    #[error("interface name {0:?} is not a valid Linux interface name")]
+    InterfaceName(String),
+    /// An interface name with a `/`, `:`, whitespace or a control character (it goes into
+    /// iptables rules).
+    #[error("interface name {0:?} contains a forbidden character")]
+    InterfaceCharacter(String),
+    /// A workload endpoint without any address.
+    #[error("no IP addresses")]
+    NoAddresses,
+    /// A policy whose order is NaN.
+    #[error("order is NaN")]
+    OrderNaN,
+    /// A selector that does not parse.
+    #[error("{field}: {source}")]
+    Selector {
+        /// Where: `selector`, `inbound[0].source.notSelector`, ...
+        field: String,
+        /// Why it does not parse.
+        source: SelectorError,
+    },
+    /// Ports in a rule whose protocol has none.
+    #[error("{side}: ports need protocol TCP, UDP, SCTP or UDPLite")]
+    PortsWithoutProtocol {
+        /// Where: `inbound[0].destination`, ...
+        side: String,
+    },
+    /// A port range that is empty or starts at 0.
+    #[error("{side}: bad port range {first}:{last}")]
+    PortRange {
+        /// Where: `inbound[0].destination`, ...
+        side: String,
+        /// First port.
+        first: u16,
+        /// Last port.
+        last: u16,
+    },
 }
 
 /// An update after validation: what to apply, and why the value was refused if it was.
@@ -31,7 +78,7 @@ pub struct Checked {
 /// Checks an update.
 pub fn validate(u: &Update) -> Checked {
     let key = u.key.key();
-    let bad = |key: Key, reason: String| Checked {
+    let bad = |key: Key, reason: InvalidValue| Checked {
         invalid: Some(Invalid {
             key: key.to_string(),
             reason,
@@ -41,7 +88,7 @@ pub fn validate(u: &Update) -> Checked {
     };
     let value = match u.decode_value() {
         Ok(v) => v,
-        Err(e) => return bad(key, e.to_string()),
+        Err(e) => return bad(key, InvalidValue::Undecodable(e)),
     };
     let Some(value) = value else {
         return Checked {
@@ -51,23 +98,21 @@ pub fn validate(u: &Update) -> Checked {
         };
     };
     let check = match &value {
-        Value::WorkloadEndpoint(w) => iface_name(&w.name).and_then(|()| {
-            if w.ipv4_nets.is_empty() && w.ipv6_nets.is_empty() {
-                Err("no IP addresses".to_string())
+        Value::WorkloadEndpoint(w) => {
+            iface_name(&w.name).and(if w.ipv4_nets.is_empty() && w.ipv6_nets.is_empty() {
+                Err(InvalidValue::NoAddresses)
             } else {
                 Ok(())
-            }
-        }),
+            })
+        }
         // A host endpoint names its interface, or none (by address), or `*` (all); the name
         // goes into iptables rules, so anything else is refused.
         Value::HostEndpoint(h) if !h.name.is_empty() && h.name != "*" => iface_name(&h.name),
         Value::Policy(p) => selector("selector", &p.selector)
-            .and_then(|()| {
-                if p.order.is_some_and(f64::is_nan) {
-                    Err("order is NaN".to_string())
-                } else {
-                    Ok(())
-                }
+            .and(if p.order.is_some_and(f64::is_nan) {
+                Err(InvalidValue::OrderNaN)
+            } else {
+                Ok(())
             })
             .and_then(|()| rules("inbound", &p.inbound_rules))
             .and_then(|()| rules("outbound", &p.outbound_rules)),
@@ -87,30 +132,29 @@ pub fn validate(u: &Update) -> Checked {
 }
 
 /// Linux interface names: 1 to 15 bytes, no `/`, whitespace or `:`.
-fn iface_name(name: &str) -> Result<(), String> {
+fn iface_name(name: &str) -> Result<(), InvalidValue> {
     if name.is_empty() || name.len() > 15 || name == "." || name == ".." {
-        return Err(format!(
-            "interface name {name:?} is not a valid Linux interface name"
-        ));
+        return Err(InvalidValue::InterfaceName(name.to_owned()));
     }
     if name
         .chars()
         .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control())
     {
-        return Err(format!(
-            "interface name {name:?} contains a forbidden character"
-        ));
+        return Err(InvalidValue::InterfaceCharacter(name.to_owned()));
     }
     Ok(())
 }
 
-fn selector(field: &str, s: &str) -> Result<(), String> {
+fn selector(field: &str, s: &str) -> Result<(), InvalidValue> {
     Selector::parse(s)
         .map(|_| ())
-        .map_err(|e| format!("{field}: {e}"))
+        .map_err(|source| InvalidValue::Selector {
+            field: field.to_owned(),
+            source,
+        })
 }
 
-fn rules(dir: &str, rules: &[Rule]) -> Result<(), String> {
+fn rules(dir: &str, rules: &[Rule]) -> Result<(), InvalidValue> {
     for (i, r) in rules.iter().enumerate() {
         let at = |f: &str| format!("{dir}[{i}].{f}");
         for (side, e) in [("source", &r.src), ("destination", &r.dst)] {
@@ -118,16 +162,17 @@ fn rules(dir: &str, rules: &[Rule]) -> Result<(), String> {
             selector(&at(&format!("{side}.notSelector")), &e.not_selector)?;
             let has_ports = !e.ports.is_empty() || !e.not_ports.is_empty();
             if has_ports && !r.protocol.is_some_and(|p| p.has_ports()) {
-                return Err(format!(
-                    "{}: ports need protocol TCP, UDP, SCTP or UDPLite",
-                    at(side)
-                ));
+                return Err(InvalidValue::PortsWithoutProtocol { side: at(side) });
             }
             for p in e.ports.iter().chain(&e.not_ports) {
                 if let Port::Range { first, last } = p
                     && (first > last || *first == 0)
                 {
-                    return Err(format!("{}: bad port range {first}:{last}", at(side)));
+                    return Err(InvalidValue::PortRange {
+                        side: at(side),
+                        first: *first,
+                        last: *last,
+                    });
                 }
             }
         }
@@ -136,109 +181,4 @@ fn rules(dir: &str, rules: &[Rule]) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use typha_protocol::model::{
-        Action, EncodedValue, KeyPath, Policy, PolicyType, Revision, UpdateKind,
-    };
-
-    use super::*;
-
-    fn policy(selector: &str, rule_selector: &str) -> Policy {
-        let mut rule = Rule::new(Action::Allow);
-        rule.src.selector = rule_selector.into();
-        Policy {
-            namespace: String::new(),
-            tier: "default".into(),
-            order: Some(10.0),
-            selector: selector.into(),
-            types: vec![PolicyType::Ingress],
-            inbound_rules: vec![rule],
-            outbound_rules: vec![],
-            untracked: false,
-            pre_dnat: false,
-            apply_on_forward: false,
-            performance_hints: vec![],
-            staged_action: None,
-        }
-    }
-
-    fn update(p: Policy) -> Update {
-        Update::put(
-            KeyPath::new("/calico/v1/policy/GlobalNetworkPolicy/p1").unwrap(),
-            EncodedValue::encode(&Value::Policy(p)),
-            Revision(1),
-            UpdateKind::New,
-        )
-    }
-
-    #[test]
-    fn a_valid_policy_passes() {
-        let c = validate(&update(policy("app == 'a'", "role == 'db'")));
-        assert!(c.value.is_some() && c.invalid.is_none());
-    }
-
-    #[test]
-    fn a_bad_rule_selector_is_rejected_with_where() {
-        let c = validate(&update(policy("all()", "role == ")));
-        assert!(matches!(c.key, Key::Policy(_)));
-        assert!(c.value.is_none());
-        let e = c.invalid.unwrap();
-        assert!(e.reason.contains("inbound[0].source.selector"), "{e}");
-        assert!(e.reason.contains("position"), "{e}");
-    }
-
-    #[test]
-    fn ports_without_a_port_protocol_are_rejected() {
-        let mut p = policy("all()", "");
-        p.inbound_rules[0].dst.ports = vec![Port::Range {
-            first: 80,
-            last: 80,
-        }];
-        let e = validate(&update(p)).invalid.unwrap();
-        assert!(e.reason.contains("ports need protocol"), "{e}");
-    }
-
-    #[test]
-    fn interface_names_that_could_inject_rule_text_are_refused() {
-        let hep = typha_protocol::model::HostEndpoint {
-            name: "eth0 -j ACCEPT".into(),
-            expected_ipv4_addrs: vec![],
-            expected_ipv6_addrs: vec![],
-            labels: Default::default(),
-            profile_ids: vec![],
-            ports: vec![],
-        };
-        let u = Update::put(
-            KeyPath::new("/calico/v1/host/n1/endpoint/uplink").unwrap(),
-            EncodedValue::encode(&Value::HostEndpoint(hep.clone())),
-            Revision(1),
-            UpdateKind::New,
-        );
-        let c = validate(&u);
-        assert!(c.value.is_none());
-        assert!(c.invalid.unwrap().reason.contains("forbidden character"));
-        let all = typha_protocol::model::HostEndpoint {
-            name: "*".into(),
-            ..hep
-        };
-        let u = Update::put(
-            KeyPath::new("/calico/v1/host/n1/endpoint/all").unwrap(),
-            EncodedValue::encode(&Value::HostEndpoint(all)),
-            Revision(1),
-            UpdateKind::New,
-        );
-        assert!(validate(&u).invalid.is_none());
-    }
-
-    #[test]
-    fn undecodable_bytes_are_rejected_not_panicked_on() {
-        let u = Update::put(
-            KeyPath::new("/calico/v1/policy/GlobalNetworkPolicy/p1").unwrap(),
-            EncodedValue::from_bytes(bytes::Bytes::from_static(&[0xff, 0xff, 0xff])),
-            Revision(1),
-            UpdateKind::New,
-        );
-        assert!(validate(&u).invalid.is_some());
-    }
-}
+mod tests;

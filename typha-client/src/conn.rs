@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
-use typha_protocol::frame::{FrameDecoder, FrameEncoder, Limits};
+use typha_protocol::frame::{EncodeError, FrameDecoder, FrameEncoder, FrameError, Limits};
 use typha_protocol::handshake::{ClientHandshake, ClientOffer, RejectReason, Session};
 use typha_protocol::message::{Ack, Features, Goodbye, Message, MessageType, Pong};
 
@@ -24,21 +24,44 @@ use crate::store::{Store, StoreError, SyncerCallbacks};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
-    /// TCP connect failed or timed out.
-    #[error("cannot connect to {addr}: {reason}")]
+    /// TCP connect failed.
+    #[error("cannot connect to {addr}: {source}")]
     Dial {
         /// Address.
         addr: std::net::SocketAddr,
         /// Why.
-        reason: String,
+        source: std::io::Error,
+    },
+    /// TCP connect did not finish within the dial timeout.
+    #[error("cannot connect to {addr}: timed out after {limit:?}")]
+    DialTimeout {
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// The dial timeout.
+        limit: Duration,
     },
     /// The TLS handshake failed (wrong CA, certificate refused, server identity mismatch).
-    #[error("TLS with {addr} failed: {reason}")]
+    #[error("TLS with {addr} failed: {source}")]
     Tls {
         /// Address.
         addr: std::net::SocketAddr,
         /// Why.
-        reason: String,
+        source: TlsFailure,
+    },
+    /// The TLS handshake was cut short by an EOF or a reset (an overloaded server, a restart):
+    /// worth retrying, unlike [`SessionError::Tls`].
+    #[error("connection lost: TLS handshake with {addr} interrupted: {source}")]
+    TlsInterrupted {
+        /// Address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TLS handshake did not finish within the dial timeout.
+    #[error("connection lost: TLS handshake with {addr} timed out")]
+    TlsTimeout {
+        /// Address.
+        addr: std::net::SocketAddr,
     },
     /// The protocol handshake failed (version mismatch, wrong syncer, refused).
     #[error("handshake with {addr} failed: {reason}")]
@@ -57,15 +80,54 @@ pub enum SessionError {
     /// A write stalled.
     #[error("write stalled for {0:?}")]
     WriteTimeout(Duration),
-    /// The connection failed or closed.
+    /// Reading from or writing to the connection failed.
     #[error("connection lost: {0}")]
-    Io(String),
+    Io(#[source] std::io::Error),
+    /// The server closed the connection.
+    #[error("connection lost: closed by the server")]
+    Closed,
+    /// The server closed the connection before answering the handshake (without TLS; with
+    /// TLS that is a [`TlsFailure::ClosedAfterHandshake`]).
+    #[error("connection lost: closed by the server during the handshake")]
+    ClosedDuringHandshake,
     /// The server sent something undecodable.
     #[error("protocol error: {0}")]
-    Protocol(String),
+    Protocol(#[source] FrameError),
+    /// The server sent a message the session does not allow.
+    #[error("protocol error: unexpected {0} from the server")]
+    UnexpectedMessage(MessageType),
+    /// A message of ours could not be encoded.
+    #[error("protocol error: {0}")]
+    Encode(#[source] EncodeError),
     /// The server's stream disagreed with the store (gap, digest mismatch).
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Why the TLS handshake with a server failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The name to verify the server against is not a valid DNS name or IP address.
+    #[error("bad server name {name:?}: {source}")]
+    ServerName {
+        /// The name.
+        name: String,
+        /// Why it is not valid.
+        source: rustls_pki_types::InvalidDnsNameError,
+    },
+    /// rustls refused the handshake (certificate not trusted, identity mismatch, protocol).
+    #[error("{0}")]
+    Handshake(#[source] std::io::Error),
+    /// With TLS 1.3 the server checks this client's certificate after the client's side of
+    /// the handshake has finished; a refusal then shows up as a close.
+    #[error(
+        "the server closed the connection after TLS: this client's certificate CN/URI SAN is probably not allowed there (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN)"
+    )]
+    ClosedAfterHandshake,
+    /// Like [`TlsFailure::ClosedAfterHandshake`], as an alert or a reset.
+    #[error("the server refused this client: {0}")]
+    Refused(#[source] std::io::Error),
 }
 
 impl SessionError {
@@ -146,16 +208,11 @@ async fn run(
     let deadline = Instant::now() + cfg.dial_timeout;
     let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            return Err(SessionError::Dial {
-                addr,
-                reason: e.to_string(),
-            });
-        }
+        Ok(Err(source)) => return Err(SessionError::Dial { addr, source }),
         Err(_) => {
-            return Err(SessionError::Dial {
+            return Err(SessionError::DialTimeout {
                 addr,
-                reason: format!("timed out after {:?}", cfg.dial_timeout),
+                limit: cfg.dial_timeout,
             });
         }
     };
@@ -164,9 +221,12 @@ async fn run(
         None => Box::new(tcp),
         Some(tls) => {
             let name = rustls_pki_types::ServerName::try_from(target.server_name.clone()).map_err(
-                |e| SessionError::Tls {
+                |source| SessionError::Tls {
                     addr,
-                    reason: format!("bad server name {:?}: {e}", target.server_name),
+                    source: TlsFailure::ServerName {
+                        name: target.server_name.clone(),
+                        source,
+                    },
                 },
             )?;
             let conn = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, tcp);
@@ -177,19 +237,11 @@ async fn run(
                 Ok(Err(e)) if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) => {
                     return Err(SessionError::Tls {
                         addr,
-                        reason: e.to_string(),
+                        source: TlsFailure::Handshake(e),
                     });
                 }
-                Ok(Err(e)) => {
-                    return Err(SessionError::Io(format!(
-                        "TLS handshake with {addr} interrupted: {e}"
-                    )));
-                }
-                Err(_) => {
-                    return Err(SessionError::Io(format!(
-                        "TLS handshake with {addr} timed out"
-                    )));
-                }
+                Ok(Err(source)) => return Err(SessionError::TlsInterrupted { addr, source }),
+                Err(_) => return Err(SessionError::TlsTimeout { addr }),
             }
         }
     };
@@ -208,13 +260,10 @@ async fn run(
     let mut hs = ClientHandshake::new(offer, std::time::Instant::now());
     let hello = enc
         .encode(&Message::ClientHello(hs.hello()))
-        .map_err(|e| SessionError::Protocol(e.to_string()))?;
+        .map_err(SessionError::Encode)?;
     write(&mut w, &hello, cfg.write_timeout).await?;
     let answer = loop {
-        if let Some(msg) = dec
-            .decode(&mut buf)
-            .map_err(|e| SessionError::Protocol(e.to_string()))?
-        {
+        if let Some(msg) = dec.decode(&mut buf).map_err(SessionError::Protocol)? {
             break msg;
         }
         match tokio::time::timeout_at(deadline, r.read_buf(&mut buf)).await {
@@ -223,24 +272,20 @@ async fn run(
             Ok(Ok(0)) if tls.is_some() => {
                 return Err(SessionError::Tls {
                     addr,
-                    reason: "the server closed the connection after TLS: this client's certificate CN/URI SAN is probably not allowed there (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN)".into(),
+                    source: TlsFailure::ClosedAfterHandshake,
                 });
             }
-            Ok(Ok(0)) => {
-                return Err(SessionError::Io(
-                    "closed by the server during the handshake".into(),
-                ));
-            }
+            Ok(Ok(0)) => return Err(SessionError::ClosedDuringHandshake),
             Ok(Ok(n)) => {
                 m.bytes_received.inc_by(n as u64);
             }
             Ok(Err(e)) if tls.is_some() => {
                 return Err(SessionError::Tls {
                     addr,
-                    reason: format!("the server refused this client: {e}"),
+                    source: TlsFailure::Refused(e),
                 });
             }
-            Ok(Err(e)) => return Err(SessionError::Io(e.to_string())),
+            Ok(Err(e)) => return Err(SessionError::Io(e)),
             Err(_) => {
                 return Err(SessionError::Handshake {
                     addr,
@@ -264,24 +309,16 @@ async fn run(
 
     let light = store.is_light();
     loop {
-        while let Some(frame) = dec
-            .decode_frame(&mut buf)
-            .map_err(|e| SessionError::Protocol(e.to_string()))?
-        {
+        while let Some(frame) = dec.decode_frame(&mut buf).map_err(SessionError::Protocol)? {
             if light && frame.message_type == MessageType::SnapshotChunk {
                 // A light store keeps nothing from snapshots: skip the decompression and
                 // decoding that would dominate a simulated node's cost.
                 store.skip_chunk()?;
                 continue;
             }
-            let msg = dec
-                .decode_message(&frame)
-                .map_err(|e| SessionError::Protocol(e.to_string()))?;
+            let msg = dec.decode_message(&frame).map_err(SessionError::Protocol)?;
             if !session.may_receive(msg.message_type()) {
-                return Err(SessionError::Protocol(format!(
-                    "unexpected {} from the server",
-                    msg.message_type()
-                )));
+                return Err(SessionError::UnexpectedMessage(msg.message_type()));
             }
             match msg {
                 Message::Ping(p) => {
@@ -289,7 +326,7 @@ async fn run(
                         .encode(&Message::Pong(Pong {
                             ping_timestamp_micros: p.timestamp_micros,
                         }))
-                        .map_err(|e| SessionError::Protocol(e.to_string()))?;
+                        .map_err(SessionError::Encode)?;
                     write(&mut w, &pong, cfg.write_timeout).await?;
                 }
                 Message::Goodbye(g) => return Err(SessionError::Goodbye(g)),
@@ -314,18 +351,18 @@ async fn run(
         {
             let ack = enc
                 .encode(&Message::Ack(Ack { seq }))
-                .map_err(|e| SessionError::Protocol(e.to_string()))?;
+                .map_err(SessionError::Encode)?;
             write(&mut w, &ack, cfg.write_timeout).await?;
             last_ack = Instant::now();
         }
         match timeout(cfg.read_timeout, r.read_buf(&mut buf)).await {
             Err(_) => return Err(SessionError::ReadTimeout(cfg.read_timeout)),
-            Ok(Ok(0)) => return Err(SessionError::Io("closed by the server".into())),
+            Ok(Ok(0)) => return Err(SessionError::Closed),
             Ok(Ok(n)) => {
                 m.bytes_received.inc_by(n as u64);
                 m.heard();
             }
-            Ok(Err(e)) => return Err(SessionError::Io(e.to_string())),
+            Ok(Err(e)) => return Err(SessionError::Io(e)),
         }
     }
 }
@@ -342,7 +379,7 @@ async fn write<W: AsyncWrite + Unpin>(
     .await
     {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(SessionError::Io(e.to_string())),
+        Ok(Err(e)) => Err(SessionError::Io(e)),
         Err(_) => Err(SessionError::WriteTimeout(limit)),
     }
 }

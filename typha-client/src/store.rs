@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 
 use typha_protocol::digest::{KeyHash, StateDigest};
 use typha_protocol::handshake::Session;
-use typha_protocol::message::{Cursor, Message, Resume, Seq, SnapshotScope};
+use typha_protocol::message::{Cursor, Message, MessageType, Resume, Seq, SnapshotScope};
 use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
 
 /// What a consumer implements: Calico's `api.SyncerCallbacks`.
@@ -84,7 +84,43 @@ pub enum StoreError {
     },
     /// A message out of place (a chunk outside a snapshot, a deletion in a snapshot, ...).
     #[error("unexpected {0}")]
-    Unexpected(String),
+    Unexpected(Unexpected),
+}
+
+/// A message out of place, for [`StoreError::Unexpected`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unexpected {
+    /// A light store's undecoded snapshot chunk, in a full store.
+    UndecodedChunk,
+    /// A snapshot chunk outside a snapshot.
+    ChunkOutsideSnapshot,
+    /// A snapshot begins inside a snapshot.
+    SnapshotInSnapshot,
+    /// A deletion of this key in a snapshot.
+    DeletionInSnapshot(KeyPath),
+    /// A snapshot end outside a snapshot.
+    EndOutsideSnapshot,
+    /// Deltas inside a snapshot.
+    DeltasInSnapshot,
+    /// A message of a type servers do not send after the handshake.
+    Message(MessageType),
+}
+
+impl std::fmt::Display for Unexpected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unexpected::UndecodedChunk => {
+                f.write_str("an undecoded snapshot chunk in a full store")
+            }
+            Unexpected::ChunkOutsideSnapshot => f.write_str("a snapshot chunk outside a snapshot"),
+            Unexpected::SnapshotInSnapshot => f.write_str("a snapshot inside a snapshot"),
+            Unexpected::DeletionInSnapshot(key) => write!(f, "a deletion of {key} in a snapshot"),
+            Unexpected::EndOutsideSnapshot => f.write_str("a snapshot end outside a snapshot"),
+            Unexpected::DeltasInSnapshot => f.write_str("deltas inside a snapshot"),
+            Unexpected::Message(t) => write!(f, "{t} from a server"),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -185,14 +221,10 @@ impl Store {
     /// then not checked.
     pub fn skip_chunk(&mut self) -> Result<(), StoreError> {
         if !self.light {
-            return Err(StoreError::Unexpected(
-                "an undecoded snapshot chunk in a full store".into(),
-            ));
+            return Err(StoreError::Unexpected(Unexpected::UndecodedChunk));
         }
         if self.marks.is_none() {
-            return Err(StoreError::Unexpected(
-                "a snapshot chunk outside a snapshot".into(),
-            ));
+            return Err(StoreError::Unexpected(Unexpected::ChunkOutsideSnapshot));
         }
         self.light_skipped = true;
         Ok(())
@@ -387,9 +419,7 @@ impl Store {
             }
             Message::SnapshotBegin(b) => {
                 if self.marks.is_some() {
-                    return Err(StoreError::Unexpected(
-                        "a snapshot inside a snapshot".into(),
-                    ));
+                    return Err(StoreError::Unexpected(Unexpected::SnapshotInSnapshot));
                 }
                 self.report(SyncStatus::ResyncInProgress, cb);
                 self.marks = Some(Marks {
@@ -401,9 +431,7 @@ impl Store {
             }
             Message::SnapshotChunk(c) => {
                 if self.marks.is_none() {
-                    return Err(StoreError::Unexpected(
-                        "a snapshot chunk outside a snapshot".into(),
-                    ));
+                    return Err(StoreError::Unexpected(Unexpected::ChunkOutsideSnapshot));
                 }
                 if self.light {
                     self.light_seen += c.updates.len() as u64;
@@ -413,9 +441,8 @@ impl Store {
                 let mut out = Vec::with_capacity(c.updates.len());
                 for u in c.updates {
                     let Some(v) = u.value else {
-                        return Err(StoreError::Unexpected(format!(
-                            "a deletion of {} in a snapshot",
-                            u.key
+                        return Err(StoreError::Unexpected(Unexpected::DeletionInSnapshot(
+                            u.key,
                         )));
                     };
                     if let Some(m) = self.marks.as_mut() {
@@ -429,9 +456,7 @@ impl Store {
             }
             Message::SnapshotEnd(e) => {
                 let Some(m) = self.marks.take() else {
-                    return Err(StoreError::Unexpected(
-                        "a snapshot end outside a snapshot".into(),
-                    ));
+                    return Err(StoreError::Unexpected(Unexpected::EndOutsideSnapshot));
                 };
                 let skipped = std::mem::take(&mut self.light_skipped);
                 let carried = if self.light {
@@ -475,7 +500,7 @@ impl Store {
             }
             Message::Deltas(d) => {
                 if self.marks.is_some() {
-                    return Err(StoreError::Unexpected("deltas inside a snapshot".into()));
+                    return Err(StoreError::Unexpected(Unexpected::DeltasInSnapshot));
                 }
                 let at = self.cursor.map(|c| c.seq);
                 if !self.caught_up {
@@ -510,9 +535,8 @@ impl Store {
                 applied.reached = Some(d.seq);
             }
             other => {
-                return Err(StoreError::Unexpected(format!(
-                    "{} from a server",
-                    other.message_type()
+                return Err(StoreError::Unexpected(Unexpected::Message(
+                    other.message_type(),
                 )));
             }
         }

@@ -3,7 +3,7 @@
 //! certificate must carry that CN or URI SAN (the chain is verified either way); otherwise the
 //! usual host name check applies.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::WebPkiServerVerifier;
@@ -29,50 +29,62 @@ pub struct ClientTls {
 
 /// TLS material that cannot be used.
 #[derive(Debug, thiserror::Error)]
-#[error("{setting}: {path}: {reason}")]
+#[error("{setting}: {path}: {source}")]
 pub struct TlsError {
     /// The setting that names the file.
     pub setting: &'static str,
     /// The file.
     pub path: String,
     /// Why.
-    pub reason: String,
+    pub source: TlsFileError,
+}
+
+/// Why a TLS file cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsFileError {
+    /// The file cannot be read, or is not PEM.
+    #[error("{0}")]
+    Read(#[from] rustls_pki_types::pem::Error),
+    /// The CA file holds no certificate.
+    #[error("no certificate in the file")]
+    NoCertificate,
+    /// rustls refused what the file holds (a CA certificate, the client certificate or key).
+    #[error("{0}")]
+    Rejected(#[from] Error),
+    /// No server certificate verifier can be built from the CA certificates.
+    #[error("{0}")]
+    Verifier(#[from] rustls::client::VerifierBuilderError),
 }
 
 /// Builds the rustls client configuration.
 pub fn client_config(t: &ClientTls) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    let err = |setting: &'static str, path: &PathBuf, reason: String| TlsError {
+    let err = |setting: &'static str, path: &Path, source: TlsFileError| TlsError {
         setting,
         path: path.display().to_string(),
-        reason,
+        source,
     };
+    let ca = |source| err("FELIX_TYPHACAFILE", &t.ca_file, source);
+    let cert = |source| err("FELIX_TYPHACERTFILE", &t.cert_file, source);
+    let key = |source| err("FELIX_TYPHAKEYFILE", &t.key_file, source);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     let cas = CertificateDer::pem_file_iter(&t.ca_file)
-        .map_err(|e| err("FELIX_TYPHACAFILE", &t.ca_file, e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err("FELIX_TYPHACAFILE", &t.ca_file, e.to_string()))?;
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| ca(e.into()))?;
     if cas.is_empty() {
-        return Err(err(
-            "FELIX_TYPHACAFILE",
-            &t.ca_file,
-            "no certificate in the file".into(),
-        ));
+        return Err(ca(TlsFileError::NoCertificate));
     }
-    for ca in cas {
-        roots
-            .add(ca)
-            .map_err(|e| err("FELIX_TYPHACAFILE", &t.ca_file, e.to_string()))?;
+    for c in cas {
+        roots.add(c).map_err(|e| ca(e.into()))?;
     }
     let certs = CertificateDer::pem_file_iter(&t.cert_file)
-        .map_err(|e| err("FELIX_TYPHACERTFILE", &t.cert_file, e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err("FELIX_TYPHACERTFILE", &t.cert_file, e.to_string()))?;
-    let key = PrivateKeyDer::from_pem_file(&t.key_file)
-        .map_err(|e| err("FELIX_TYPHAKEYFILE", &t.key_file, e.to_string()))?;
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| cert(e.into()))?;
+    let private_key = PrivateKeyDer::from_pem_file(&t.key_file).map_err(|e| key(e.into()))?;
     let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .build()
-        .map_err(|e| err("FELIX_TYPHACAFILE", &t.ca_file, e.to_string()))?;
+        .map_err(|e| ca(e.into()))?;
     let verifier = Arc::new(IdentityVerifier {
         inner: webpki,
         cn: t.server_cn.clone(),
@@ -80,11 +92,11 @@ pub fn client_config(t: &ClientTls) -> Result<Arc<rustls::ClientConfig>, TlsErro
     });
     let cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| err("FELIX_TYPHACERTFILE", &t.cert_file, e.to_string()))?
+        .map_err(|e| cert(e.into()))?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
-        .with_client_auth_cert(certs, key)
-        .map_err(|e| err("FELIX_TYPHAKEYFILE", &t.key_file, e.to_string()))?;
+        .with_client_auth_cert(certs, private_key)
+        .map_err(|e| key(e.into()))?;
     Ok(Arc::new(cfg))
 }
 

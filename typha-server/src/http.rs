@@ -82,10 +82,18 @@ pub fn router(state: HttpState, health: bool, metrics: bool) -> Router {
     r.with_state(state)
 }
 
-fn live(s: &HttpState) -> Result<(), String> {
+/// Why the server is not live.
+#[derive(Debug, thiserror::Error)]
+enum NotLive {
+    /// The sync listener's accept loop has not run for too long.
+    #[error("sync listener's accept loop last ran {0:?} ago")]
+    AcceptLoop(Duration),
+}
+
+fn live(s: &HttpState) -> Result<(), NotLive> {
     let age = s.accept.age();
     if age > HEARTBEAT_MAX_AGE {
-        return Err(format!("sync listener's accept loop last ran {age:?} ago"));
+        return Err(NotLive::AcceptLoop(age));
     }
     Ok(())
 }

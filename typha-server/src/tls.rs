@@ -29,27 +29,40 @@ pub struct TlsConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A file could not be read or holds no usable PEM object.
-    #[error("{setting}: {path}: {reason}")]
+    #[error("{setting}: {}: {source}", path.display())]
     File {
         /// The setting that names it.
         setting: &'static str,
         /// The file.
-        path: String,
+        path: PathBuf,
         /// Why.
-        reason: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// rustls refused the configuration.
+    /// rustls refused the certificate and key.
     #[error("TLS configuration: {0}")]
-    Config(String),
+    Config(#[from] rustls::Error),
+    /// rustls refused the CA for verifying clients.
+    #[error("TLS configuration: {0}")]
+    ClientVerifier(#[from] rustls::server::VerifierBuilderError),
 }
 
-fn file_err(setting: &'static str, path: &Path, reason: impl ToString) -> TlsError {
+fn file_err(
+    setting: &'static str,
+    path: &Path,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> TlsError {
     TlsError::File {
         setting,
-        path: path.display().to_string(),
-        reason: reason.to_string(),
+        path: path.to_owned(),
+        source: source.into(),
     }
 }
+
+/// A client certificate that cannot be parsed.
+#[derive(Debug, thiserror::Error)]
+#[error("client certificate cannot be parsed: {0}")]
+pub struct BadCertificate(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>);
 
 /// Loads PEM certificates.
 pub fn load_certs(
@@ -83,15 +96,12 @@ pub fn server_config(cfg: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsEr
             .add(ca)
             .map_err(|e| file_err("TYPHA_CAFILE", &cfg.ca_file, e))?;
     }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
     let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .map_err(|e| TlsError::Config(e.to_string()))?;
+        .with_single_cert(certs, key)?;
     Ok(Arc::new(config))
 }
 
@@ -105,9 +115,9 @@ pub struct PeerIdentity {
 }
 
 /// Reads the identity of a DER certificate.
-pub fn peer_identity(cert: &CertificateDer<'_>) -> Result<PeerIdentity, String> {
+pub fn peer_identity(cert: &CertificateDer<'_>) -> Result<PeerIdentity, BadCertificate> {
     use x509_parser::prelude::*;
-    let (_, x) = X509Certificate::from_der(cert.as_ref()).map_err(|e| e.to_string())?;
+    let (_, x) = X509Certificate::from_der(cert.as_ref()).map_err(BadCertificate)?;
     let common_names = x
         .subject()
         .iter_common_name()

@@ -122,7 +122,7 @@ pub struct EncodedValue(Bytes);
 pub enum ValueError {
     /// The bytes are not a value of this protocol version.
     #[error("value does not decode: {0}")]
-    Decode(postcard::Error),
+    Decode(#[source] postcard::Error),
     /// The value decoded but is of another type than its key.
     #[error("a {value} value cannot be stored under a {key} key")]
     WrongType {

@@ -48,14 +48,19 @@ pub enum EndpointToHost {
     Accept,
 }
 
+/// A name that is not an [`EndpointToHost`] action.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not Drop, Return or Accept")]
+pub struct UnknownEndpointToHost(pub String);
+
 impl std::str::FromStr for EndpointToHost {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownEndpointToHost;
+    fn from_str(s: &str) -> Result<Self, UnknownEndpointToHost> {
         match s.to_ascii_lowercase().as_str() {
             "drop" => Ok(Self::Drop),
             "return" => Ok(Self::Return),
             "accept" => Ok(Self::Accept),
-            _ => Err(format!("{s:?} is not Drop, Return or Accept")),
+            _ => Err(UnknownEndpointToHost(s.to_owned())),
         }
     }
 }

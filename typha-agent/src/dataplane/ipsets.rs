@@ -74,6 +74,18 @@ struct Plan {
     gone: Vec<String>,
 }
 
+/// Why desired ipsets cannot be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidIpset {
+    /// A set name that does not start with [`IPSET_PREFIX`].
+    #[error("ipset {0:?} does not start with {IPSET_PREFIX}")]
+    NotOurs(String),
+    /// A set name longer than [`MAX_IPSET_NAME`] or not printable ASCII.
+    #[error("ipset name {0:?} is longer than {MAX_IPSET_NAME} or not printable ASCII")]
+    Name(String),
+}
+
 impl IpsetManager {
     /// A manager with no cache: the first call reads the kernel.
     pub fn new(cfg: IpsetConfig) -> Self {
@@ -101,9 +113,10 @@ impl IpsetManager {
     ///
     /// # Errors
     ///
-    /// [`DataplaneError::Command`] when `ipset` cannot run or fails (the cache is dropped), or
-    /// when a set name does not start with [`IPSET_PREFIX`], is longer than
-    /// [`MAX_IPSET_NAME`] or is not printable ASCII (then nothing is written).
+    /// [`DataplaneError::Command`], [`DataplaneError::Run`] or [`DataplaneError::Timeout`]
+    /// when `ipset` fails or cannot run (the cache is dropped); [`DataplaneError::InvalidIpsets`]
+    /// when a set name does not start with [`IPSET_PREFIX`], is longer than [`MAX_IPSET_NAME`]
+    /// or is not printable ASCII (then nothing is written).
     pub async fn apply_updates(
         &mut self,
         sets: &BTreeMap<String, IpSet>,
@@ -124,9 +137,12 @@ impl IpsetManager {
         };
         let plan = match plan_updates(&kernel, sets, names) {
             Ok(plan) => plan,
-            Err(message) => {
+            Err(source) => {
                 self.cache = Some(kernel);
-                return Err(self.invalid(message));
+                return Err(DataplaneError::InvalidIpsets {
+                    program: self.cfg.ipset.clone(),
+                    source,
+                });
             }
         };
         self.run_plan(kernel, plan).await
@@ -138,9 +154,10 @@ impl IpsetManager {
     ///
     /// # Errors
     ///
-    /// [`DataplaneError::Command`] when `ipset` cannot run or some sets could not be destroyed
-    /// (still referenced by a rule the agent does not own, say). The others are destroyed
-    /// anyway; the message names each failure; the cache is dropped.
+    /// [`DataplaneError::Command`] when some sets could not be destroyed (still referenced by a
+    /// rule the agent does not own, say): the others are destroyed anyway, and the message
+    /// names each failure. [`DataplaneError::Run`] or [`DataplaneError::Timeout`] when `ipset`
+    /// cannot run. Either way the cache is dropped.
     pub async fn apply_deletions(
         &mut self,
         sets: &BTreeMap<String, IpSet>,
@@ -173,7 +190,17 @@ impl IpsetManager {
                         None => break,
                     }
                 }
-                Err(other) => return Err(other),
+                Err(other) => {
+                    // ipset itself did not run (or not to the end): that is the error; the
+                    // refusals before it go to the log.
+                    if !failures.is_empty() {
+                        tracing::warn!(
+                            failures = %failures.join("; "),
+                            "ipsets not destroyed before ipset failed to run"
+                        );
+                    }
+                    return Err(other);
+                }
             }
         }
         if !failures.is_empty() {
@@ -206,14 +233,7 @@ impl IpsetManager {
         let kernel = self.cache.as_ref().unwrap_or(&empty);
         match plan_updates(kernel, sets, sets.keys().collect()) {
             Ok(updates) => updates.text + &plan_deletions(kernel, sets).text,
-            Err(message) => format!("# invalid desired state: {message}\n"),
-        }
-    }
-
-    fn invalid(&self, message: String) -> DataplaneError {
-        DataplaneError::Command {
-            program: self.cfg.ipset.clone(),
-            message: format!("invalid desired state: {message}"),
+            Err(e) => format!("# invalid desired state: {e}\n"),
         }
     }
 
@@ -334,14 +354,12 @@ fn desired_members(name: &str, kind: IpSetKind, members: &BTreeSet<String>) -> B
     out
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), InvalidIpset> {
     if !name.starts_with(IPSET_PREFIX) {
-        return Err(format!("ipset {name:?} does not start with {IPSET_PREFIX}"));
+        return Err(InvalidIpset::NotOurs(name.to_owned()));
     }
     if name.len() > MAX_IPSET_NAME || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "ipset name {name:?} is longer than {MAX_IPSET_NAME} or not printable ASCII"
-        ));
+        return Err(InvalidIpset::Name(name.to_owned()));
     }
     Ok(())
 }
@@ -358,7 +376,7 @@ fn plan_updates(
     kernel: &BTreeMap<String, KernelSet>,
     sets: &BTreeMap<String, IpSet>,
     names: Vec<&String>,
-) -> Result<Plan, String> {
+) -> Result<Plan, InvalidIpset> {
     let mut plan = Plan::default();
     let mut text = String::new();
     for name in names {

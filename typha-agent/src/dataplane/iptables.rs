@@ -108,6 +108,30 @@ struct Plan {
     after: TableState,
 }
 
+/// Why desired chains and hooks cannot be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidChains {
+    /// A chain to own whose name does not start with [`CHAIN_PREFIX`].
+    #[error("chain {0:?} does not start with {CHAIN_PREFIX}")]
+    NotOurs(String),
+    /// A chain name longer than [`MAX_CHAIN_NAME`] or not printable ASCII.
+    #[error("chain name {0:?} is longer than {MAX_CHAIN_NAME} or not printable ASCII")]
+    ChainName(String),
+    /// A rule text with a control character (a newline would start another restore line).
+    #[error("a rule of chain {chain} holds a control character: {rule:?}")]
+    ControlCharacter {
+        /// The chain.
+        chain: String,
+        /// The rule text.
+        rule: String,
+    },
+    /// A hook into one of the agent's own chains, or into a chain with no name or one that
+    /// reads as an option.
+    #[error("hook chain {0:?} is not a chain outside {CHAIN_PREFIX}*")]
+    HookChain(String),
+}
+
 impl IptablesManager {
     /// A manager with no cache: the first apply reads the kernel.
     pub fn new(cfg: IptablesConfig) -> Self {
@@ -127,10 +151,11 @@ impl IptablesManager {
     ///
     /// # Errors
     ///
-    /// [`DataplaneError::Command`] when `iptables-save` or `iptables-restore` cannot run or
-    /// fails (the cache is dropped: the next apply re-reads the kernel), or when the desired
+    /// [`DataplaneError::Command`], [`DataplaneError::Run`] or [`DataplaneError::Timeout`]
+    /// when `iptables-save` or `iptables-restore` fails or cannot run (the cache is dropped:
+    /// the next apply re-reads the kernel); [`DataplaneError::InvalidChains`] when the desired
     /// state is malformed (a chain name without the prefix or too long, a control character in
-    /// a rule text, a hook into a `cali-*` chain); then nothing is written.
+    /// a rule text, a hook into a `cali-*` chain), and then nothing is written.
     pub async fn apply(
         &mut self,
         chains: &BTreeMap<String, Vec<String>>,
@@ -143,11 +168,11 @@ impl IptablesManager {
         };
         let plan = match diff(&kernel, chains, hooks) {
             Ok(plan) => plan,
-            Err(message) => {
+            Err(source) => {
                 self.cache = Some(kernel);
-                return Err(DataplaneError::Command {
+                return Err(DataplaneError::InvalidChains {
                     program: self.cfg.restore.clone(),
-                    message: format!("invalid desired state: {message}"),
+                    source,
                 });
             }
         };
@@ -185,7 +210,7 @@ impl IptablesManager {
         let empty = TableState::default();
         match diff(self.cache.as_ref().unwrap_or(&empty), chains, hooks) {
             Ok(plan) => plan.text,
-            Err(message) => format!("# invalid desired state: {message}\n"),
+            Err(e) => format!("# invalid desired state: {e}\n"),
         }
     }
 
@@ -263,20 +288,19 @@ fn with_comment(rule: &str, hash: &str) -> String {
     }
 }
 
-fn check_chain_name(name: &str) -> Result<(), String> {
+fn check_chain_name(name: &str) -> Result<(), InvalidChains> {
     if name.len() > MAX_CHAIN_NAME || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "chain name {name:?} is longer than {MAX_CHAIN_NAME} or not printable ASCII"
-        ));
+        return Err(InvalidChains::ChainName(name.to_owned()));
     }
     Ok(())
 }
 
-fn check_rule(chain: &str, rule: &str) -> Result<(), String> {
+fn check_rule(chain: &str, rule: &str) -> Result<(), InvalidChains> {
     if rule.chars().any(char::is_control) {
-        return Err(format!(
-            "a rule of chain {chain} holds a control character: {rule:?}"
-        ));
+        return Err(InvalidChains::ControlCharacter {
+            chain: chain.to_owned(),
+            rule: rule.to_owned(),
+        });
     }
     Ok(())
 }
@@ -291,7 +315,7 @@ fn diff(
     kernel: &TableState,
     chains: &BTreeMap<String, Vec<String>>,
     hooks: &[Hook],
-) -> Result<Plan, String> {
+) -> Result<Plan, InvalidChains> {
     let mut decls = String::new();
     let mut body = String::new();
     let mut hook_lines = String::new();
@@ -302,7 +326,7 @@ fn diff(
 
     for (name, rules) in chains {
         if !name.starts_with(CHAIN_PREFIX) {
-            return Err(format!("chain {name:?} does not start with {CHAIN_PREFIX}"));
+            return Err(InvalidChains::NotOurs(name.clone()));
         }
         check_chain_name(name)?;
         for rule in rules {
@@ -341,10 +365,7 @@ fn diff(
             || hook.chain.is_empty()
             || hook.chain.starts_with('-')
         {
-            return Err(format!(
-                "hook chain {:?} is not a chain outside {CHAIN_PREFIX}*",
-                hook.chain
-            ));
+            return Err(InvalidChains::HookChain(hook.chain.clone()));
         }
         check_chain_name(&hook.chain)?;
         check_rule(&hook.chain, &hook.rule)?;
@@ -511,18 +532,20 @@ fn split_words(spec: &str) -> Vec<String> {
 ///
 /// # Errors
 ///
-/// [`DataplaneError::Command`] naming `program` when it cannot start, times out
-/// ([`COMMAND_TIMEOUT`]) or exits with failure; the message is its stderr, trimmed, with the
-/// input line it complains about (`line N`) appended, capped at about 2 KB.
+/// Each naming `program`: [`DataplaneError::Command`] when it exits with failure, the message
+/// being its stderr, trimmed, with the input line it complains about (`line N`) appended,
+/// capped at about 2 KB; [`DataplaneError::Run`] when it cannot start, be fed its input or
+/// waited for; [`DataplaneError::Timeout`] after [`COMMAND_TIMEOUT`].
 pub(super) async fn run_command(
     prefix: &[String],
     program: &str,
     args: &[&str],
     input: Option<&[u8]>,
 ) -> Result<Vec<u8>, DataplaneError> {
-    let fail = |message: String| DataplaneError::Command {
+    let run_failed = |what: String, source| DataplaneError::Run {
         program: program.to_owned(),
-        message: cap(message),
+        what,
+        source,
     };
     let (exe, pre_args) = match prefix.split_first() {
         Some((exe, rest)) => (exe.as_str(), rest),
@@ -544,7 +567,7 @@ pub(super) async fn run_command(
         .kill_on_drop(true);
     let mut child = cmd
         .spawn()
-        .map_err(|e| fail(format!("cannot run {exe}: {e}")))?;
+        .map_err(|e| run_failed(format!("cannot run {exe}"), e))?;
     let stdin = child.stdin.take();
     let write = async move {
         if let (Some(mut pipe), Some(data)) = (stdin, input) {
@@ -556,8 +579,11 @@ pub(super) async fn run_command(
     let both = async { tokio::join!(write, child.wait_with_output()) };
     let (written, output) = tokio::time::timeout(COMMAND_TIMEOUT, both)
         .await
-        .map_err(|_| fail(format!("timed out after {}s", COMMAND_TIMEOUT.as_secs())))?;
-    let output = output.map_err(|e| fail(format!("waiting for {exe}: {e}")))?;
+        .map_err(|_| DataplaneError::Timeout {
+            program: program.to_owned(),
+            limit: COMMAND_TIMEOUT,
+        })?;
+    let output = output.map_err(|e| run_failed(format!("waiting for {exe}"), e))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let mut message = stderr.trim().to_owned();
@@ -571,9 +597,12 @@ pub(super) async fn run_command(
             let line: String = line.chars().take(300).collect();
             message.push_str(&format!(" (input line {n}: {line})"));
         }
-        return Err(fail(message));
+        return Err(DataplaneError::Command {
+            program: program.to_owned(),
+            message: cap(message),
+        });
     }
-    written.map_err(|e| fail(format!("writing to stdin: {e}")))?;
+    written.map_err(|e| run_failed("writing to stdin".to_owned(), e))?;
     Ok(output.stdout)
 }
 

@@ -22,6 +22,7 @@ pub mod routes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use ipnet::Ipv4Net;
 
@@ -180,17 +181,72 @@ impl ApplyStats {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DataplaneError {
-    /// A helper program could not be started or failed.
+    /// A helper program failed.
     #[error("{program}: {message}")]
     Command {
         /// `iptables-restore`, `ipset`, ...
         program: String,
-        /// What it said (stderr, trimmed), or why it could not run.
+        /// What it said (stderr, trimmed), or its exit status.
         message: String,
     },
+    /// A helper program could not be run: started, fed its input or waited for.
+    #[error("{program}: {what}: {source}")]
+    Run {
+        /// `iptables-restore`, `ipset`, ...
+        program: String,
+        /// What failed (`cannot run ipset`, `writing to stdin`).
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A helper program ran too long and was killed.
+    #[error("{program}: timed out after {}s", .limit.as_secs())]
+    Timeout {
+        /// `iptables-restore`, `ipset`, ...
+        program: String,
+        /// How long it may run.
+        limit: Duration,
+    },
+    /// The desired chains or hooks cannot be written (nothing was).
+    #[error("{program}: invalid desired state: {source}")]
+    InvalidChains {
+        /// The restore program.
+        program: String,
+        /// What is wrong.
+        source: iptables::InvalidChains,
+    },
+    /// The desired ipsets cannot be written (nothing was).
+    #[error("{program}: invalid desired state: {source}")]
+    InvalidIpsets {
+        /// The ipset program.
+        program: String,
+        /// What is wrong.
+        source: ipsets::InvalidIpset,
+    },
     /// A netlink request failed.
-    #[error("netlink: {0}")]
-    Netlink(String),
+    #[error("netlink: {what}: {source}")]
+    Netlink {
+        /// What was asked (`list routes`, `add route 10.0.0.0/24`).
+        what: String,
+        /// Why.
+        source: rtnetlink::Error,
+    },
+    /// A netlink socket could not be opened.
+    #[error("netlink: {what}: {source}")]
+    NetlinkSocket {
+        /// Which socket (`route socket`, `link monitor socket`).
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The netlink sockets need a tokio runtime, and there is none on this thread.
+    #[error("netlink: {what}: {source}")]
+    NoRuntime {
+        /// What needed it.
+        what: &'static str,
+        /// Why.
+        source: tokio::runtime::TryCurrentError,
+    },
     /// Output of a helper program that could not be understood.
     #[error("cannot parse {what}: {message}")]
     Parse {

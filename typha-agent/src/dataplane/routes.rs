@@ -132,9 +132,9 @@ impl Pass {
     }
 
     /// A route request failed in a way that leaves the kernel's state unknown.
-    fn route_failed(&mut self, what: String, e: rtnetlink::Error) {
+    fn route_failed(&mut self, what: String, source: rtnetlink::Error) {
         self.reread_routes = true;
-        self.fail(netlink_err(&what, e));
+        self.fail(DataplaneError::Netlink { what, source });
     }
 }
 
@@ -182,10 +182,6 @@ impl Drop for RouteManager {
     }
 }
 
-fn netlink_err(what: &str, e: impl std::fmt::Display) -> DataplaneError {
-    DataplaneError::Netlink(format!("{what}: {e}"))
-}
-
 /// The errno of a NACK from the kernel, if that is what `e` is.
 fn errno(e: &rtnetlink::Error) -> Option<i32> {
     match e {
@@ -196,7 +192,10 @@ fn errno(e: &rtnetlink::Error) -> Option<i32> {
 
 fn open_monitor(rt: &tokio::runtime::Handle) -> Result<Monitor, DataplaneError> {
     let (conn, _handle, messages) = rtnetlink::new_multicast_connection(&[MulticastGroup::Link])
-        .map_err(|e| netlink_err("link monitor socket", e))?;
+        .map_err(|source| DataplaneError::NetlinkSocket {
+            what: "link monitor socket",
+            source,
+        })?;
     let task = rt.spawn(conn).abort_handle();
     Ok(Monitor {
         events: messages.map(|_| ()).boxed(),
@@ -210,19 +209,25 @@ impl RouteManager {
     /// netlink socket subscribed to link events (`RTMGRP_LINK`). Both belong to the network
     /// namespace of the calling thread. Reads nothing yet: the first apply does.
     ///
-    /// Errors: [`DataplaneError::Netlink`] when called outside a tokio runtime or when a
-    /// socket cannot be opened.
+    /// Errors: [`DataplaneError::NoRuntime`] when called outside a tokio runtime,
+    /// [`DataplaneError::NetlinkSocket`] when a socket cannot be opened.
     pub fn new(cfg: RouteConfig) -> Result<Self, DataplaneError> {
-        let rt = tokio::runtime::Handle::try_current()
-            .map_err(|e| netlink_err("route manager needs a tokio runtime", e))?;
+        let rt =
+            tokio::runtime::Handle::try_current().map_err(|source| DataplaneError::NoRuntime {
+                what: "route manager needs a tokio runtime",
+                source,
+            })?;
         // The monitor first: a link that changes while the first apply reads links is then
         // still reported.
         let monitor = open_monitor(&rt)?;
         let (conn, handle, _) = match rtnetlink::new_connection() {
             Ok(c) => c,
-            Err(e) => {
+            Err(source) => {
                 monitor.task.abort();
-                return Err(netlink_err("route socket", e));
+                return Err(DataplaneError::NetlinkSocket {
+                    what: "route socket",
+                    source,
+                });
             }
         };
         let conn_task = rt.spawn(conn).abort_handle();
@@ -318,7 +323,10 @@ impl RouteManager {
         self.monitor = None;
         self.invalidate();
         match tokio::runtime::Handle::try_current()
-            .map_err(|e| netlink_err("link monitor", e))
+            .map_err(|source| DataplaneError::NoRuntime {
+                what: "link monitor",
+                source,
+            })
             .and_then(|rt| open_monitor(&rt))
         {
             Ok(m) => self.monitor = Some(m),
@@ -353,7 +361,10 @@ impl RouteManager {
         while let Some(msg) = stream
             .try_next()
             .await
-            .map_err(|e| netlink_err("list links", e))?
+            .map_err(|source| DataplaneError::Netlink {
+                what: "list links".to_owned(),
+                source,
+            })?
         {
             if let Some(name) = link_name(&msg) {
                 let up = msg.header.flags.contains(LinkFlags::Up);
@@ -383,7 +394,10 @@ impl RouteManager {
         while let Some(msg) = stream
             .try_next()
             .await
-            .map_err(|e| netlink_err("list routes", e))?
+            .map_err(|source| DataplaneError::Netlink {
+                what: "list routes".to_owned(),
+                source,
+            })?
         {
             if let Some((dst, route)) = parse_route(&msg) {
                 table.entry(dst).or_default().push(route);

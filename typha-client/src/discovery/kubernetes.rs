@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use rand::seq::SliceRandom;
 
-use super::{DiscoveryError, Target};
+use super::{DiscoveryError, KubernetesError, Target};
 
 /// Ready endpoints of a Service's EndpointSlices, with the port named `port_name`.
 pub(super) async fn endpoint_slices(
@@ -17,26 +17,30 @@ pub(super) async fn endpoint_slices(
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube::api::{Api, ListParams};
     let name = format!("{namespace}/{service}");
-    let err = |reason: String| DiscoveryError::Kubernetes {
+    let err = |source: KubernetesError| DiscoveryError::Kubernetes {
         service: name.clone(),
-        reason,
+        source,
     };
     let client = match api_server {
         Some(url) => {
-            let uri = url
-                .parse()
-                .map_err(|e| err(format!("bad API server URL {url:?}: {e}")))?;
-            kube::Client::try_from(kube::Config::new(uri)).map_err(|e| err(e.to_string()))?
+            let uri = url.parse().map_err(|e| {
+                err(KubernetesError::ApiServerUrl {
+                    url: url.to_owned(),
+                    source: boxed(e),
+                })
+            })?;
+            kube::Client::try_from(kube::Config::new(uri))
+                .map_err(|e| err(KubernetesError::Client(e)))?
         }
         None => kube::Client::try_default()
             .await
-            .map_err(|e| err(e.to_string()))?,
+            .map_err(|e| err(KubernetesError::Client(e)))?,
     };
     let slices: Api<EndpointSlice> = Api::namespaced(client, namespace);
     let list = slices
         .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
         .await
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| err(KubernetesError::List(e)))?;
     let server_name = format!("{service}.{namespace}.svc");
     let (mut local, mut remote) = (Vec::new(), Vec::new());
     for slice in list.items {
@@ -79,4 +83,11 @@ pub(super) async fn endpoint_slices(
         });
     }
     Ok(local)
+}
+
+/// `e` as a boxed error (for errors of crates this one does not name, like `http`'s).
+fn boxed<E: std::error::Error + Send + Sync + 'static>(
+    e: E,
+) -> Box<dyn std::error::Error + Send + Sync> {
+    Box::new(e)
 }

@@ -6,7 +6,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use tracing::warn;
-use typha_protocol::model::{EncodedValue, Key, KeyPath, Revision, Value};
+use typha_protocol::model::{EncodedValue, Key, KeyPath, KeyType, Revision, Value};
+use typha_protocol::selector::{Selector, SelectorError};
 
 use crate::calico::convert::convert;
 use crate::calico::v3::ResourceId;
@@ -173,51 +174,78 @@ impl Pipeline {
     }
 }
 
-/// Checks a KV the way Felix's validator would; the reason names what is wrong.
-pub fn validate(key: &Key, value: &Value, encoded: &EncodedValue) -> Result<(), String> {
-    use typha_protocol::selector::Selector;
+/// Why a KV is invalid: what Felix's validator would reject.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidKv {
+    /// The encoded value is over [`MAX_VALUE_BYTES`].
+    #[error("value is {0} bytes, over the limit of {MAX_VALUE_BYTES}")]
+    TooLarge(usize),
+    /// The value is of another type than its key.
+    #[error("a {value} value under a {key} key")]
+    WrongType {
+        /// The value's type.
+        value: KeyType,
+        /// The key's type.
+        key: KeyType,
+    },
+    /// A workload endpoint's interface name is empty or longer than Linux allows.
+    #[error("interface name {0:?} must be 1-15 characters")]
+    InterfaceNameLength(String),
+    /// A workload endpoint's interface name has characters Linux or iptables would refuse.
+    #[error("interface name {0:?} has invalid characters")]
+    InterfaceNameChars(String),
+    /// A workload endpoint without any address.
+    #[error("workload endpoint has no addresses")]
+    NoAddresses,
+    /// A workload endpoint naming an empty profile.
+    #[error("empty profile id")]
+    EmptyProfileId,
+    /// A selector that does not parse.
+    #[error("{0}")]
+    Selector(#[from] SelectorError),
+    /// A policy order that is NaN or infinite.
+    #[error("order is not a finite number")]
+    Order,
+    /// An empty config value.
+    #[error("empty config value")]
+    EmptyConfig,
+}
+
+/// Checks a KV the way Felix's validator would.
+pub fn validate(key: &Key, value: &Value, encoded: &EncodedValue) -> Result<(), InvalidKv> {
     if encoded.len() > MAX_VALUE_BYTES {
-        return Err(format!(
-            "value is {} bytes, over the limit of {MAX_VALUE_BYTES}",
-            encoded.len()
-        ));
+        return Err(InvalidKv::TooLarge(encoded.len()));
     }
     if !value.fits(key.key_type()) {
-        return Err(format!(
-            "a {} value under a {} key",
-            value.key_type(),
-            key.key_type()
-        ));
+        return Err(InvalidKv::WrongType {
+            value: value.key_type(),
+            key: key.key_type(),
+        });
     }
     match value {
         Value::WorkloadEndpoint(w) => {
             if w.name.is_empty() || w.name.len() > 15 {
-                return Err(format!(
-                    "interface name {:?} must be 1-15 characters",
-                    w.name
-                ));
+                return Err(InvalidKv::InterfaceNameLength(w.name.clone()));
             }
             if !w
                 .name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
             {
-                return Err(format!(
-                    "interface name {:?} has invalid characters",
-                    w.name
-                ));
+                return Err(InvalidKv::InterfaceNameChars(w.name.clone()));
             }
             if w.ipv4_nets.is_empty() && w.ipv6_nets.is_empty() {
-                return Err("workload endpoint has no addresses".into());
+                return Err(InvalidKv::NoAddresses);
             }
             if w.profile_ids.iter().any(String::is_empty) {
-                return Err("empty profile id".into());
+                return Err(InvalidKv::EmptyProfileId);
             }
         }
         Value::Policy(p) => {
-            Selector::parse(&p.selector).map_err(|e| e.to_string())?;
+            Selector::parse(&p.selector)?;
             if p.order.is_some_and(|o| !o.is_finite()) {
-                return Err("order is not a finite number".into());
+                return Err(InvalidKv::Order);
             }
             for r in p.inbound_rules.iter().chain(&p.outbound_rules) {
                 for s in [
@@ -226,11 +254,11 @@ pub fn validate(key: &Key, value: &Value, encoded: &EncodedValue) -> Result<(), 
                     &r.src.not_selector,
                     &r.dst.not_selector,
                 ] {
-                    Selector::parse(s).map_err(|e| e.to_string())?;
+                    Selector::parse(s)?;
                 }
             }
         }
-        Value::Config(v) if v.is_empty() => return Err("empty config value".into()),
+        Value::Config(v) if v.is_empty() => return Err(InvalidKv::EmptyConfig),
         _ => {}
     }
     Ok(())

@@ -27,8 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use typha_protocol::handshake::ServerOffer;
-use typha_protocol::message::GoodbyeReason;
+use typha_protocol::frame::FrameError;
+use typha_protocol::handshake::{Rejected, ServerOffer};
+use typha_protocol::message::{GoodbyeReason, MessageType};
 
 use crate::cache::Cache;
 use crate::cache::snapshot::Snapshots;
@@ -134,12 +135,24 @@ pub enum ConnError {
     /// A write did not complete in time.
     #[error("write stalled for {0:?}")]
     WriteTimeout(Duration),
-    /// The peer broke the protocol.
+    /// The peer sent bytes that are not a valid frame.
     #[error("protocol error: {0}")]
-    Protocol(String),
-    /// The handshake failed.
+    Frame(#[source] FrameError),
+    /// The peer sent a message a client may not send.
+    #[error("protocol error: unexpected {0} from a client")]
+    Unexpected(MessageType),
+    /// A frame of ours could not be encoded (a bug, logged where it happened).
+    #[error("protocol error: a frame could not be encoded")]
+    Unencodable,
+    /// The hello was not a valid frame.
     #[error("handshake: {0}")]
-    Handshake(String),
+    HandshakeFrame(#[source] FrameError),
+    /// The handshake was refused (no common version, wrong syncer type, no hello in time).
+    #[error("handshake: {0}")]
+    Handshake(#[source] Rejected),
+    /// No hello before the deadline.
+    #[error("handshake: handshake timed out")]
+    HandshakeTimeout,
     /// The server closed it (reason sent as a Goodbye).
     #[error("closed: {0}")]
     Closed(GoodbyeReason),

@@ -42,7 +42,7 @@ impl<W: AsyncWrite + Unpin> Out<W> {
     /// Queues a frame; an empty one (it could not be encoded) ends the connection.
     pub(super) fn queue(&mut self, b: Bytes) -> Result<(), ConnError> {
         if b.is_empty() {
-            return Err(ConnError::Protocol("a frame could not be encoded".into()));
+            return Err(ConnError::Unencodable);
         }
         self.pending_len += b.len();
         self.pending.push(b);

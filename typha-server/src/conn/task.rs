@@ -13,7 +13,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::{debug, info};
 use typha_protocol::frame::{FrameDecoder, Limits};
 use typha_protocol::handshake::{ServerHandshake, Session};
-use typha_protocol::message::{GoodbyeReason, Message, Ping};
+use typha_protocol::message::{GoodbyeReason, Message, MessageType, Ping};
 
 use super::out::{Out, jitter, scopeguard};
 use super::sync::{catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
@@ -39,8 +39,12 @@ pub async fn serve<S>(
         Err(e) => {
             let reason = match &e {
                 ConnError::WriteTimeout(_) => Some(DropReason::write_timeout),
-                ConnError::Protocol(_) => Some(DropReason::protocol_error),
-                ConnError::Handshake(_) => Some(DropReason::handshake),
+                ConnError::Frame(_) | ConnError::Unexpected(_) | ConnError::Unencodable => {
+                    Some(DropReason::protocol_error)
+                }
+                ConnError::HandshakeFrame(_)
+                | ConnError::Handshake(_)
+                | ConnError::HandshakeTimeout => Some(DropReason::handshake),
                 ConnError::Closed(GoodbyeReason::PingTimeout) => Some(DropReason::ping_timeout),
                 ConnError::Closed(GoodbyeReason::FellBehind) => Some(DropReason::fell_behind),
                 _ => None,
@@ -77,7 +81,7 @@ where
             Err(e) => {
                 out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
                     .await;
-                return Err(ConnError::Handshake(e.to_string()));
+                return Err(ConnError::HandshakeFrame(e));
             }
         }
         match timeout_at(deadline, r.read_buf(&mut rbuf)).await {
@@ -90,7 +94,7 @@ where
                     .as_ref()
                     .map_or_else(|| "handshake timed out".into(), |r| r.to_string());
                 out.goodbye(GoodbyeReason::HandshakeTimeout, &msg).await;
-                return Err(ConnError::Handshake(msg));
+                return Err(rej.map_or(ConnError::HandshakeTimeout, ConnError::Handshake));
             }
         }
     };
@@ -100,7 +104,7 @@ where
             if let Some(g) = &rej.goodbye {
                 out.goodbye(g.reason, &g.message).await;
             }
-            return Err(ConnError::Handshake(rej.to_string()));
+            return Err(ConnError::Handshake(rej));
         }
     };
     let session = accepted_hello.session;
@@ -229,13 +233,11 @@ async fn inbound<W: AsyncWrite + Unpin>(
             Err(e) => {
                 out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
                     .await;
-                return Err(ConnError::Protocol(e.to_string()));
+                return Err(ConnError::Frame(e));
             }
         };
         if !session.may_receive(msg.message_type()) {
-            let why = format!("unexpected {} from a client", msg.message_type());
-            out.goodbye(GoodbyeReason::ProtocolError, &why).await;
-            return Err(ConnError::Protocol(why));
+            return Err(unexpected(out, msg.message_type()).await);
         }
         match msg {
             Message::Pong(p) => {
@@ -261,11 +263,18 @@ async fn inbound<W: AsyncWrite + Unpin>(
                 debug!(reason = %g.reason, message = %g.message, "client said goodbye");
                 return Err(ConnError::PeerClosed);
             }
-            other => {
-                let why = format!("unexpected {} from a client", other.message_type());
-                out.goodbye(GoodbyeReason::ProtocolError, &why).await;
-                return Err(ConnError::Protocol(why));
-            }
+            other => return Err(unexpected(out, other.message_type()).await),
         }
     }
+}
+
+/// A message a client may not send: a Goodbye saying so, and the error.
+async fn unexpected<W: AsyncWrite + Unpin>(out: &mut Out<W>, ty: MessageType) -> ConnError {
+    let e = ConnError::Unexpected(ty);
+    out.goodbye(
+        GoodbyeReason::ProtocolError,
+        &format!("unexpected {ty} from a client"),
+    )
+    .await;
+    e
 }

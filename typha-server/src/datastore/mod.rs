@@ -13,6 +13,8 @@ pub mod etcd;
 pub mod kubernetes;
 pub mod open;
 
+use std::sync::Arc;
+
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use typha_protocol::model::Revision;
@@ -66,8 +68,8 @@ pub enum WatchEvent {
     Progress(Revision),
 }
 
-/// Why a datastore operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a datastore operation failed. Cheap to clone: sources are shared.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum DatastoreError {
     /// The requested revision has been compacted away (etcd compaction, Kubernetes 410
@@ -79,9 +81,41 @@ pub enum DatastoreError {
         /// The oldest revision still available.
         oldest: Revision,
     },
-    /// The datastore cannot be reached or answered with an error; retrying may help.
-    #[error("datastore unavailable: {0}")]
-    Unavailable(String),
+    /// The datastore cannot be reached, or the request failed on the way; retrying may help.
+    #[error("datastore unavailable: {what}: {source}")]
+    Unavailable {
+        /// What was being done (`etcd list`, `kubernetes API`).
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// The datastore answered, and refused (an API server's error status: 403 after an RBAC
+    /// change, 500, ...); retrying may help once the cause is fixed.
+    #[error("datastore unavailable: {what}: {code} {reason}: {message}")]
+    Refused {
+        /// What was being done.
+        what: String,
+        /// The status code.
+        code: u16,
+        /// The status reason (`Forbidden`).
+        reason: String,
+        /// The datastore's message.
+        message: String,
+    },
+}
+
+impl DatastoreError {
+    /// `what` failed because of `source`.
+    pub fn unavailable(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        DatastoreError::Unavailable {
+            what: what.into(),
+            source: Arc::from(source.into()),
+        }
+    }
 }
 
 /// A stream of watch events.

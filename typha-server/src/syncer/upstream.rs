@@ -79,8 +79,6 @@ pub async fn run(cfg: UpstreamConfig, metrics: Arc<ClientMetrics>, out: mpsc::Se
 
 /// Whether the upstream TLS files make a usable client configuration (readable PEM, a key
 /// that matches); the reason if not.
-pub fn check_tls(tls: &ClientTls) -> Result<(), String> {
-    typha_client::tls::client_config(tls)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+pub fn check_tls(tls: &ClientTls) -> Result<(), typha_client::tls::TlsError> {
+    typha_client::tls::client_config(tls).map(|_| ())
 }

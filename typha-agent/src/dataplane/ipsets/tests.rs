@@ -246,17 +246,19 @@ fn deletions_take_ours_only_and_leftover_temps() {
 
 #[test]
 fn bad_names_are_refused_and_plan_says_so() {
-    for name in [
-        "foreign",
-        "cali40-0123456789012345678901234567",
-        "cali40 x",
-        "cali40\nx",
+    for (name, ours) in [
+        ("foreign", false),
+        ("cali40-0123456789012345678901234567", true),
+        ("cali40 x", true),
+        ("cali40\nx", true),
     ] {
         let sets = BTreeMap::from([(name.to_owned(), net_set(&[]))]);
-        assert!(
-            plan_updates(&BTreeMap::new(), &sets, sets.keys().collect()).is_err(),
-            "{name}"
-        );
+        let err = plan_updates(&BTreeMap::new(), &sets, sets.keys().collect()).err();
+        if ours {
+            assert_eq!(err, Some(InvalidIpset::Name(name.to_owned())), "{name}");
+        } else {
+            assert_eq!(err, Some(InvalidIpset::NotOurs(name.to_owned())), "{name}");
+        }
         let manager = IpsetManager::new(IpsetConfig::default());
         assert!(manager.plan(&sets).starts_with("# invalid desired state"));
     }

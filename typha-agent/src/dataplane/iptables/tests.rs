@@ -294,32 +294,40 @@ fn hooks_missing_stale_or_out_of_place_are_redone() {
 #[test]
 fn malformed_desired_state_is_refused() {
     let empty = TableState::default();
-    assert!(diff(&empty, &chains(&[("FOO", &[])]), &[]).is_err());
-    assert!(
-        diff(
-            &empty,
-            &chains(&[("cali-0123456789012345678901234", &[])]),
-            &[]
-        )
-        .is_err()
-    );
-    assert!(diff(&empty, &chains(&[("cali-a b", &[])]), &[]).is_err());
-    assert!(
-        diff(
-            &empty,
-            &chains(&[("cali-a", &["-j ACCEPT\n-F FOO-chain"])]),
-            &[]
-        )
-        .is_err()
-    );
-    assert!(diff(&empty, &BTreeMap::new(), &[hook("cali-x", "-j ACCEPT")]).is_err());
-    assert!(diff(&empty, &BTreeMap::new(), &[hook("", "-j ACCEPT")]).is_err());
-    assert!(diff(&empty, &BTreeMap::new(), &[hook("FORWARD", "-j A\rB")]).is_err());
+    let refused =
+        |chains: &BTreeMap<String, Vec<String>>, hooks: &[Hook]| diff(&empty, chains, hooks).err();
+    assert!(matches!(
+        refused(&chains(&[("FOO", &[])]), &[]),
+        Some(InvalidChains::NotOurs(_))
+    ));
+    assert!(matches!(
+        refused(&chains(&[("cali-0123456789012345678901234", &[])]), &[]),
+        Some(InvalidChains::ChainName(_))
+    ));
+    assert!(matches!(
+        refused(&chains(&[("cali-a b", &[])]), &[]),
+        Some(InvalidChains::ChainName(_))
+    ));
+    assert!(matches!(
+        refused(&chains(&[("cali-a", &["-j ACCEPT\n-F FOO-chain"])]), &[]),
+        Some(InvalidChains::ControlCharacter { .. })
+    ));
+    assert!(matches!(
+        refused(&BTreeMap::new(), &[hook("cali-x", "-j ACCEPT")]),
+        Some(InvalidChains::HookChain(_))
+    ));
+    assert!(matches!(
+        refused(&BTreeMap::new(), &[hook("", "-j ACCEPT")]),
+        Some(InvalidChains::HookChain(_))
+    ));
+    assert!(matches!(
+        refused(&BTreeMap::new(), &[hook("FORWARD", "-j A\rB")]),
+        Some(InvalidChains::ControlCharacter { .. })
+    ));
     let manager = IptablesManager::new(IptablesConfig::default());
-    assert!(
-        manager
-            .plan(&chains(&[("FOO", &[])]), &[])
-            .starts_with("# invalid desired state")
+    assert_eq!(
+        manager.plan(&chains(&[("FOO", &[])]), &[]),
+        "# invalid desired state: chain \"FOO\" does not start with cali-\n"
     );
 }
 
@@ -360,17 +368,29 @@ fn caps_long_messages_on_a_char_boundary() {
 }
 
 #[tokio::test]
-async fn missing_binary_is_a_command_error_naming_it() {
+async fn missing_binary_is_a_run_error_naming_it() {
     let cfg = IptablesConfig {
         save: "/nonexistent/iptables-save".to_owned(),
         ..IptablesConfig::default()
     };
     let mut manager = IptablesManager::new(cfg);
     let err = manager.apply(&BTreeMap::new(), &[]).await.unwrap_err();
+    let text = err.to_string();
     match err {
-        DataplaneError::Command { program, message } => {
+        DataplaneError::Run {
+            program,
+            what,
+            source,
+        } => {
             assert_eq!(program, "/nonexistent/iptables-save");
-            assert!(message.contains("/nonexistent/iptables-save"), "{message}");
+            assert_eq!(what, "cannot run /nonexistent/iptables-save");
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            assert!(
+                text.starts_with(
+                    "/nonexistent/iptables-save: cannot run /nonexistent/iptables-save: "
+                ),
+                "{text}"
+            );
         }
         other => panic!("unexpected {other:?}"),
     }

@@ -1,0 +1,228 @@
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use super::*;
+use crate::calico::v3::Spec;
+
+fn object(v: Value) -> DynamicObject {
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn a_crd_becomes_its_v3_resource() {
+    let o = object(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+        "metadata": {"name": "set", "labels": {"a": "b"}, "resourceVersion": "7"},
+        "spec": {"nets": ["10.0.0.0/8"]}}));
+    let (id, item) = convert(Conversion::Crd(Kind::GlobalNetworkSet), &o);
+    let r = item.unwrap().unwrap();
+    assert_eq!(Some(r.id()), id);
+    assert_eq!(r.metadata.labels.get("a").map(String::as_str), Some("b"));
+    assert!(matches!(r.spec, Spec::GlobalNetworkSet(_)));
+}
+
+#[test]
+fn a_bad_crd_is_invalid_not_an_error() {
+    let o = object(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+        "metadata": {"name": "set"}, "spec": {"nets": 5}}));
+    let (id, item) = convert(Conversion::Crd(Kind::GlobalNetworkSet), &o);
+    let invalid = item.unwrap().unwrap_err();
+    assert_eq!(invalid.id, id);
+}
+
+#[test]
+fn namespaces_and_service_accounts_become_profiles() {
+    let ns = object(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "web", "labels": {"team": "a"}}}));
+    let r = convert(Conversion::Namespace, &ns).1.unwrap().unwrap();
+    assert_eq!(r.metadata.name, "kns.web");
+    let Spec::Profile(p) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!(p.labels_to_apply["pcns.team"], "a");
+    assert_eq!(p.labels_to_apply["pcns.projectcalico.org/name"], "web");
+    assert_eq!(p.ingress.len(), 1);
+
+    let sa = object(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "api", "namespace": "web", "labels": {"x": "y"}}}));
+    let r = convert(Conversion::ServiceAccount, &sa).1.unwrap().unwrap();
+    assert_eq!(r.metadata.name, "ksa.web.api");
+    let Spec::Profile(p) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!(p.labels_to_apply["pcsa.x"], "y");
+    assert_eq!(p.labels_to_apply["pcsa.projectcalico.org/name"], "api");
+    assert!(p.ingress.is_empty());
+}
+
+fn pod(extra: Value) -> DynamicObject {
+    let mut v = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "api-7d9f-x2k4q", "namespace": "web", "labels": {"app": "api"}},
+        "spec": {"nodeName": "node-1", "serviceAccountName": "api",
+                 "containers": [{"name": "c", "ports": [
+                     {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                     {"containerPort": 9090}]}]},
+        "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}]}});
+    json_merge(&mut v, extra);
+    object(v)
+}
+
+fn json_merge(a: &mut Value, b: Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                json_merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+#[test]
+fn interface_names_are_calicos() {
+    // From Python: "cali" + hashlib.sha1(b"web.api-7d9f-x2k4q").hexdigest()[:11]
+    assert_eq!(interface_name("web", "api-7d9f-x2k4q"), "calif32b024f777");
+}
+
+#[test]
+fn a_pod_becomes_its_workload_endpoint() {
+    let r = convert(Conversion::Pod, &pod(json!({})))
+        .1
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.metadata.name, "node--1-k8s-api--7d9f--x2k4q-eth0");
+    assert_eq!(r.metadata.labels["projectcalico.org/namespace"], "web");
+    assert_eq!(r.metadata.labels["projectcalico.org/serviceaccount"], "api");
+    assert_eq!(r.metadata.labels["app"], "api");
+    let Spec::WorkloadEndpoint(w) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!(w.node, "node-1");
+    assert_eq!(w.pod, "api-7d9f-x2k4q");
+    assert_eq!(w.ip_networks, ["10.0.0.5/32", "fd00::5/128"]);
+    assert_eq!(w.profiles, ["kns.web", "ksa.web.api"]);
+    assert_eq!(w.interface_name, "calif32b024f777");
+    assert_eq!(w.ports.len(), 1, "named ports only");
+
+    // Calico's CNI annotation wins over the status.
+    let annotated = pod(json!({"metadata": {"annotations":
+        {"cni.projectcalico.org/podIPs": "10.9.9.9/32"}}}));
+    let r = convert(Conversion::Pod, &annotated).1.unwrap().unwrap();
+    let Spec::WorkloadEndpoint(w) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!(w.ip_networks, ["10.9.9.9/32"]);
+}
+
+#[test]
+fn pods_calico_does_not_network_are_skipped_by_id() {
+    for extra in [
+        json!({"spec": {"hostNetwork": true}}),
+        json!({"status": {"podIPs": []}}),
+        json!({"status": {"phase": "Succeeded"}}),
+        json!({"spec": {"nodeName": null}}),
+    ] {
+        let (id, item) = convert(Conversion::Pod, &pod(extra.clone()));
+        assert!(item.is_none(), "{extra}");
+        assert_eq!(id.unwrap().kind, Kind::WorkloadEndpoint);
+    }
+}
+
+#[test]
+fn a_node_takes_its_addresses_and_calicos_annotations() {
+    let node = object(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-1", "labels": {"zone": "a"}, "annotations": {
+            "projectcalico.org/IPv4Address": "172.16.0.5/24",
+            "projectcalico.org/ASNumber": "64512",
+            "projectcalico.org/IPv4VXLANTunnelAddr": "10.244.1.0"}},
+        "status": {"addresses": [{"type": "InternalIP", "address": "172.16.0.5"},
+                                 {"type": "Hostname", "address": "node-1"}]}}));
+    let r = convert(Conversion::Node, &node).1.unwrap().unwrap();
+    assert_eq!(r.id(), ResourceId::global(Kind::Node, "node-1"));
+    let Spec::Node(n) = &r.spec else {
+        panic!("{r:?}")
+    };
+    let bgp = n.bgp.as_ref().unwrap();
+    assert_eq!(bgp.ipv4_address, "172.16.0.5/24");
+    assert_eq!(bgp.as_number, Some(64512));
+    assert_eq!(n.ipv4_vxlan_tunnel_addr, "10.244.1.0");
+    let addrs: Vec<_> = n
+        .addresses
+        .iter()
+        .map(|a| (a.address.as_str(), a.address_type.as_str()))
+        .collect();
+    assert_eq!(
+        addrs,
+        [
+            ("172.16.0.5/24", "CalicoNodeIP"),
+            ("172.16.0.5", "InternalIP")
+        ]
+    );
+
+    // A node calico-node has not annotated yet: its addresses, no BGP.
+    let bare = object(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-2"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "172.16.0.6"}]}}));
+    let r = convert(Conversion::Node, &bare).1.unwrap().unwrap();
+    let Spec::Node(n) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert!(n.bgp.is_none());
+    assert_eq!(n.addresses.len(), 1);
+}
+
+#[test]
+fn a_kubernetes_network_policy_becomes_calicos_knp() {
+    let np = object(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "allow-web", "namespace": "web"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "api"},
+                            "matchExpressions": [{"key": "tier", "operator": "In",
+                                                  "values": ["a", "b"]}]},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "fe"}}},
+                                  {"namespaceSelector": {}},
+                                  {"ipBlock": {"cidr": "10.0.0.0/8",
+                                               "except": ["10.1.0.0/16"]}}],
+                         "ports": [{"port": 8080}, {"protocol": "UDP", "port": "dns"},
+                                   {"port": 9000, "endPort": 9010}]}],
+            "egress": [{}]}}),
+    );
+    let r = convert(Conversion::NetworkPolicy, &np).1.unwrap().unwrap();
+    assert_eq!(r.metadata.name, "knp.default.allow-web");
+    assert_eq!(r.metadata.namespace.as_deref(), Some("web"));
+    let Spec::KubernetesNetworkPolicy(p) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        p.selector,
+        "app == 'api' && tier in { 'a', 'b' } && projectcalico.org/orchestrator == 'k8s'"
+    );
+    assert_eq!(p.order, Some(1000.0));
+    assert_eq!(p.types, ["Ingress", "Egress"]);
+    assert_eq!(p.ingress.len(), 9, "3 ports x 3 peers");
+    assert_eq!(
+        p.ingress[0].source.selector,
+        "role == 'fe' && projectcalico.org/orchestrator == 'k8s'"
+    );
+    assert_eq!(p.ingress[1].source.namespace_selector, "all()");
+    assert_eq!(p.ingress[2].source.nets, ["10.0.0.0/8"]);
+    assert_eq!(p.ingress[2].source.not_nets, ["10.1.0.0/16"]);
+    assert_eq!(p.egress.len(), 1, "an empty egress rule allows everything");
+    // And the pipeline accepts it.
+    let kvs = crate::calico::convert::convert(&r).unwrap();
+    assert_eq!(kvs.len(), 1);
+}
+
+#[test]
+fn gone_is_too_old_and_the_rest_refused() {
+    assert!(matches!(
+        status_error(410, "Expired", "too old resource version", Revision(3)),
+        DatastoreError::TooOld { .. }
+    ));
+    assert!(matches!(
+        status_error(500, "InternalError", "", Revision(3)),
+        DatastoreError::Refused { code: 500, .. }
+    ));
+    assert!(parse_rv("abc").is_err());
+}
