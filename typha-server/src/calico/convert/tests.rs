@@ -1,6 +1,13 @@
-use super::*;
-use crate::calico::v3::yaml_documents;
-use ipnet::{Ipv4Net, Ipv6Net};
+//! The conversion, resource by resource: keys, values, and errors that name the field.
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use typha_protocol::model::{EncapMode, Key, Policy, PolicyType, Port, Value};
+use typha_protocol::selector::NAMESPACE_LABEL;
+
+use super::config::go_duration_secs;
+use super::context::{ConvertError, ORCHESTRATOR_LABEL, SERVICE_ACCOUNT_LABEL};
+use crate::calico::convert::convert;
+use crate::calico::v3::{Resource, yaml_documents};
 
 fn one(yaml: &str) -> Result<Vec<(Key, Value)>, ConvertError> {
     let docs = yaml_documents(yaml).unwrap();
