@@ -321,3 +321,10 @@ fn quotes_that_could_rewrite_a_selector_are_refused() {
     let e = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: p}\nspec:\n  ingress:\n    - action: Allow\n      source: {serviceAccounts: {names: [\"a'b\\\"c\"]}}\n").unwrap_err();
     assert!(e.field.ends_with("serviceAccounts.names"), "{e}");
 }
+
+#[test]
+fn felix_configuration_lists_of_lists_are_refused() {
+    let e = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {failsafeInboundHostPorts: [[22]]}\n").unwrap_err();
+    assert_eq!(e.field, "spec.failsafeInboundHostPorts");
+    assert_eq!(e.reason, "unsupported list item [22]");
+}
