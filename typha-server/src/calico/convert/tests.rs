@@ -1,6 +1,13 @@
-use super::*;
-use crate::calico::v3::yaml_documents;
-use ipnet::{Ipv4Net, Ipv6Net};
+//! The conversion, resource by resource: keys, values, and errors that name the field.
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use typha_protocol::model::{EncapMode, Key, Policy, PolicyType, Port, Value};
+use typha_protocol::selector::NAMESPACE_LABEL;
+
+use super::config::go_duration_secs;
+use super::context::{ConvertError, ORCHESTRATOR_LABEL, SERVICE_ACCOUNT_LABEL};
+use crate::calico::convert::convert;
+use crate::calico::v3::{Resource, yaml_documents};
 
 fn one(yaml: &str) -> Result<Vec<(Key, Value)>, ConvertError> {
     let docs = yaml_documents(yaml).unwrap();
@@ -313,4 +320,11 @@ fn quotes_that_could_rewrite_a_selector_are_refused() {
     assert_eq!(e.field, "metadata.namespace");
     let e = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: p}\nspec:\n  ingress:\n    - action: Allow\n      source: {serviceAccounts: {names: [\"a'b\\\"c\"]}}\n").unwrap_err();
     assert!(e.field.ends_with("serviceAccounts.names"), "{e}");
+}
+
+#[test]
+fn felix_configuration_lists_of_lists_are_refused() {
+    let e = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {failsafeInboundHostPorts: [[22]]}\n").unwrap_err();
+    assert_eq!(e.field, "spec.failsafeInboundHostPorts");
+    assert_eq!(e.reason, "unsupported list item [22]");
 }

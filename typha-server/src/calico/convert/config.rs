@@ -1,0 +1,201 @@
+//! Felix's configuration: FelixConfiguration (global and per-node config keys) and
+//! ClusterInformation, with the Felix names and string forms of their values.
+
+use typha_protocol::model::{GlobalConfigKey, HostConfigKey, Key, Value};
+
+use super::context::{ConvertError, Cx};
+use crate::calico::v3::ClusterInformationSpec;
+
+/// A FelixConfiguration value that has no Felix string form.
+#[derive(Debug, thiserror::Error)]
+enum ConfigValueError {
+    /// Lists hold strings, numbers, booleans or failsafe ports (objects).
+    #[error("unsupported list item {0}")]
+    UnsupportedListItem(serde_json::Value),
+}
+
+/// FelixConfiguration `default` (global keys) or `node.<name>` (that host's keys).
+pub(super) fn felix_configuration(
+    cx: &Cx<'_>,
+    name: &str,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<(Key, Value)>, ConvertError> {
+    let host = if name == "default" {
+        None
+    } else if let Some(h) = name.strip_prefix("node.").filter(|h| !h.is_empty()) {
+        Some(h.to_owned())
+    } else {
+        return Err(cx
+            .at("metadata.name")
+            .err("must be \"default\" or \"node.<nodename>\""));
+    };
+    let mut out = Vec::new();
+    for (field, v) in fields {
+        let param = felix_param_name(field);
+        let Some(value) = config_value(v, param.ends_with("Millis"))
+            .map_err(|e| cx.at(&format!("spec.{field}")).err(e.to_string()))?
+        else {
+            continue;
+        };
+        let key = match &host {
+            None => Key::GlobalConfig(GlobalConfigKey { name: param }),
+            Some(h) => Key::HostConfig(HostConfigKey {
+                hostname: h.clone(),
+                name: param,
+            }),
+        };
+        out.push((key, Value::Config(value)));
+    }
+    Ok(out)
+}
+
+/// The ready flag and the cluster's identity as global config keys.
+pub(super) fn cluster_information(s: &ClusterInformationSpec) -> Vec<(Key, Value)> {
+    let mut out = Vec::new();
+    if let Some(ready) = s.datastore_ready {
+        out.push((Key::ReadyFlag, Value::ReadyFlag(ready)));
+    }
+    for (param, v) in [
+        ("ClusterGUID", &s.cluster_guid),
+        ("ClusterType", &s.cluster_type),
+        ("CalicoVersion", &s.calico_version),
+    ] {
+        if !v.is_empty() {
+            out.push((
+                Key::GlobalConfig(GlobalConfigKey { name: param.into() }),
+                Value::Config(v.clone()),
+            ));
+        }
+    }
+    out
+}
+
+/// Felix's name for a FelixConfiguration field: the field with its first letter upper-cased,
+/// except for the fields Calico renames.
+fn felix_param_name(field: &str) -> String {
+    const RENAMES: &[(&str, &str)] = &[
+        ("reportingInterval", "ReportingIntervalSecs"),
+        ("reportingTTL", "ReportingTTLSecs"),
+        ("ipipEnabled", "IpInIpEnabled"),
+        ("ipipMTU", "IpInIpMtu"),
+        ("ipv6Support", "Ipv6Support"),
+        ("netlinkTimeout", "NetlinkTimeoutSecs"),
+        (
+            "iptablesLockProbeInterval",
+            "IptablesLockProbeIntervalMillis",
+        ),
+        ("iptablesLockTimeout", "IptablesLockTimeoutSecs"),
+        ("metadataAddr", "MetadataAddr"),
+        ("interfacePrefix", "InterfacePrefix"),
+    ];
+    if let Some((_, v1)) = RENAMES.iter().find(|(v3, _)| *v3 == field) {
+        return (*v1).to_owned();
+    }
+    let mut c = field.chars();
+    match c.next() {
+        Some(first) => first.to_ascii_uppercase().to_string() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+/// Felix's string form of a config value: `None` for null/empty (not set).
+fn config_value(v: &serde_json::Value, millis: bool) -> Result<Option<String>, ConfigValueError> {
+    use serde_json::Value as J;
+    Ok(match v {
+        J::Null => None,
+        J::Bool(b) => Some(b.to_string()),
+        J::Number(n) => Some(n.to_string()),
+        J::String(s) if s.is_empty() => None,
+        J::String(s) => Some(match go_duration_secs(s) {
+            Some(secs) if millis => format_float(secs * 1000.0),
+            Some(secs) => format_float(secs),
+            None => s.clone(),
+        }),
+        J::Array(items) => {
+            let parts: Vec<String> = items
+                .iter()
+                .map(|i| match i {
+                    J::String(s) => Ok(s.clone()),
+                    J::Number(n) => Ok(n.to_string()),
+                    J::Bool(b) => Ok(b.to_string()),
+                    J::Object(m) => Ok(failsafe_port(m)),
+                    other => Err(ConfigValueError::UnsupportedListItem(other.clone())),
+                })
+                .collect::<Result<_, _>>()?;
+            Some(if parts.is_empty() {
+                "none".into()
+            } else {
+                parts.join(",")
+            })
+        }
+        J::Object(m) => Some(m.iter().fold(String::new(), |mut acc, (k, v)| {
+            acc.push_str(k);
+            acc.push('=');
+            acc.push_str(
+                &v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string()),
+            );
+            acc.push(',');
+            acc
+        })),
+    })
+}
+
+/// `{protocol: tcp, port: 22, net: ...}` → `tcp:22` or `tcp:net:22`.
+fn failsafe_port(m: &serde_json::Map<String, serde_json::Value>) -> String {
+    let s = |k: &str| {
+        m.get(k).map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string())
+        })
+    };
+    let proto = s("protocol").unwrap_or_else(|| "tcp".into()).to_lowercase();
+    let port = s("port").unwrap_or_default();
+    match s("net").filter(|n| !n.is_empty()) {
+        Some(net) if net.contains(':') => format!("{proto}:[{net}]:{port}"),
+        Some(net) => format!("{proto}:{net}:{port}"),
+        None => format!("{proto}:{port}"),
+    }
+}
+
+/// Seconds in a Go duration (`90s`, `1m30s`, `100ms`, `1.5h`); `None` if not one.
+pub(super) fn go_duration_secs(s: &str) -> Option<f64> {
+    let mut total = 0.0;
+    let mut rest = s;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        if num_len == 0 {
+            return None;
+        }
+        let n: f64 = rest.get(..num_len)?.parse().ok()?;
+        rest = rest.get(num_len..)?;
+        let (mult, unit_len) = [
+            ("ns", 1e-9),
+            ("us", 1e-6),
+            ("µs", 1e-6),
+            ("ms", 1e-3),
+            ("s", 1.0),
+            ("m", 60.0),
+            ("h", 3600.0),
+        ]
+        .iter()
+        .find(|(u, _)| rest.starts_with(u) && !(*u == "m" && rest.starts_with("ms")))
+        .map(|(u, m)| (*m, u.len()))?;
+        total += n * mult;
+        rest = rest.get(unit_len..)?;
+    }
+    Some(total)
+}
+
+fn format_float(f: f64) -> String {
+    if f.fract() == 0.0 && f.abs() < 1e15 {
+        format!("{}", f as i64)
+    } else {
+        format!("{f}")
+    }
+}

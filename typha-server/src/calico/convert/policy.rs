@@ -1,0 +1,125 @@
+//! Policies (namespaced, global and Kubernetes) and profiles; their rules are in [`super::rule`].
+
+use typha_protocol::model::{
+    Key, Policy, PolicyKey, PolicyKind, PolicyType, ProfileKey, ProfileRules, Value,
+};
+use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
+
+use super::context::{ConvertError, Cx};
+use super::rule::rules;
+use crate::calico::v3::{PolicySpec, ProfileSpec};
+
+/// A policy of `kind`; `ns` is its namespace, `None` for a global policy.
+pub(super) fn policy(
+    cx: &Cx<'_>,
+    kind: PolicyKind,
+    ns: Option<&str>,
+    name: &str,
+    s: &PolicySpec,
+) -> Result<Vec<(Key, Value)>, ConvertError> {
+    let mut sel = cx.at("spec.selector").selector(&s.selector)?;
+    if let Some(ns) = ns {
+        sel = Selector::and([sel, Selector::Eq(NAMESPACE_LABEL.into(), ns.into())]);
+    } else if !s.namespace_selector.is_empty() {
+        let has_ns = Selector::Has(NAMESPACE_LABEL.into());
+        let nssel = cx
+            .at("spec.namespaceSelector")
+            .selector(&s.namespace_selector)?
+            .map_labels(&|k| format!("pcns.{k}"));
+        sel = Selector::and([sel, nssel])
+            .replace_all_and_global(&has_ns, &Selector::Not(Box::new(has_ns.clone())));
+        if sel == Selector::All {
+            sel = has_ns;
+        }
+    }
+    if !s.service_account_selector.is_empty() {
+        let sasel = cx
+            .at("spec.serviceAccountSelector")
+            .selector(&s.service_account_selector)?
+            .map_labels(&|k| format!("pcsa.{k}"));
+        sel = Selector::and([sel, sasel]);
+    }
+    let mut types = Vec::new();
+    for (i, t) in s.types.iter().enumerate() {
+        types.push(match t.to_ascii_lowercase().as_str() {
+            "ingress" => PolicyType::Ingress,
+            "egress" => PolicyType::Egress,
+            _ => {
+                return Err(cx
+                    .at(&format!("spec.types[{i}]"))
+                    .err(format!("{t:?} is not Ingress or Egress")));
+            }
+        });
+    }
+    if types.is_empty() {
+        // What Calico's API server fills in when a policy is written without types.
+        types.push(PolicyType::Ingress);
+        if !s.egress.is_empty() {
+            if s.ingress.is_empty() {
+                types.clear();
+            }
+            types.push(PolicyType::Egress);
+        }
+    }
+    types.sort();
+    types.dedup();
+    if s.order.is_some_and(|o| !o.is_finite()) {
+        return Err(cx.at("spec.order").err("must be a finite number"));
+    }
+    let key = Key::Policy(PolicyKey {
+        kind,
+        namespace: ns.map(str::to_owned),
+        name: if kind == PolicyKind::KubernetesNetworkPolicy && !name.starts_with("knp.default.") {
+            format!("knp.default.{name}")
+        } else {
+            name.to_owned()
+        },
+    });
+    let global = ns.is_none();
+    Ok(vec![(
+        key,
+        Value::Policy(Policy {
+            namespace: ns.unwrap_or_default().to_owned(),
+            tier: if s.tier.is_empty() {
+                "default".into()
+            } else {
+                s.tier.clone()
+            },
+            order: s.order,
+            selector: sel.to_string(),
+            types,
+            inbound_rules: rules(cx, "spec.ingress", &s.ingress, ns)?,
+            outbound_rules: rules(cx, "spec.egress", &s.egress, ns)?,
+            untracked: global && s.do_not_track,
+            pre_dnat: global && s.pre_dnat,
+            apply_on_forward: global && (s.apply_on_forward || s.do_not_track || s.pre_dnat),
+            performance_hints: s.performance_hints.clone(),
+            staged_action: None,
+        }),
+    )])
+}
+
+/// A profile's rules, and its labels when it has any (none is a deletion of the labels key).
+pub(super) fn profile(
+    cx: &Cx<'_>,
+    name: &str,
+    s: &ProfileSpec,
+) -> Result<Vec<(Key, Value)>, ConvertError> {
+    let key = ProfileKey {
+        name: name.to_owned(),
+    };
+    let mut out = vec![(
+        Key::ProfileRules(key.clone()),
+        Value::ProfileRules(ProfileRules {
+            inbound_rules: rules(cx, "spec.ingress", &s.ingress, None)?,
+            outbound_rules: rules(cx, "spec.egress", &s.egress, None)?,
+        }),
+    )];
+    if !s.labels_to_apply.is_empty() {
+        out.push((
+            Key::ProfileLabels(key),
+            Value::ProfileLabels(s.labels_to_apply.clone()),
+        ));
+    }
+    Ok(out)
+}

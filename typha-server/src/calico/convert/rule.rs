@@ -1,0 +1,238 @@
+//! Policy and profile rules: actions, protocols, ICMP, ports, and the source and destination
+//! selectors with their namespace and service-account scoping.
+
+use std::collections::BTreeSet;
+
+use typha_protocol::model::{
+    Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, ServiceMatch,
+};
+use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
+
+use super::context::{ConvertError, Cx, SERVICE_ACCOUNT_LABEL};
+use crate::calico::v3::{ActionSpec, EntityRuleSpec, IcmpSpec, PortSpec, RuleSpec};
+
+/// The rules at `field`; `ns` scopes their selectors to a namespaced policy's namespace.
+pub(super) fn rules(
+    cx: &Cx<'_>,
+    field: &str,
+    rules: &[RuleSpec],
+    ns: Option<&str>,
+) -> Result<Vec<Rule>, ConvertError> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| rule(&cx.at(&format!("{field}[{i}]")), r, ns))
+        .collect()
+}
+
+fn rule(cx: &Cx<'_>, r: &RuleSpec, ns: Option<&str>) -> Result<Rule, ConvertError> {
+    let f = |sub: &str| format!("{}.{sub}", cx.field());
+    let protocol = r
+        .protocol
+        .as_ref()
+        .map(|p| cx.at(&f("protocol")).protocol(p))
+        .transpose()?;
+    let ip_version = match r.ip_version {
+        None | Some(4) | Some(6) => r.ip_version,
+        Some(v) => return Err(cx.at(&f("ipVersion")).err(format!("{v} is not 4 or 6"))),
+    };
+    let src = entity(cx, &f("source"), &r.source, ns)?;
+    let dst = entity(cx, &f("destination"), &r.destination, ns)?;
+    let has_ports = !(src.ports.is_empty()
+        && src.not_ports.is_empty()
+        && dst.ports.is_empty()
+        && dst.not_ports.is_empty());
+    if has_ports && !protocol.is_some_and(Protocol::has_ports) {
+        return Err(cx.err("ports need protocol TCP, UDP, SCTP or UDPLite"));
+    }
+    let icmp = r
+        .icmp
+        .as_ref()
+        .map(|i| icmp_match(&cx.at(&f("icmp")), i))
+        .transpose()?;
+    let not_icmp = r
+        .not_icmp
+        .as_ref()
+        .map(|i| icmp_match(&cx.at(&f("notICMP")), i))
+        .transpose()?;
+    if (icmp.is_some() || not_icmp.is_some())
+        && !matches!(protocol, Some(Protocol::Icmp | Protocol::IcmpV6))
+    {
+        return Err(cx.err("icmp needs protocol ICMP or ICMPv6"));
+    }
+    Ok(Rule {
+        action: match r.action {
+            ActionSpec::Allow => Action::Allow,
+            ActionSpec::Deny => Action::Deny,
+            ActionSpec::Log => Action::Log,
+            ActionSpec::Pass => Action::Pass,
+        },
+        ip_version,
+        protocol,
+        not_protocol: r
+            .not_protocol
+            .as_ref()
+            .map(|p| cx.at(&f("notProtocol")).protocol(p))
+            .transpose()?,
+        icmp,
+        not_icmp,
+        src,
+        dst,
+        http: r.http.as_ref().map(|h| HttpMatch {
+            methods: h.methods.clone(),
+            paths: h
+                .paths
+                .iter()
+                .filter_map(|p| p.exact.clone().or_else(|| p.prefix.clone()))
+                .collect(),
+        }),
+    })
+}
+
+/// A rule's source or destination.
+fn entity(
+    cx: &Cx<'_>,
+    field: &str,
+    e: &EntityRuleSpec,
+    ns: Option<&str>,
+) -> Result<EntityRule, ConvertError> {
+    let c = |sub: &str| cx.at(&format!("{field}.{sub}"));
+    let has_ns = Selector::Has(NAMESPACE_LABEL.into());
+    let ns_sel = if !e.namespace_selector.is_empty() {
+        Some(
+            c("namespaceSelector")
+                .selector(&e.namespace_selector)?
+                .map_labels(&|k| format!("pcns.{k}"))
+                .replace_all_and_global(&has_ns, &Selector::Not(Box::new(has_ns.clone()))),
+        )
+    } else {
+        ns.map(|ns| Selector::Eq(NAMESPACE_LABEL.into(), ns.into()))
+    };
+    let mut parts = Vec::new();
+    if let Some(sa) = &e.service_accounts {
+        if sa.names.iter().any(|n| n.contains(['\'', '"'])) {
+            return Err(c("serviceAccounts.names").err("must not contain quotes"));
+        }
+        if !sa.selector.is_empty() {
+            parts.push(
+                c("serviceAccounts.selector")
+                    .selector(&sa.selector)?
+                    .map_labels(&|k| format!("pcsa.{k}")),
+            );
+        }
+        if !sa.names.is_empty() {
+            parts.push(Selector::In(
+                SERVICE_ACCOUNT_LABEL.into(),
+                sa.names.iter().cloned().collect::<BTreeSet<_>>(),
+            ));
+        }
+    }
+    if !e.selector.is_empty() {
+        parts.push(c("selector").selector(&e.selector)?);
+    }
+    let combined = Selector::and(parts);
+    let scoped = !e.selector.is_empty()
+        || !e.not_selector.is_empty()
+        || !e.namespace_selector.is_empty()
+        || e.service_accounts
+            .as_ref()
+            .is_some_and(|s| !s.selector.is_empty() || !s.names.is_empty());
+    let selector = match ns_sel {
+        Some(nss) if scoped => Selector::and([nss, combined]).to_string(),
+        _ if combined == Selector::All => String::new(),
+        _ => combined.to_string(),
+    };
+    let not_selector = if e.not_selector.is_empty() {
+        String::new()
+    } else {
+        c("notSelector").selector(&e.not_selector)?.to_string()
+    };
+    Ok(EntityRule {
+        nets: cx.nets(&format!("{field}.nets"), &e.nets)?,
+        selector,
+        namespace_selector: e.namespace_selector.clone(),
+        ports: ports(cx, &format!("{field}.ports"), &e.ports)?,
+        service_account_names: e
+            .service_accounts
+            .as_ref()
+            .map(|s| s.names.clone())
+            .unwrap_or_default(),
+        service_account_selector: e
+            .service_accounts
+            .as_ref()
+            .map(|s| s.selector.clone())
+            .unwrap_or_default(),
+        service: e
+            .services
+            .as_ref()
+            .filter(|s| !s.name.is_empty())
+            .map(|s| ServiceMatch {
+                name: s.name.clone(),
+                namespace: s.namespace.clone(),
+            }),
+        not_nets: cx.nets(&format!("{field}.notNets"), &e.not_nets)?,
+        not_selector,
+        not_ports: ports(cx, &format!("{field}.notPorts"), &e.not_ports)?,
+    })
+}
+
+fn ports(cx: &Cx<'_>, field: &str, ps: &[PortSpec]) -> Result<Vec<Port>, ConvertError> {
+    ps.iter()
+        .enumerate()
+        .map(|(i, p)| port(&cx.at(&format!("{field}[{i}]")), p))
+        .collect()
+}
+
+fn port(cx: &Cx<'_>, p: &PortSpec) -> Result<Port, ConvertError> {
+    let text = match p {
+        PortSpec::Number(n) => {
+            return Ok(Port::Range {
+                first: *n,
+                last: *n,
+            });
+        }
+        PortSpec::Text(t) => t.as_str(),
+    };
+    let num = |s: &str| {
+        s.parse::<u16>()
+            .map_err(|_| cx.err(format!("bad port {text:?}")))
+    };
+    if text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty() {
+        let n = num(text)?;
+        return Ok(Port::Range { first: n, last: n });
+    }
+    if let Some((a, b)) = text.split_once(':') {
+        let (first, last) = (num(a)?, num(b)?);
+        if first > last {
+            return Err(cx.err(format!("port range {text:?} has first > last")));
+        }
+        return Ok(Port::Range { first, last });
+    }
+    let named_ok = !text.is_empty()
+        && text.len() <= 128
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if named_ok {
+        Ok(Port::Named(text.to_owned()))
+    } else {
+        Err(cx.err(format!(
+            "{text:?} is not a port, a range a:b or a port name"
+        )))
+    }
+}
+
+fn icmp_match(cx: &Cx<'_>, i: &IcmpSpec) -> Result<Icmp, ConvertError> {
+    let Some(t) = i.icmp_type else {
+        return Err(cx.err("code given without type"));
+    };
+    let icmp_type = u8::try_from(t)
+        .ok()
+        .filter(|t| *t <= 254)
+        .ok_or_else(|| cx.err("type must be 0-254"))?;
+    let code = i
+        .code
+        .map(|c| u8::try_from(c).map_err(|_| cx.err("code must be 0-255")))
+        .transpose()?;
+    Ok(Icmp { icmp_type, code })
+}

@@ -1,0 +1,171 @@
+//! How a resource is named: the API version, its [`Kind`] and its [`ResourceId`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The API group and version of Calico resources.
+pub const API_VERSION: &str = "projectcalico.org/v3";
+
+/// The resource kinds the server understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Kind {
+    /// A pod or other workload interface.
+    WorkloadEndpoint,
+    /// Namespaced policy.
+    NetworkPolicy,
+    /// Cluster-wide policy.
+    GlobalNetworkPolicy,
+    /// `networking.k8s.io/v1` NetworkPolicy, already converted to Calico's form.
+    KubernetesNetworkPolicy,
+    /// Profile (Kubernetes namespaces and service accounts become profiles).
+    Profile,
+    /// Namespaced network set.
+    NetworkSet,
+    /// Cluster-wide network set.
+    GlobalNetworkSet,
+    /// Host interface under policy.
+    HostEndpoint,
+    /// IP pool.
+    #[serde(rename = "IPPool")]
+    IpPool,
+    /// IPAM block.
+    #[serde(rename = "IPAMBlock")]
+    IpamBlock,
+    /// IPAM block affinity.
+    BlockAffinity,
+    /// Node.
+    Node,
+    /// Felix configuration (`default` or `node.<name>`).
+    FelixConfiguration,
+    /// Cluster information (`default`).
+    ClusterInformation,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 14] = [
+        Kind::WorkloadEndpoint,
+        Kind::NetworkPolicy,
+        Kind::GlobalNetworkPolicy,
+        Kind::KubernetesNetworkPolicy,
+        Kind::Profile,
+        Kind::NetworkSet,
+        Kind::GlobalNetworkSet,
+        Kind::HostEndpoint,
+        Kind::IpPool,
+        Kind::IpamBlock,
+        Kind::BlockAffinity,
+        Kind::Node,
+        Kind::FelixConfiguration,
+        Kind::ClusterInformation,
+    ];
+
+    /// The kind's name as written in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::WorkloadEndpoint => "WorkloadEndpoint",
+            Kind::NetworkPolicy => "NetworkPolicy",
+            Kind::GlobalNetworkPolicy => "GlobalNetworkPolicy",
+            Kind::KubernetesNetworkPolicy => "KubernetesNetworkPolicy",
+            Kind::Profile => "Profile",
+            Kind::NetworkSet => "NetworkSet",
+            Kind::GlobalNetworkSet => "GlobalNetworkSet",
+            Kind::HostEndpoint => "HostEndpoint",
+            Kind::IpPool => "IPPool",
+            Kind::IpamBlock => "IPAMBlock",
+            Kind::BlockAffinity => "BlockAffinity",
+            Kind::Node => "Node",
+            Kind::FelixConfiguration => "FelixConfiguration",
+            Kind::ClusterInformation => "ClusterInformation",
+        }
+    }
+
+    /// Parses a kind name.
+    pub fn from_name(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Whether resources of this kind live in a namespace.
+    pub fn is_namespaced(self) -> bool {
+        matches!(
+            self,
+            Kind::WorkloadEndpoint
+                | Kind::NetworkPolicy
+                | Kind::KubernetesNetworkPolicy
+                | Kind::NetworkSet
+        )
+    }
+
+    /// The plural used in Calico's etcd paths and Kubernetes URLs.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::WorkloadEndpoint => "workloadendpoints",
+            Kind::NetworkPolicy => "networkpolicies",
+            Kind::GlobalNetworkPolicy => "globalnetworkpolicies",
+            Kind::KubernetesNetworkPolicy => "kubernetesnetworkpolicies",
+            Kind::Profile => "profiles",
+            Kind::NetworkSet => "networksets",
+            Kind::GlobalNetworkSet => "globalnetworksets",
+            Kind::HostEndpoint => "hostendpoints",
+            Kind::IpPool => "ippools",
+            Kind::IpamBlock => "ipamblocks",
+            Kind::BlockAffinity => "blockaffinities",
+            Kind::Node => "nodes",
+            Kind::FelixConfiguration => "felixconfigurations",
+            Kind::ClusterInformation => "clusterinformations",
+        }
+    }
+
+    /// Kind from its plural.
+    pub fn from_plural(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == s)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identifies a resource: kind, namespace (for namespaced kinds) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceId {
+    /// Kind.
+    pub kind: Kind,
+    /// Namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl ResourceId {
+    /// A cluster-wide resource's id.
+    pub fn global(kind: Kind, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            namespace: None,
+            name: name.into(),
+        }
+    }
+
+    /// A namespaced resource's id.
+    pub fn namespaced(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ResourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! Calico `projectcalico.org/v3` resources, as they appear in manifests, etcd (JSON) and, after
+//! the Kubernetes backend's own conversion, the Kubernetes API.
+//!
+//! Only the fields the felix syncer uses are modelled; other fields are accepted and ignored,
+//! so real Calico manifests load. Parsing checks structure (types, enums); meaning (CIDRs,
+//! ports, selectors) is checked by the conversion, which names the field that is wrong.
+//!
+//! `id` names resources, `resource` parses them, `policy`, `endpoint` and `network` hold the
+//! specs by concept, `yaml` splits manifests. This file only re-exports, so callers keep one
+//! path (`calico::v3::X`) and the files never depend on it.
+
+mod endpoint;
+mod id;
+mod network;
+mod policy;
+mod resource;
+#[cfg(test)]
+mod tests;
+mod yaml;
+
+pub use self::endpoint::{EndpointPortSpec, HostEndpointSpec, IpNatSpec, WorkloadEndpointSpec};
+pub use self::id::{API_VERSION, Kind, ResourceId};
+pub use self::network::{
+    BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec,
+    NodeAddressSpec, NodeBgpSpec, NodeSpec,
+};
+pub use self::policy::{
+    ActionSpec, EntityRuleSpec, HttpPathSpec, HttpSpec, IcmpSpec, PolicySpec, PortSpec,
+    ProfileSpec, ProtocolSpec, RuleSpec, ServiceAccountMatch, ServiceSpec,
+};
+pub use self::resource::{ObjectMeta, ParseError, Resource, Spec};
+pub use self::yaml::{YamlError, yaml_documents};

@@ -1,0 +1,191 @@
+//! Policy and profile specs, and the rules they hold (ports, protocols, ICMP, entities).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A port: a number, a `first:last` range, or a name. Written as a number or a string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PortSpec {
+    /// A single port number.
+    Number(u16),
+    /// `"80"`, `"80:90"` or a port name.
+    Text(String),
+}
+
+/// A protocol: a name (`TCP`, `UDP`, `ICMP`, `ICMPv6`, `SCTP`, `UDPLite`) or a number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ProtocolSpec {
+    /// By number.
+    Number(u8),
+    /// By name.
+    Name(String),
+}
+
+/// ICMP match.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IcmpSpec {
+    /// ICMP type.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub icmp_type: Option<u16>,
+    /// ICMP code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+}
+
+/// Service accounts a rule matches.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServiceAccountMatch {
+    /// Names.
+    pub names: Vec<String>,
+    /// Label selector.
+    pub selector: String,
+}
+
+/// A Kubernetes Service a rule matches.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServiceSpec {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+}
+
+/// Source or destination of a rule.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EntityRuleSpec {
+    /// CIDRs.
+    pub nets: Vec<String>,
+    /// Excluded CIDRs.
+    pub not_nets: Vec<String>,
+    /// Endpoint selector.
+    pub selector: String,
+    /// Excluded endpoints.
+    pub not_selector: String,
+    /// Namespace selector.
+    pub namespace_selector: String,
+    /// Ports.
+    pub ports: Vec<PortSpec>,
+    /// Excluded ports.
+    pub not_ports: Vec<PortSpec>,
+    /// Service accounts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_accounts: Option<ServiceAccountMatch>,
+    /// A Kubernetes Service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub services: Option<ServiceSpec>,
+}
+
+/// HTTP path match.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HttpPathSpec {
+    /// Exact path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact: Option<String>,
+    /// Path prefix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+}
+
+/// HTTP match.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HttpSpec {
+    /// Methods.
+    pub methods: Vec<String>,
+    /// Paths.
+    pub paths: Vec<HttpPathSpec>,
+}
+
+/// A rule action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum ActionSpec {
+    Allow,
+    Deny,
+    Log,
+    Pass,
+}
+
+/// A policy or profile rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleSpec {
+    /// Action.
+    pub action: ActionSpec,
+    /// 4 or 6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_version: Option<u8>,
+    /// Protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<ProtocolSpec>,
+    /// Excluded protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_protocol: Option<ProtocolSpec>,
+    /// ICMP match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icmp: Option<IcmpSpec>,
+    /// Excluded ICMP.
+    #[serde(default, rename = "notICMP", skip_serializing_if = "Option::is_none")]
+    pub not_icmp: Option<IcmpSpec>,
+    /// Source.
+    #[serde(default)]
+    pub source: EntityRuleSpec,
+    /// Destination.
+    #[serde(default)]
+    pub destination: EntityRuleSpec,
+    /// HTTP match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpSpec>,
+}
+
+/// NetworkPolicy / GlobalNetworkPolicy spec.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicySpec {
+    /// Tier (default `default`).
+    pub tier: String,
+    /// Order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<f64>,
+    /// Endpoint selector.
+    pub selector: String,
+    /// Namespace selector (global policies).
+    pub namespace_selector: String,
+    /// Service-account selector.
+    pub service_account_selector: String,
+    /// `Ingress` and/or `Egress`.
+    pub types: Vec<String>,
+    /// Ingress rules.
+    pub ingress: Vec<RuleSpec>,
+    /// Egress rules.
+    pub egress: Vec<RuleSpec>,
+    /// Untracked.
+    pub do_not_track: bool,
+    /// Pre-DNAT.
+    #[serde(rename = "preDNAT")]
+    pub pre_dnat: bool,
+    /// Apply on forwarded traffic.
+    pub apply_on_forward: bool,
+    /// Performance hints.
+    pub performance_hints: Vec<String>,
+}
+
+/// Profile spec.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProfileSpec {
+    /// Ingress rules.
+    pub ingress: Vec<RuleSpec>,
+    /// Egress rules.
+    pub egress: Vec<RuleSpec>,
+    /// Labels given to endpoints that use this profile.
+    pub labels_to_apply: BTreeMap<String, String>,
+}
