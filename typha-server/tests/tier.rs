@@ -22,12 +22,9 @@ async fn tier(upstream_addr: std::net::SocketAddr) -> RunningServer {
         tls: None,
         hostname: "tier-b".into(),
     };
-    start_with(Config::for_tests(), move |tx, registry| {
-        let m = typha_client::metrics::ClientMetrics::new(registry);
-        Box::pin(upstream::run(u, m, tx))
-    })
-    .await
-    .unwrap()
+    start_with(Config::for_tests(), upstream::feed(u))
+        .await
+        .unwrap()
 }
 
 /// Starts a server over `store` listening on `addr` (the same port after a restart).

@@ -17,7 +17,7 @@ use ipnet::Ipv4Net;
 use typha_protocol::model::{EndpointPort, Labels};
 use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
-use crate::dataplane::{IPSET_PREFIX, IpSet, IpSetKind, canonical_net, hash_b64};
+use crate::dataplane::{Desired, Dirty, IPSET_PREFIX, IpSet, IpSetKind, canonical_net, hash_b64};
 
 /// What a set holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -482,6 +482,40 @@ pub fn proto_name(number: u8) -> String {
         132 => "sctp".into(),
         136 => "udplite".into(),
         n => n.to_string(),
+    }
+}
+
+/// Adds and drops references to rule ipsets, writing the changes into the desired state.
+pub(super) struct Refs<'a> {
+    pub(super) index: &'a mut IpSetIndex,
+    pub(super) sink: SetSink<'a>,
+}
+
+impl<'a> Refs<'a> {
+    pub(super) fn new(
+        index: &'a mut IpSetIndex,
+        desired: &'a mut Desired,
+        dirty: &'a mut Dirty,
+    ) -> Self {
+        Self {
+            index,
+            sink: SetSink {
+                sets: &mut desired.ipsets,
+                dirty: &mut dirty.ipsets,
+            },
+        }
+    }
+
+    pub(super) fn add(&mut self, defs: &[SetDef]) -> Vec<String> {
+        defs.iter()
+            .map(|d| self.index.add_ref(d, &mut self.sink))
+            .collect()
+    }
+
+    pub(super) fn remove(&mut self, names: Vec<String>) {
+        for n in names {
+            self.index.remove_ref(&n, &mut self.sink);
+        }
     }
 }
 

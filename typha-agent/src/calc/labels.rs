@@ -8,9 +8,8 @@ use std::sync::Arc;
 use typha_protocol::model::{Labels, Policy, PolicyKey, PolicyKind, PolicyType, ProfileRules};
 use typha_protocol::selector::Selector;
 
-use super::ipsets::{IpSetIndex, SetDef, SetSink};
+use super::ipsets::{Refs, SetDef};
 use super::{CalcGraph, LocalEp, PolicyEntry, render};
-use crate::dataplane::{Desired, Dirty};
 
 impl CalcGraph {
     pub(super) fn set_local(&mut self, id: &Arc<str>, ep: Option<LocalEp>) {
@@ -254,40 +253,6 @@ impl CalcGraph {
                     self.set_local(&id, Some(ep));
                 }
             }
-        }
-    }
-}
-
-/// Adds and drops references to rule ipsets, writing the changes into the desired state.
-pub(super) struct Refs<'a> {
-    pub(super) index: &'a mut IpSetIndex,
-    pub(super) sink: SetSink<'a>,
-}
-
-impl<'a> Refs<'a> {
-    pub(super) fn new(
-        index: &'a mut IpSetIndex,
-        desired: &'a mut Desired,
-        dirty: &'a mut Dirty,
-    ) -> Self {
-        Self {
-            index,
-            sink: SetSink {
-                sets: &mut desired.ipsets,
-                dirty: &mut dirty.ipsets,
-            },
-        }
-    }
-
-    fn add(&mut self, defs: &[SetDef]) -> Vec<String> {
-        defs.iter()
-            .map(|d| self.index.add_ref(d, &mut self.sink))
-            .collect()
-    }
-
-    fn remove(&mut self, names: Vec<String>) {
-        for n in names {
-            self.index.remove_ref(&n, &mut self.sink);
         }
     }
 }

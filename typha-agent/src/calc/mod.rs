@@ -325,7 +325,7 @@ impl CalcGraph {
     }
 
     fn sink(&mut self) -> (&mut IpSetIndex, SetSink<'_>) {
-        let r = labels::Refs::new(&mut self.index, &mut self.desired, &mut self.dirty);
+        let r = ipsets::Refs::new(&mut self.index, &mut self.desired, &mut self.dirty);
         (r.index, r.sink)
     }
 

@@ -17,11 +17,11 @@ use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
 
-use super::iptables::{failed_line, run_command};
-use super::{
-    ApplyStats, DataplaneError, Dirty, IPSET_PREFIX, IPSET_TEMP_PREFIX, IpSet, IpSetKind,
-    MAX_IPSET_NAME, canonical_net,
-};
+use super::command::{failed_line, run_command};
+use super::error::DataplaneError;
+pub use super::error::InvalidIpset;
+use super::names::{IPSET_PREFIX, IPSET_TEMP_PREFIX, MAX_IPSET_NAME};
+use super::{ApplyStats, Dirty, IpSet, IpSetKind, canonical_net};
 
 /// `maxelem` of every set the agent creates.
 const MAX_ELEMENTS: u32 = 1_048_576;
@@ -72,18 +72,6 @@ struct Plan {
     written: Vec<(String, KernelSet)>,
     /// Sets that will be gone.
     gone: Vec<String>,
-}
-
-/// Why desired ipsets cannot be written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidIpset {
-    /// A set name that does not start with [`IPSET_PREFIX`].
-    #[error("ipset {0:?} does not start with {IPSET_PREFIX}")]
-    NotOurs(String),
-    /// A set name longer than [`MAX_IPSET_NAME`] or not printable ASCII.
-    #[error("ipset name {0:?} is longer than {MAX_IPSET_NAME} or not printable ASCII")]
-    Name(String),
 }
 
 impl IpsetManager {

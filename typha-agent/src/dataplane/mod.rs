@@ -14,30 +14,25 @@
 //! with [`RULE_COMMENT_PREFIX`], routes with the agent's protocol number. Nothing else is ever
 //! changed or removed.
 
+mod command;
+pub mod error;
 pub mod ipsets;
 pub mod iptables;
 pub mod linux;
+pub mod names;
 pub mod routes;
+
+pub use error::DataplaneError;
+pub use names::{
+    CHAIN_PREFIX, IPSET_PREFIX, IPSET_TEMP_PREFIX, MAX_CHAIN_NAME, MAX_IPSET_NAME,
+    RULE_COMMENT_PREFIX,
+};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::Ipv4Addr;
-use std::time::Duration;
 
 use ipnet::Ipv4Net;
-
-/// Prefix of every chain the agent owns.
-pub const CHAIN_PREFIX: &str = "cali-";
-/// Prefix of every IPv4 ipset the agent owns.
-pub const IPSET_PREFIX: &str = "cali40";
-/// Prefix of the agent's temporary ipsets (filled, then swapped with the live one).
-pub const IPSET_TEMP_PREFIX: &str = "cali4t";
-/// Prefix of the comment on every rule the agent writes: `cali:<hash>`.
-pub const RULE_COMMENT_PREFIX: &str = "cali:";
-/// iptables' limit on chain names.
-pub const MAX_CHAIN_NAME: usize = 28;
-/// ipset's limit on set names.
-pub const MAX_IPSET_NAME: usize = 31;
 
 /// The type of an ipset, and so the format of its members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -174,95 +169,6 @@ impl ApplyStats {
         self.routes_added += o.routes_added;
         self.routes_removed += o.routes_removed;
     }
-}
-
-/// A dataplane operation that failed. The agent logs it, counts it, and retries on the next
-/// apply with the kernel state re-read.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DataplaneError {
-    /// A helper program failed.
-    #[error("{program}: {message}")]
-    Command {
-        /// `iptables-restore`, `ipset`, ...
-        program: String,
-        /// What it said (stderr, trimmed), or its exit status.
-        message: String,
-    },
-    /// A helper program could not be run: started, fed its input or waited for.
-    #[error("{program}: {what}: {source}")]
-    Run {
-        /// `iptables-restore`, `ipset`, ...
-        program: String,
-        /// What failed (`cannot run ipset`, `writing to stdin`).
-        what: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A helper program ran too long and was killed.
-    #[error("{program}: timed out after {}s", .limit.as_secs())]
-    Timeout {
-        /// `iptables-restore`, `ipset`, ...
-        program: String,
-        /// How long it may run.
-        limit: Duration,
-    },
-    /// The desired chains or hooks cannot be written (nothing was).
-    #[error("{program}: invalid desired state: {source}")]
-    InvalidChains {
-        /// The restore program.
-        program: String,
-        /// What is wrong.
-        source: iptables::InvalidChains,
-    },
-    /// The desired ipsets cannot be written (nothing was).
-    #[error("{program}: invalid desired state: {source}")]
-    InvalidIpsets {
-        /// The ipset program.
-        program: String,
-        /// What is wrong.
-        source: ipsets::InvalidIpset,
-    },
-    /// A netlink request failed.
-    #[error("netlink: {what}: {source}")]
-    Netlink {
-        /// What was asked (`list routes`, `add route 10.0.0.0/24`).
-        what: String,
-        /// Why.
-        source: rtnetlink::Error,
-    },
-    /// A netlink socket could not be opened.
-    #[error("netlink: {what}: {source}")]
-    NetlinkSocket {
-        /// Which socket (`route socket`, `link monitor socket`).
-        what: &'static str,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The netlink sockets need a tokio runtime, and there is none on this thread.
-    #[error("netlink: {what}: {source}")]
-    NoRuntime {
-        /// What needed it.
-        what: &'static str,
-        /// Why.
-        source: tokio::runtime::TryCurrentError,
-    },
-    /// Output of a helper program that could not be understood.
-    #[error("cannot parse {what}: {message}")]
-    Parse {
-        /// Whose output.
-        what: String,
-        /// What was wrong.
-        message: String,
-    },
-    /// A file under /proc/sys could not be written.
-    #[error("{path}: {source}")]
-    Sysctl {
-        /// The path.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
 }
 
 /// Something that can bring the node to a [`Desired`] state.

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use rand::seq::SliceRandom;
 
-use super::{DiscoveryError, KubernetesError, Target};
+use super::target::{DiscoveryError, KubernetesError, Target};
 
 /// Ready endpoints of a Service's EndpointSlices, with the port named `port_name`.
 pub(super) async fn endpoint_slices(

@@ -3,9 +3,10 @@
 //! EndpointSlices. Every round the list is resolved again and shuffled, so thousands of nodes
 //! spread over the replicas instead of all trying the first one.
 
-use std::net::SocketAddr;
-
 use rand::seq::SliceRandom;
+
+mod target;
+pub use target::{DiscoveryError, KubernetesError, Target};
 
 /// Where to find servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,67 +26,6 @@ pub enum Discovery {
         /// API server URL; `None`: in-cluster configuration or the kubeconfig.
         api_server: Option<String>,
     },
-}
-
-/// One server to try.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Target {
-    /// Where to connect.
-    pub addr: SocketAddr,
-    /// The name to verify the server's certificate against (the host as configured).
-    pub server_name: String,
-}
-
-/// Discovery that found nothing to try.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DiscoveryError {
-    /// No entry resolved to an address.
-    #[error("no server address could be resolved from {0:?}")]
-    NothingResolved(Vec<String>),
-    /// The Kubernetes API could not be asked, or answered with an error.
-    #[error("Kubernetes discovery of {service}: {source}")]
-    Kubernetes {
-        /// `namespace/service`.
-        service: String,
-        /// Why.
-        source: KubernetesError,
-    },
-    /// The Service has no ready endpoint with the port.
-    #[error("Kubernetes Service {service} has no ready endpoint with a port named {port_name:?}")]
-    NoEndpoints {
-        /// `namespace/service`.
-        service: String,
-        /// The port name looked for.
-        port_name: String,
-    },
-}
-
-/// Why the Kubernetes API gave no EndpointSlices.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KubernetesError {
-    /// The configured API server URL does not parse.
-    #[cfg(feature = "kubernetes")]
-    #[error("bad API server URL {url:?}: {source}")]
-    ApiServerUrl {
-        /// The URL.
-        url: String,
-        /// Why it does not parse.
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// No client could be made (no in-cluster configuration, no usable kubeconfig, bad TLS
-    /// settings).
-    #[cfg(feature = "kubernetes")]
-    #[error("{0}")]
-    Client(#[source] kube::Error),
-    /// Listing the Service's EndpointSlices failed.
-    #[cfg(feature = "kubernetes")]
-    #[error("{0}")]
-    List(#[source] kube::Error),
-    /// This build has no Kubernetes client.
-    #[error("this build of typha-client has no Kubernetes discovery (feature `kubernetes`)")]
-    NotBuilt,
 }
 
 impl Discovery {

@@ -60,12 +60,8 @@ async fn run(cfg: Config) -> ExitCode {
         {
             return exit::invalid_config(PROGRAM, format_args!("TYPHA_UPSTREAMCERTFILE: {e}"));
         }
-        let u = u.clone();
-        crate::server::start_with(cfg, move |tx, registry| {
-            let metrics = typha_client::metrics::ClientMetrics::new(registry);
-            Box::pin(crate::syncer::upstream::run(u, metrics, tx))
-        })
-        .await
+        let feed = crate::syncer::upstream::feed(u.clone());
+        crate::server::start_with(cfg, feed).await
     } else {
         let opened = match open(&cfg.datastore).await {
             Ok(o) => o,

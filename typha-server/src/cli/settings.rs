@@ -274,7 +274,7 @@ impl Cli {
                         ));
                     }
                 }
-                Some(typha_client::tls::ClientTls {
+                Some(crate::syncer::upstream::UpstreamTls {
                     ca_file: self.upstream_ca_file.clone().unwrap_or_default(),
                     cert_file: self.upstream_cert_file.clone().unwrap_or_default(),
                     key_file: self.upstream_key_file.clone().unwrap_or_default(),

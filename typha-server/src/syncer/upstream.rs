@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
+use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 use typha_client::metrics::ClientMetrics;
@@ -17,6 +19,10 @@ use typha_client::{ClientConfig, Discovery, SyncClient, SyncerCallbacks};
 use typha_protocol::model::{SyncStatus, Update};
 
 use super::SyncerEvent;
+
+/// Mutual TLS to the upstream: the client library's settings (CA, certificate, key, the
+/// upstream's required CN or URI SAN).
+pub type UpstreamTls = ClientTls;
 
 /// Where the upstream is and how to reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +48,17 @@ impl SyncerCallbacks for Forward {
 
     fn on_updates(&mut self, updates: Vec<Update>) {
         let _ = self.tx.send(SyncerEvent::Kvs(updates));
+    }
+}
+
+/// The feed [`crate::server::start_with`] runs for a tier: [`run`], with the client's metrics
+/// (`typha_client_*`) registered on the server's registry.
+pub fn feed(
+    cfg: UpstreamConfig,
+) -> impl FnOnce(mpsc::Sender<SyncerEvent>, &mut Registry) -> BoxFuture<'static, ()> {
+    move |tx, registry| {
+        let metrics = ClientMetrics::new(registry);
+        Box::pin(run(cfg, metrics, tx))
     }
 }
 

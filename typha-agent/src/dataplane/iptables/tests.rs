@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
+use crate::dataplane::command::{MAX_MESSAGE, cap, failed_line};
 
 /// `iptables-save -t filter` on this machine (iptables 1.8.9, nf_tables), after a restore
 /// of our chains, two hooks, a foreign chain and foreign rules (one with a comment that

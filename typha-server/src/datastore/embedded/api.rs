@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 
 use super::{Embedded, claimed_id};
 use crate::calico::convert::convert;
-use crate::calico::v3::{Resource, ResourceId, yaml_documents};
+use crate::calico::v3::{Resource, ResourceId, YamlError, yaml_documents};
 
 /// Largest request body.
 pub const MAX_BODY: usize = 64 << 20;
@@ -61,9 +61,18 @@ fn error(status: StatusCode, msg: String) -> Response {
     (status, axum::Json(json!({ "error": msg }))).into_response()
 }
 
-fn documents(body: &Bytes) -> Result<Vec<serde_json::Value>, String> {
-    let text = std::str::from_utf8(body).map_err(|e| format!("body is not UTF-8: {e}"))?;
-    yaml_documents(text).map_err(|e| format!("body is not YAML or JSON: {e}"))
+/// A request body that holds no documents.
+#[derive(Debug, thiserror::Error)]
+enum BadBody {
+    #[error("body is not UTF-8: {0}")]
+    Utf8(#[source] std::str::Utf8Error),
+    #[error("body is not YAML or JSON: {0}")]
+    Yaml(#[source] YamlError),
+}
+
+fn documents(body: &Bytes) -> Result<Vec<serde_json::Value>, BadBody> {
+    let text = std::str::from_utf8(body).map_err(BadBody::Utf8)?;
+    yaml_documents(text).map_err(BadBody::Yaml)
 }
 
 /// Describes document `i` for an error: its id if it names one.
@@ -74,7 +83,7 @@ fn which(i: usize, doc: &serde_json::Value) -> String {
 async fn apply(State(store): State<Embedded>, body: Bytes) -> Response {
     let docs = match documents(&body) {
         Ok(d) => d,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let mut resources = Vec::with_capacity(docs.len());
     for (i, doc) in docs.into_iter().enumerate() {
@@ -100,7 +109,7 @@ async fn apply(State(store): State<Embedded>, body: Bytes) -> Response {
 async fn delete(State(store): State<Embedded>, body: Bytes) -> Response {
     let docs = match documents(&body) {
         Ok(d) => d,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let mut ids: Vec<ResourceId> = Vec::with_capacity(docs.len());
     for (i, doc) in docs.iter().enumerate() {

@@ -1,0 +1,92 @@
+use super::*;
+
+fn rt(path: &str) -> Key {
+    let key: Key = path.parse().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(key.to_string(), path, "round trip of {path}");
+    assert_eq!(Key::validate(path).unwrap(), key.key_type());
+    key
+}
+
+#[test]
+fn calico_default_paths_round_trip() {
+    let k = rt("/calico/v1/host/node-1/workload/k8s/default%2fnginx-7d9b/endpoint/eth0");
+    assert_eq!(
+        k,
+        Key::WorkloadEndpoint(WorkloadEndpointKey {
+            hostname: "node-1".into(),
+            orchestrator: "k8s".into(),
+            workload: "default/nginx-7d9b".into(),
+            endpoint: "eth0".into(),
+        })
+    );
+    rt("/calico/v1/host/node-1/endpoint/eth0-hep");
+    rt("/calico/v1/policy/NetworkPolicy/prod/allow-web");
+    rt("/calico/v1/policy/GlobalNetworkPolicy/default-deny");
+    rt("/calico/v1/policy/KubernetesNetworkPolicy/prod/knp.default.web");
+    rt("/calico/v1/policy/profile/kns.default/rules");
+    rt("/calico/v1/policy/profile/ksa.default.default/labels");
+    rt("/calico/v1/netset/prod%2fblocked");
+    rt("/calico/v1/ipam/v4/pool/10.65.0.0-16");
+    rt("/calico/v1/ipam/v6/pool/fd00:65::-48");
+    rt("/calico/ipam/v2/assignment/ipv4/block/10.65.3.64-26");
+    rt("/calico/ipam/v2/assignment/ipv6/block/fd00:65::1:0-122");
+    rt("/calico/v1/host/node-1/bird_ip");
+    rt("/calico/v1/host/node-1/config/LogSeverityScreen");
+    rt("/calico/v1/host/node-1/config/some/nested/name");
+    rt("/calico/v1/config/ReportingIntervalSecs");
+    rt("/calico/v1/config/a/b");
+    assert_eq!(rt("/calico/v1/Ready"), Key::ReadyFlag);
+    rt("/calico/resources/v3/projectcalico.org/nodes/node-1");
+    rt("/calico/resources/v3/projectcalico.org/kubernetesservice/default/kubernetes");
+}
+
+#[test]
+fn escapes_round_trip_exactly() {
+    let k = Key::NetworkSet(NetworkSetKey {
+        name: "a/b%c%2fd".into(),
+    });
+    let p = k.to_string();
+    assert_eq!(p, "/calico/v1/netset/a%2fb%25c%252fd");
+    assert_eq!(rt(&p), k);
+}
+
+#[test]
+fn malformed_paths_are_errors_that_name_the_path() {
+    for bad in [
+        "",
+        "/",
+        "calico/v1/Ready",
+        "/calico/v1/Ready/",
+        "/calico/v1/host//endpoint/x",
+        "/calico/v1/host/h/workload/k8s/w/endpoint",
+        "/calico/v1/host/h/workload/k8s/w/endpoint/e/extra",
+        "/calico/v1/netset/bad%41escape",
+        "/calico/v1/netset/trailing%2",
+        "/calico/v1/policy/Bogus/x",
+        "/calico/v1/policy/NetworkPolicy/no-namespace",
+        "/calico/v1/policy/GlobalNetworkPolicy/ns/extra",
+        "/calico/v1/ipam/v4/pool/10.0.0.0-33",
+        "/calico/v1/ipam/v4/pool/10.0.0.0/16",
+        "/calico/v1/ipam/v4/pool/fd00::-64",
+        "/calico/v1/ipam/v6/pool/FD00::-64",
+        "/calico/v1/ipam/v4/pool/10.0.0.0-016",
+        "/calico/v1/config/",
+        "/calico/v1/config/a//b",
+        "/calico/v1/host/h/config/",
+        "/calico/resources/v3/projectcalico.org/widgets/x",
+        "/calico/resources/v3/projectcalico.org/nodes/ns/x",
+        "/calico/a/b/c/d/e/f/g/h/i/j/k",
+    ] {
+        let e = Key::parse(bad).unwrap_err();
+        assert_eq!(e.path, bad);
+        assert!(e.to_string().contains("malformed key path"), "{e}");
+        assert!(Key::validate(bad).is_err());
+    }
+}
+
+#[test]
+fn long_bad_paths_are_truncated_in_errors() {
+    let bad = format!("/x{}", "é".repeat(400));
+    let e = Key::parse(&bad).unwrap_err();
+    assert!(e.path.len() <= 256);
+}
