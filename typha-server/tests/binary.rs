@@ -372,3 +372,51 @@ async fn the_binary_serves_the_kubernetes_api_with_datastore_type_kubernetes() {
     .await;
     sigterm_exits_cleanly(child).await;
 }
+
+/// Every log line the server writes to a pipe from start to SIGTERM, with `env` set.
+async fn log_lines(env: &[(&str, &str)]) -> Vec<String> {
+    let (port, health) = (free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .args(["--server-host", "127.0.0.1", "--server-port", &port.to_string()])
+        .args(["--health-host", "127.0.0.1", "--health-port", &health.to_string()])
+        .args(["--prometheus-metrics-enabled", "false"])
+        .args(["--shutdown-timeout-secs", "1"])
+        .envs(env.iter().copied())
+        .env_remove("NO_COLOR")
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    until_ready(health).await;
+    sigterm_exits_cleanly(child).await;
+    reader.join().unwrap()
+}
+
+#[tokio::test]
+async fn logs_on_a_pipe_are_plain_text_or_json_lines_without_colour() {
+    let text = log_lines(&[]).await;
+    assert!(text.len() >= 2, "{text:?}");
+    for l in &text {
+        assert!(!l.contains('\u{1b}'), "a terminal escape in a piped log line: {l:?}");
+    }
+    assert!(text.iter().any(|l| l.contains("INFO")), "{text:?}");
+    // Calico's level names set the level: at Warning, the info lines are gone.
+    let quiet = log_lines(&[("TYPHA_LOGSEVERITYSCREEN", "Warning")]).await;
+    assert!(quiet.iter().all(|l| !l.contains("INFO")), "{quiet:?}");
+    let json = log_lines(&[("TYPHA_LOGFORMATJSON", "true")]).await;
+    assert!(json.len() >= 2, "{json:?}");
+    for l in &json {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"));
+        assert!(v["level"].is_string(), "{l}");
+        assert!(!l.contains('\u{1b}'), "{l:?}");
+    }
+}

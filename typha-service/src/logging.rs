@@ -1,5 +1,7 @@
 //! The `tracing` subscriber every program installs once, first thing in `main`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Where log lines go.
@@ -12,12 +14,27 @@ pub enum Output {
     Stderr,
 }
 
+impl Output {
+    /// Whether the output is a terminal (a person reading), not a file or a pipe (a container
+    /// runtime, a log collector).
+    pub fn is_terminal(self) -> bool {
+        match self {
+            Output::Stdout => std::io::stdout().is_terminal(),
+            Output::Stderr => std::io::stderr().is_terminal(),
+        }
+    }
+}
+
 /// Installs the global subscriber: `filter` is a `tracing` filter (`info`,
 /// `typha_server=debug,info`); one that does not parse falls back to `info`. `json`: one JSON
-/// object per line. Calling it twice keeps the first subscriber.
+/// object per line. Text lines carry colour only on a terminal: written to a file or a pipe
+/// (what a container runtime collects) they are plain. Calling it twice keeps the first
+/// subscriber.
 pub fn init(filter: &str, json: bool, output: Output) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(!json && output.is_terminal());
     // try_init: a second call (a program embedded in another, as loadtest runs the server)
     // keeps the first subscriber instead of failing.
     let _ = match (json, output) {
