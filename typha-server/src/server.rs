@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,6 +45,47 @@ pub enum StartError {
     /// TLS material is unusable.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+}
+
+/// Connections counted against `TYPHA_MAXCONNECTIONSUPPERLIMIT` from the moment they are
+/// accepted (not once they have finished TLS and hello: in a reconnect storm thousands are
+/// accepted before the first registers, and a limit checked against registered connections
+/// would let them all in).
+#[derive(Debug)]
+struct Slots {
+    used: AtomicUsize,
+    max: usize,
+    metrics: Arc<Metrics>,
+}
+
+/// One connection's place under the limit, given back when the connection's task ends.
+#[derive(Debug)]
+struct Slot(Arc<Slots>);
+
+impl Slots {
+    /// A place under the limit, or `None` at the limit.
+    fn take(self: &Arc<Self>) -> Option<Slot> {
+        let taken = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()?;
+        self.metrics
+            .connections_active
+            .set(i64::try_from(taken + 1).unwrap_or(i64::MAX));
+        Some(Slot(self.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let before = self.0.used.fetch_sub(1, Ordering::AcqRel);
+        self.0
+            .metrics
+            .connections_active
+            .set(i64::try_from(before.saturating_sub(1)).unwrap_or(i64::MAX));
+    }
 }
 
 /// Open connections, each with a way to close it.
@@ -179,6 +221,11 @@ pub async fn start_with(
     ));
     let conns = Arc::new(Mutex::new(Registry_::default()));
     let conn_tasks = Arc::new(Mutex::new(Vec::new()));
+    let slots = Arc::new(Slots {
+        used: AtomicUsize::new(0),
+        max: cfg.max_connections,
+        metrics: metrics.clone(),
+    });
     info!(%addr, epoch = %epoch, tls = tls.is_some(), "sync listener up");
     let accept_task = tokio::spawn(accept_loop(
         listener,
@@ -186,7 +233,7 @@ pub async fn start_with(
         ctx,
         conns.clone(),
         conn_tasks.clone(),
-        cfg.max_connections,
+        slots,
         accept_hb,
         shutdown_rx,
     ));
@@ -213,7 +260,7 @@ async fn accept_loop(
     ctx: Arc<Ctx>,
     conns: Arc<Mutex<Registry_>>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    max_connections: usize,
+    slots: Arc<Slots>,
     heartbeat: Arc<Heartbeat>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -236,10 +283,13 @@ async fn accept_loop(
         let accepted = Instant::now();
         let _ = tcp.set_nodelay(true);
         ctx.cache.metrics.connections_accepted.inc();
-        let over_limit = lock(&conns).conns.len() >= max_connections;
+        let slot = slots.take();
         let (ctx, conns2, tls) = (ctx.clone(), conns.clone(), tls.clone());
         let task = tokio::spawn(async move {
+            // The slot is held until the connection's task ends, whatever the outcome.
+            let over_limit = slot.is_none();
             handle(tcp, peer, accepted, tls, ctx, conns2, over_limit).await;
+            drop(slot);
         });
         let mut t = lock(&tasks);
         t.retain(|h| !h.is_finished());
@@ -335,15 +385,10 @@ async fn serve_registered<S>(
         r.next += 1;
         let id = r.next;
         r.conns.insert(id, tx);
-        m.connections_active
-            .set(i64::try_from(r.conns.len()).unwrap_or(i64::MAX));
         id
     };
     conn::task::serve(stream, peer, accepted, ctx, rx).await;
-    let mut r = lock(&conns);
-    r.conns.remove(&id);
-    m.connections_active
-        .set(i64::try_from(r.conns.len()).unwrap_or(i64::MAX));
+    lock(&conns).conns.remove(&id);
 }
 
 impl RunningServer {

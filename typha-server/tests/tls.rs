@@ -133,3 +133,87 @@ async fn a_plaintext_client_cannot_talk_to_a_tls_server() {
     assert!(plain.hello(Peer::offer("plain", None)).await.is_err());
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_reconnect_storm_never_holds_more_than_the_limit() {
+    // TLS makes the window between accept and hello long: a limit checked only against
+    // connections past their hello lets a whole storm in.
+    const LIMIT: usize = 8;
+    const STORM: usize = 48;
+    let p = pki();
+    let mut cfg = Config::for_tests();
+    cfg.tls = Some(p.cfg.clone());
+    cfg.max_connections = LIMIT;
+    cfg.redirect = vec!["typha-b.example:5473".into()];
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(1, 2));
+    let srv = std::sync::Arc::new(srv);
+    let client = p.ca.client("typha-client", None).unwrap();
+    let tls = tls_client(&p.ca.cert_pem, Some(&client));
+
+    // Sample what the server holds while the storm runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (srv, stop) = (srv.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most
+                    .max(srv.connections())
+                    .max(usize::try_from(srv.metrics.connections_active.get()).unwrap());
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            most
+        })
+    };
+    let storm: Vec<_> = (0..STORM)
+        .map(|i| {
+            let tls = tls.clone();
+            let addr = srv.addr;
+            tokio::spawn(async move {
+                let mut peer = Peer::connect_tls(addr, tls).await.unwrap();
+                let hello = typha_protocol::handshake::ClientHandshake::new(
+                    Peer::offer(&format!("node-{i}"), None),
+                    std::time::Instant::now(),
+                )
+                .hello();
+                peer.send(&typha_protocol::Message::ClientHello(hello))
+                    .await
+                    .unwrap();
+                let answer = peer.recv().await.unwrap();
+                (peer, answer)
+            })
+        })
+        .collect();
+    let mut served = Vec::new();
+    let mut refused = 0;
+    for t in storm {
+        let (peer, answer) = t.await.unwrap();
+        match answer {
+            typha_protocol::Message::ServerHello(_) => served.push(peer),
+            typha_protocol::Message::Goodbye(g) => {
+                assert_eq!(
+                    g.reason,
+                    typha_protocol::message::GoodbyeReason::TooManyConnections
+                );
+                assert_eq!(g.redirect, ["typha-b.example:5473"], "servers to try");
+                refused += 1;
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = sampler.await.unwrap();
+    assert!(
+        most <= LIMIT,
+        "held {most} connections at once, over the limit of {LIMIT}"
+    );
+    assert_eq!(served.len(), LIMIT, "the limit is used, not undershot");
+    assert_eq!(refused, STORM - LIMIT);
+    assert_eq!(
+        srv.metrics.dropped_count(DropReason::too_many_connections),
+        u64::try_from(STORM - LIMIT).unwrap()
+    );
+    drop(served);
+    std::sync::Arc::into_inner(srv).unwrap().shutdown().await;
+}
