@@ -7,7 +7,7 @@
 //! state digest (the one clients compute and `typha-tail` prints) and connection counts.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -65,6 +65,10 @@ pub struct HttpState {
     pub registry: Arc<Registry>,
     /// The metrics (for `/status`).
     pub metrics: Arc<Metrics>,
+    /// Set when a shutdown drain starts: readiness fails from then on (the Service stops
+    /// sending new agents here) while liveness and `/metrics` keep answering until the
+    /// process exits (a failing liveness probe would restart the container mid-drain).
+    pub draining: Arc<AtomicBool>,
 }
 
 /// The router: health routes, metrics route, or both.
@@ -109,6 +113,15 @@ async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
     if let Err(e) = live(&s) {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n"));
     }
+    if s.draining.load(Ordering::Acquire) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: shutting down, {} connections left to move\n",
+                s.metrics.shutdown_connections_remaining.get()
+            ),
+        );
+    }
     let latest = s.cache.latest();
     if latest.status != SyncStatus::InSync {
         return (
@@ -134,6 +147,7 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
         "digest": format!("{:016x}", latest.digest),
         "connections": s.metrics.connections_active.get(),
         "streaming": s.metrics.connections_streaming.get(),
+        "draining": s.draining.load(Ordering::Acquire),
     }))
 }
 

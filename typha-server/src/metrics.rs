@@ -119,6 +119,11 @@ pub struct Metrics {
     pub connections_streaming: Gauge,
     /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
     pub syncs_waiting: Gauge,
+    /// `typha_shutdown_draining`: 1 from SIGTERM until the process exits.
+    pub shutdown_draining: Gauge,
+    /// `typha_shutdown_connections_remaining`: while draining, connections not yet sent
+    /// their Goodbye.
+    pub shutdown_connections_remaining: Gauge,
     /// `typha_connections_dropped{reason}`
     pub connections_dropped: Family<DropLabels, Counter>,
     /// `typha_client_snapshot_send_secs`
@@ -164,6 +169,8 @@ impl Metrics {
             connections_active: Gauge::default(),
             connections_streaming: Gauge::default(),
             syncs_waiting: Gauge::default(),
+            shutdown_draining: Gauge::default(),
+            shutdown_connections_remaining: Gauge::default(),
             connections_dropped: Family::default(),
             client_snapshot_send_secs: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
             client_latency_secs: latency_buckets(),
@@ -245,6 +252,16 @@ impl Metrics {
             "typha_syncs_waiting",
             "Connections waiting for a turn to be synced (TYPHA_MAXCONCURRENTSYNCS)",
             m.syncs_waiting.clone(),
+        );
+        r.register(
+            "typha_shutdown_draining",
+            "1 while the server drains its connections after SIGTERM (readiness fails meanwhile)",
+            m.shutdown_draining.clone(),
+        );
+        r.register(
+            "typha_shutdown_connections_remaining",
+            "Connections not yet sent their Goodbye in a shutdown drain",
+            m.shutdown_connections_remaining.clone(),
         );
         r.register(
             "typha_connections_dropped",

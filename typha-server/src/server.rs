@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,6 +111,8 @@ pub struct RunningServer {
     /// The metrics registry.
     pub registry: Arc<Registry>,
     shutdown: watch::Sender<bool>,
+    http_stop: watch::Sender<bool>,
+    draining: Arc<AtomicBool>,
     accept_task: JoinHandle<()>,
     background: Vec<JoinHandle<()>>,
     conns: Arc<Mutex<Registry_>>,
@@ -167,13 +169,18 @@ pub async fn start_with(
     let accept_hb = Heartbeat::new();
     accept_hb.beat();
 
+    let draining = Arc::new(AtomicBool::new(false));
     let http_state = HttpState {
         cache: cache.clone(),
         accept: accept_hb.clone(),
         registry: registry.clone(),
         metrics: metrics.clone(),
+        draining: draining.clone(),
     };
     let (shutdown, shutdown_rx) = watch::channel(false);
+    // The HTTP listeners stop last, when the drain is over: liveness and metrics answer
+    // throughout it.
+    let (http_stop, http_stop_rx) = watch::channel(false);
     let mut health_addr = None;
     let mut metrics_addr = None;
     let mut http_listeners = Vec::new();
@@ -198,7 +205,7 @@ pub async fn start_with(
             metrics_addr = Some(bound);
         }
         let app = http::router(http_state.clone(), health, metrics_on);
-        let mut stop = shutdown_rx.clone();
+        let mut stop = http_stop_rx.clone();
         background.push(tokio::spawn(async move {
             let serve = axum::serve(l, app).with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|s| *s).await;
@@ -245,6 +252,8 @@ pub async fn start_with(
         metrics,
         registry,
         shutdown,
+        http_stop,
+        draining,
         accept_task,
         background,
         conns,
@@ -397,30 +406,41 @@ impl RunningServer {
         lock(&self.conns).conns.len()
     }
 
-    /// Graceful shutdown: stop accepting, close connections gradually over the shutdown
-    /// timeout, stop everything else.
+    /// Graceful shutdown: readiness fails at once, accepting stops, connections are closed
+    /// one at a time (each with a Goodbye) spread over the shutdown timeout, then everything
+    /// else stops; liveness and `/metrics` answer until then.
     pub async fn shutdown(self) {
+        self.draining.store(true, Ordering::Release);
+        self.metrics.shutdown_draining.set(1);
         let _ = self.shutdown.send(true);
         let _ = self.accept_task.await;
         let start = Instant::now();
         let budget = self.shutdown_timeout.mul_f64(0.95);
-        let n = lock(&self.conns).conns.len().max(1);
-        let step = (budget / u32::try_from(n).unwrap_or(u32::MAX)).min(Duration::from_secs(1));
+        let n = lock(&self.conns).conns.len();
+        self.metrics
+            .shutdown_connections_remaining
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+        // Typha's pacing: one connection every 0.95 x timeout / connections, at most 1 s apart.
+        let step =
+            (budget / u32::try_from(n.max(1)).unwrap_or(u32::MAX)).min(Duration::from_secs(1));
         info!(
             connections = n,
             ?step,
             "shutting down: closing connections gradually"
         );
         loop {
-            let next = {
+            let (next, left) = {
                 let mut r = lock(&self.conns);
                 let id = r.conns.keys().next().copied();
-                id.and_then(|id| r.conns.remove(&id))
+                (id.and_then(|id| r.conns.remove(&id)), r.conns.len())
             };
             let Some(tx) = next else { break };
             let _ = tx.send(GoodbyeReason::Shutdown);
             self.metrics.dropped(DropReason::shutdown);
-            if start.elapsed() >= self.shutdown_timeout {
+            self.metrics
+                .shutdown_connections_remaining
+                .set(i64::try_from(left).unwrap_or(i64::MAX));
+            if left == 0 || start.elapsed() >= self.shutdown_timeout {
                 break;
             }
             tokio::time::sleep(step).await;
@@ -438,6 +458,8 @@ impl RunningServer {
                 debug!("a connection did not finish in time");
             }
         }
+        self.metrics.shutdown_connections_remaining.set(0);
+        let _ = self.http_stop.send(true);
         for t in self.background {
             t.abort();
         }

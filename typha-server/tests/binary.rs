@@ -433,3 +433,136 @@ async fn logs_on_a_pipe_are_plain_text_or_json_lines_without_colour() {
         assert!(!l.contains('\u{1b}'), "{l:?}");
     }
 }
+
+#[tokio::test]
+async fn a_drain_fails_readiness_at_once_and_keeps_liveness_and_metrics_until_the_last_goodbye() {
+    const CLIENTS: usize = 4;
+    const TIMEOUT_SECS: f64 = 3.0;
+    let (port, health, metrics) = (free_port(), free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .args([
+            "--server-host",
+            "127.0.0.1",
+            "--server-port",
+            &port.to_string(),
+        ])
+        .args([
+            "--health-host",
+            "127.0.0.1",
+            "--health-port",
+            &health.to_string(),
+        ])
+        .args(["--prometheus-metrics-host", "127.0.0.1"])
+        .args(["--prometheus-metrics-port", &metrics.to_string()])
+        .args(["--shutdown-timeout-secs", &TIMEOUT_SECS.to_string()])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until_ready(health).await;
+    let mut peers = Vec::new();
+    for i in 0..CLIENTS {
+        let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
+        p.hello(Peer::offer(&format!("worker-{i}"), None))
+            .await
+            .unwrap();
+        p.until("in sync", |p| {
+            p.status == Some(typha_protocol::model::SyncStatus::InSync)
+        })
+        .await;
+        peers.push(p);
+    }
+
+    let pid = child.id();
+    let sigterm = tokio::time::Instant::now();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    // Each client records when its Goodbye came.
+    let goodbyes: Vec<_> = peers
+        .into_iter()
+        .map(|mut p| {
+            tokio::spawn(async move {
+                let g = p.until_closed().await;
+                (g.map(|g| g.reason), tokio::time::Instant::now())
+            })
+        })
+        .collect();
+    // Meanwhile, probe the three endpoints until the process is gone.
+    let probes = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        loop {
+            let at = tokio::time::Instant::now();
+            let ready = get(health, "/readiness").await.map(|r| r.0);
+            let live = get(health, "/liveness").await.map(|r| r.0);
+            let scraped = get(metrics, "/metrics").await;
+            let remaining = scraped.as_ref().and_then(|(_, text)| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("typha_shutdown_connections_remaining "))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            });
+            if ready.is_none() && live.is_none() && scraped.is_none() {
+                return seen;
+            }
+            seen.push((at, ready, live, scraped.map(|r| r.0), remaining));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut times = Vec::new();
+    for g in goodbyes {
+        let (reason, at) = g.await.unwrap();
+        assert_eq!(reason, Some(GoodbyeReason::Shutdown));
+        times.push(at);
+    }
+    times.sort();
+    let last_goodbye = *times.last().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let seen = probes.await.unwrap();
+
+    // Readiness failed as soon as the signal was handled (before the first client was moved)
+    // and never came back; liveness and metrics answered until the last client had its
+    // Goodbye.
+    assert!(seen.len() >= 10, "too few probes: {}", seen.len());
+    let unready_from = seen
+        .iter()
+        .position(|s| s.1 == Some(503))
+        .expect("readiness never failed");
+    assert!(
+        seen[unready_from].0 <= times[0],
+        "readiness failed only after a client moved"
+    );
+    for (at, ready, live, scraped, _) in &seen[unready_from..] {
+        assert_ne!(*ready, Some(200), "readiness came back during the drain");
+        if *at < last_goodbye {
+            assert_eq!(*live, Some(200), "liveness during the drain");
+            assert_eq!(*scraped, Some(200), "/metrics during the drain");
+        }
+    }
+    // The drain's progress is on /metrics, counting down.
+    let remaining: Vec<f64> = seen.iter().filter_map(|s| s.4).collect();
+    assert!(remaining.windows(2).all(|w| w[1] <= w[0]), "{remaining:?}");
+    assert!(remaining.iter().any(|r| *r >= 1.0), "{remaining:?}");
+
+    // Paced as Typha paces it: one connection every 0.95 x timeout / connections (at most
+    // 1 s apart), so the drain spreads over the timeout instead of a stampede.
+    let step = Duration::from_secs_f64(0.95 * TIMEOUT_SECS / CLIENTS as f64);
+    for w in times.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(
+            gap >= step.mul_f64(0.6),
+            "Goodbyes {gap:?} apart, expected about {step:?}"
+        );
+    }
+    let spread = last_goodbye - times[0];
+    assert!(
+        spread >= step.mul_f64(0.6 * (CLIENTS - 1) as f64)
+            && last_goodbye - sigterm <= Duration::from_secs_f64(TIMEOUT_SECS + 2.0),
+        "drain spread {spread:?}, finished {:?} after SIGTERM",
+        last_goodbye - sigterm
+    );
+}
