@@ -21,19 +21,10 @@ use common::netns::{Netns, run};
 
 /// This file's views of a namespace's iptables and ipset state.
 impl Netns {
-    /// A fresh namespace, or `None` (after saying so) when not root.
+    /// A fresh namespace; when not root, a failure naming the requirement, or `None` (after
+    /// saying so) if skipping is explicitly allowed (`TYPHA_TEST_ALLOW_SKIP`).
     fn new() -> Option<Self> {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let euid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .unwrap();
-        if euid != "0" {
-            eprintln!("skipped: network namespaces need root");
-            return None;
-        }
-        Some(Self::add("tp"))
+        common::requirements::root().then(|| Self::add("tp"))
     }
 
     fn save(&self) -> String {
@@ -575,4 +566,54 @@ async fn missing_binary_is_an_error_naming_it() {
     };
     assert_eq!(program, "no-such-ipset");
     assert!(message.contains("no-such-ipset"), "{message}");
+}
+
+/// Not a test: run by the test below, in a child process without root.
+#[test]
+fn needs_root_probe() {
+    if std::env::var_os("TYPHA_TEST_NOT_ROOT_PROBE").is_none() {
+        return;
+    }
+    let Some(_ns) = Netns::new() else { return };
+    panic!("ran without root");
+}
+
+#[test]
+fn without_root_a_test_fails_unless_skipping_is_allowed() {
+    use common::requirements::{ALLOW_SKIP, Missing, decide_root};
+    assert_eq!(decide_root(0, false), Missing::Run);
+    assert!(matches!(decide_root(1000, true), Missing::Skip(_)));
+    assert!(matches!(decide_root(1000, false), Missing::Fail(m) if m.contains(ALLOW_SKIP)));
+    // And for real: this test binary as an unprivileged user (`setpriv`, util-linux).
+    let probe = |allow: bool| {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "needs_root_probe",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("TYPHA_TEST_NOT_ROOT_PROBE", "1")
+            .env_remove(ALLOW_SKIP);
+        if allow {
+            cmd.env(ALLOW_SKIP, "1");
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (passed, stderr) = probe(false);
+    assert!(
+        !passed,
+        "passed without root and without {ALLOW_SKIP}: {stderr}"
+    );
+    assert!(stderr.contains("needs root"), "{stderr}");
+    let (passed, stderr) = probe(true);
+    assert!(passed, "{stderr}");
+    assert!(stderr.contains("skipped: needs root"), "{stderr}");
 }

@@ -1,13 +1,15 @@
 //! HTTP: `/liveness`, `/readiness` and `/metrics` (axum + prometheus-client).
 //!
 //! Liveness means the sync listener's accept loop and the cache writer are both making
-//! progress (Typha's health could pass while `accept()` was broken). Readiness adds that the
-//! cache is in sync with the datastore. `/status` (on the health listener) is the cache's
+//! progress: each beats a [`Heartbeat`] at least once a second, idle or not, and liveness fails
+//! when either has not beaten for [`HEARTBEAT_MAX_AGE`] (Typha's health could pass while
+//! `accept()` was broken). Readiness adds that the cache is in sync with the datastore, and
+//! fails from the start of a shutdown drain. `/status` (on the health listener) is the cache's
 //! position as JSON, for operators and tools: sync status, breadcrumb sequence, KV count, the
 //! state digest (the one clients compute and `typha-tail` prints) and connection counts.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -16,43 +18,11 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
-use tokio::time::Instant;
 use typha_protocol::model::SyncStatus;
 
 use crate::cache::Cache;
+use crate::liveness::{HEARTBEAT_MAX_AGE, Heartbeat};
 use crate::metrics::Metrics;
-
-/// How stale the accept loop's heartbeat may be before liveness fails.
-pub const HEARTBEAT_MAX_AGE: Duration = Duration::from_secs(10);
-
-/// A timestamp a loop bumps to show it is alive.
-#[derive(Debug)]
-pub struct Heartbeat {
-    origin: Instant,
-    millis: AtomicU64,
-}
-
-impl Heartbeat {
-    /// A heartbeat that beats now.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self {
-            origin: Instant::now(),
-            millis: AtomicU64::new(0),
-        })
-    }
-
-    /// Records a beat.
-    pub fn beat(&self) {
-        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.millis.store(ms, Ordering::Relaxed);
-    }
-
-    /// Time since the last beat.
-    pub fn age(&self) -> Duration {
-        let last = Duration::from_millis(self.millis.load(Ordering::Relaxed));
-        self.origin.elapsed().saturating_sub(last)
-    }
-}
 
 /// What the handlers read.
 #[derive(Debug, Clone)]
@@ -61,6 +31,8 @@ pub struct HttpState {
     pub cache: Arc<Cache>,
     /// The accept loop's heartbeat.
     pub accept: Arc<Heartbeat>,
+    /// The cache writer's heartbeat.
+    pub writer: Arc<Heartbeat>,
     /// The metrics registry.
     pub registry: Arc<Registry>,
     /// The metrics (for `/status`).
@@ -92,12 +64,19 @@ enum NotLive {
     /// The sync listener's accept loop has not run for too long.
     #[error("sync listener's accept loop last ran {0:?} ago")]
     AcceptLoop(Duration),
+    /// The cache writer has not run for too long (stuck, or ended).
+    #[error("cache writer last ran {0:?} ago")]
+    CacheWriter(Duration),
 }
 
 fn live(s: &HttpState) -> Result<(), NotLive> {
     let age = s.accept.age();
     if age > HEARTBEAT_MAX_AGE {
         return Err(NotLive::AcceptLoop(age));
+    }
+    let age = s.writer.age();
+    if age > HEARTBEAT_MAX_AGE {
+        return Err(NotLive::CacheWriter(age));
     }
     Ok(())
 }
@@ -153,4 +132,43 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
 
 async fn metrics_text(State(s): State<HttpState>) -> impl IntoResponse {
     typha_service::metrics::metrics_response(&s.registry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CacheConfig;
+    use crate::cache::writer::CacheWriter;
+    use typha_protocol::message::Epoch;
+
+    fn state() -> HttpState {
+        let metrics = Metrics::unregistered();
+        let (_w, cache) = CacheWriter::new(CacheConfig::default(), Epoch(1), metrics.clone());
+        HttpState {
+            cache,
+            accept: Heartbeat::new(),
+            writer: Heartbeat::new(),
+            registry: Arc::new(Registry::default()),
+            metrics,
+            draining: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn liveness_needs_both_the_accept_loop_and_the_cache_writer_to_beat() {
+        let s = state();
+        s.accept.beat();
+        s.writer.beat();
+        assert!(live(&s).is_ok());
+        tokio::time::advance(HEARTBEAT_MAX_AGE + Duration::from_secs(1)).await;
+        // The accept loop goes on; the cache writer is stuck.
+        s.accept.beat();
+        let e = live(&s).unwrap_err();
+        assert!(matches!(e, NotLive::CacheWriter(_)), "{e}");
+        s.writer.beat();
+        assert!(live(&s).is_ok());
+        tokio::time::advance(HEARTBEAT_MAX_AGE + Duration::from_secs(1)).await;
+        s.writer.beat();
+        assert!(matches!(live(&s), Err(NotLive::AcceptLoop(_))));
+    }
 }

@@ -12,7 +12,7 @@
 //! - [`conn`]: one task per client: handshake, resume (deltas, digest buckets or snapshot),
 //!   streaming, ping/pong, timeouts.
 //! - [`server`]: listeners, TLS ([`tls`]), the connection limit and graceful shutdown;
-//!   [`http`] serves health and [`metrics`].
+//!   [`http`] serves health (with the loops' [`liveness`] heartbeats) and [`metrics`].
 //!
 //! [`config::Config`] holds every setting with its default; [`cli`] parses flags and
 //! `TYPHA_*` environment variables into it and is the whole `typha-server` program.
@@ -28,6 +28,7 @@ pub mod conn;
 pub mod datastore;
 pub mod fanout;
 pub mod http;
+pub mod liveness;
 pub mod metrics;
 #[cfg(feature = "test-support")]
 pub mod pki;

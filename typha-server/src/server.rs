@@ -25,7 +25,8 @@ use crate::cache::writer::CacheWriter;
 use crate::config::Config;
 use crate::conn::{self, Ctx};
 use crate::datastore::Datastore;
-use crate::http::{self, Heartbeat, HttpState};
+use crate::http::{self, HttpState};
+use crate::liveness::Heartbeat;
 use crate::metrics::{DropReason, Metrics};
 use crate::syncer::{SyncerEvent, run_syncer};
 use crate::tls;
@@ -142,7 +143,11 @@ pub async fn start_with(
     let registry = Arc::new(registry);
     let epoch = Epoch(rand::random());
     let (writer, cache) = CacheWriter::new(cfg.cache.clone(), epoch, metrics.clone());
-    let mut background = vec![tokio::spawn(feed), tokio::spawn(writer.run(rx))];
+    let writer_hb = Heartbeat::new();
+    let mut background = vec![
+        tokio::spawn(feed),
+        tokio::spawn(writer.run(rx, writer_hb.clone())),
+    ];
 
     let tls = match &cfg.tls {
         Some(t) => Some((
@@ -173,6 +178,7 @@ pub async fn start_with(
     let http_state = HttpState {
         cache: cache.clone(),
         accept: accept_hb.clone(),
+        writer: writer_hb,
         registry: registry.clone(),
         metrics: metrics.clone(),
         draining: draining.clone(),

@@ -5,3 +5,4 @@
 #![allow(unreachable_pub)]
 
 pub mod netns;
+pub mod requirements;

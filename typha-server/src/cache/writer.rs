@@ -15,6 +15,7 @@ use super::breadcrumb::{Breadcrumb, CrumbFrames, Kv, KvMap, MAP_VERSIONS_KEPT};
 use super::pipeline::{KvChange, Pipeline};
 use super::{Cache, CacheConfig};
 use crate::datastore::WatchEvent;
+use crate::liveness::Heartbeat;
 use crate::metrics::Metrics;
 use crate::syncer::SyncerEvent;
 
@@ -244,8 +245,16 @@ impl CacheWriter {
     /// Runs until the syncer's channel closes, batching what arrives together: everything
     /// already queued, and, when the previous breadcrumb is younger than the window (see
     /// [`CacheConfig::window`]), whatever arrives until it is that old (or the batch is full).
-    pub async fn run(mut self, mut rx: mpsc::Receiver<SyncerEvent>) {
-        while let Some(ev) = rx.recv().await {
+    /// It beats `heartbeat` at least once a second, idle or not (liveness).
+    pub async fn run(mut self, mut rx: mpsc::Receiver<SyncerEvent>, heartbeat: Arc<Heartbeat>) {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            heartbeat.beat();
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = tick.tick() => continue,
+            };
+            let Some(ev) = ev else { return };
             self.handle(ev);
             self.drain(&mut rx);
             let clients = self.cache.metrics.connections_streaming.get();
