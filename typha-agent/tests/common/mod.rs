@@ -5,4 +5,6 @@
 #![allow(unreachable_pub)]
 
 pub mod netns;
+// Each test binary uses part of it.
+#[allow(dead_code)]
 pub mod requirements;
