@@ -51,9 +51,16 @@ impl Features {
     pub const BUCKET_RESYNC: Features = Features(1 << 1);
     /// The server may answer a resume cursor with only the missed deltas.
     pub const DELTA_RESUME: Features = Features(1 << 2);
+    /// The client understands [`Staleness`]: the server says when its view of the datastore
+    /// has not been confirmed current for too long, and when it is again.
+    pub const STALENESS: Features = Features(1 << 3);
     /// Everything this build implements.
-    pub const ALL: Features =
-        Features(Features::ACK.0 | Features::BUCKET_RESYNC.0 | Features::DELTA_RESUME.0);
+    pub const ALL: Features = Features(
+        Features::ACK.0
+            | Features::BUCKET_RESYNC.0
+            | Features::DELTA_RESUME.0
+            | Features::STALENESS.0,
+    );
 
     /// Flags present in both sets.
     pub fn intersect(self, other: Features) -> Features {
@@ -77,6 +84,7 @@ impl fmt::Debug for Features {
             (Features::ACK, "ACK"),
             (Features::BUCKET_RESYNC, "BUCKET_RESYNC"),
             (Features::DELTA_RESUME, "DELTA_RESUME"),
+            (Features::STALENESS, "STALENESS"),
         ];
         let mut set = f.debug_set();
         let mut known = 0;
@@ -459,6 +467,49 @@ pub struct Ack {
     pub seq: Seq,
 }
 
+/// Whether the server's view of the datastore is current (needs [`Features::STALENESS`]).
+///
+/// A server confirms its view with every watch event, bookmark or progress notification,
+/// successful listing or probe; when that has not happened for longer than its threshold
+/// (the datastore is down, unreachable or refusing it), it is stale: the state it serves is
+/// consistent but may be old. Sent right after the [`ServerHello`] (before any data), then
+/// whenever it changes. The sync status is separate: a stale server stays InSync, and agents
+/// keep what they have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Staleness {
+    /// Whether the view is stale.
+    pub stale: bool,
+    /// How long ago the view was last confirmed current, when the message was sent (0 if
+    /// never confirmed). The receiver adds the time since it received it.
+    pub age_millis: u64,
+    /// The last failure talking to the datastore (empty if none); at most
+    /// [`Staleness::MAX_REASON`] bytes.
+    pub reason: String,
+}
+
+impl Staleness {
+    /// The longest reason sent.
+    pub const MAX_REASON: usize = 512;
+
+    /// A report, its reason cut to [`Staleness::MAX_REASON`] bytes on a character boundary.
+    pub fn new(stale: bool, age: std::time::Duration, reason: &str) -> Self {
+        let mut end = reason.len().min(Self::MAX_REASON);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        Staleness {
+            stale,
+            age_millis: u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+            reason: reason.get(..end).unwrap_or_default().to_owned(),
+        }
+    }
+
+    /// [`Staleness::age_millis`] as a duration.
+    pub fn age(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.age_millis)
+    }
+}
+
 /// Which way a message may travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -497,11 +548,13 @@ pub enum MessageType {
     Deltas = 10,
     /// [`Ack`]
     Ack = 11,
+    /// [`Staleness`]
+    Staleness = 12,
 }
 
 impl MessageType {
     /// Every v1 message type.
-    pub const ALL: [MessageType; 11] = [
+    pub const ALL: [MessageType; 12] = [
         MessageType::ClientHello,
         MessageType::ServerHello,
         MessageType::Goodbye,
@@ -513,6 +566,7 @@ impl MessageType {
         MessageType::SnapshotEnd,
         MessageType::Deltas,
         MessageType::Ack,
+        MessageType::Staleness,
     ];
 
     /// From the header byte; `None` for a type this build does not know.
@@ -534,6 +588,7 @@ impl MessageType {
             MessageType::SnapshotEnd => "snapshot_end",
             MessageType::Deltas => "deltas",
             MessageType::Ack => "ack",
+            MessageType::Staleness => "staleness",
         }
     }
 
@@ -552,6 +607,7 @@ impl MessageType {
     pub fn required_feature(self) -> Option<Features> {
         match self {
             MessageType::Ack => Some(Features::ACK),
+            MessageType::Staleness => Some(Features::STALENESS),
             _ => None,
         }
     }
@@ -589,6 +645,8 @@ pub enum Message {
     Deltas(Deltas),
     /// See [`Ack`].
     Ack(Ack),
+    /// See [`Staleness`].
+    Staleness(Staleness),
 }
 
 /// A payload that does not decode as its message type.
@@ -638,6 +696,7 @@ impl Message {
             Message::SnapshotEnd(_) => MessageType::SnapshotEnd,
             Message::Deltas(_) => MessageType::Deltas,
             Message::Ack(_) => MessageType::Ack,
+            Message::Staleness(_) => MessageType::Staleness,
         }
     }
 
@@ -673,6 +732,7 @@ impl Message {
             Message::SnapshotEnd(m) => postcard::to_extend(m, buf),
             Message::Deltas(m) => postcard::to_extend(m, buf),
             Message::Ack(m) => postcard::to_extend(m, buf),
+            Message::Staleness(m) => postcard::to_extend(m, buf),
         }?;
         Ok(())
     }
@@ -704,6 +764,7 @@ impl Message {
             MessageType::SnapshotEnd => Message::SnapshotEnd(take(ty, payload)?),
             MessageType::Deltas => Message::Deltas(take(ty, payload)?),
             MessageType::Ack => Message::Ack(take(ty, payload)?),
+            MessageType::Staleness => Message::Staleness(take(ty, payload)?),
         })
     }
 }

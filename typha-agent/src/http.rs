@@ -81,6 +81,16 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
         "chains": m.chains.get(),
         "routes": m.routes.get(),
         "failures": m.failures.get(),
+        "server_view": match s.shared.server_stale() {
+            Some((age, reason)) => serde_json::json!({
+                "stale": true,
+                "age_secs": age.as_secs_f64(),
+                "reason": reason,
+                "held_updates": s.shared.held_updates.load(Ordering::Relaxed),
+                "dataplane": "kept as it is until the server's view is current again",
+            }),
+            None => serde_json::json!({"stale": false}),
+        },
     }))
 }
 

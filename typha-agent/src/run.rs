@@ -7,6 +7,11 @@
 //! (the last programmed state stays in place). A failed apply is retried after a back-off with
 //! the kernel state re-read; every `refresh_interval` the kernel is re-read anyway, so drift
 //! (a chain or route deleted by hand) is repaired.
+//!
+//! While the server says its view of the datastore is stale, the agent keeps its dataplane
+//! exactly as it is: updates that still arrive are held, not programmed, until the view is
+//! current again (drift repair goes on, of the state last programmed). It says so once each
+//! way in the log and on `/status`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,7 +25,7 @@ use crate::calc::render::RenderConfig;
 use crate::dataplane::{Dataplane, Dirty};
 use crate::metrics::AgentMetrics;
 use crate::validate::validate;
-use typha_client::SyncerCallbacks;
+use typha_client::{Staleness, SyncerCallbacks};
 
 /// Settings of the loop.
 #[derive(Debug, Clone)]
@@ -54,6 +59,8 @@ pub enum Input {
     Status(SyncStatus),
     /// A batch of updates.
     Updates(Vec<Update>),
+    /// What the server says of its view of the datastore.
+    Staleness(Staleness),
 }
 
 /// The sync client's callbacks: forward everything to the loop.
@@ -78,6 +85,10 @@ impl SyncerCallbacks for Feeder {
     fn on_updates(&mut self, updates: Vec<Update>) {
         let _ = self.tx.send(Input::Updates(updates));
     }
+
+    fn on_staleness(&mut self, staleness: &Staleness) {
+        let _ = self.tx.send(Input::Staleness(staleness.clone()));
+    }
 }
 
 /// State the health endpoints read.
@@ -91,6 +102,10 @@ pub struct Shared {
     pub last_turn_ms: AtomicU64,
     /// When the agent started.
     pub started: Instant,
+    /// While the server's view of the datastore is stale: what it said, and when.
+    pub server_stale: std::sync::Mutex<Option<(Staleness, Instant)>>,
+    /// Updates held while the server's view is stale.
+    pub held_updates: AtomicU64,
 }
 
 impl Shared {
@@ -101,6 +116,8 @@ impl Shared {
             ready: AtomicBool::new(false),
             last_turn_ms: AtomicU64::new(0),
             started: Instant::now(),
+            server_stale: std::sync::Mutex::new(None),
+            held_updates: AtomicU64::new(0),
         }
     }
 
@@ -109,10 +126,29 @@ impl Shared {
         self.last_turn_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// While the server's view is stale: how old it is now, and why.
+    pub fn server_stale(&self) -> Option<(Duration, String)> {
+        let g = self.server_stale.lock().unwrap_or_else(|p| p.into_inner());
+        g.as_ref()
+            .map(|(s, at)| (s.age() + at.elapsed(), s.reason.clone()))
+    }
+
     /// How long since the loop last made progress.
     pub fn since_last_turn(&self) -> Duration {
         let last = Duration::from_millis(self.last_turn_ms.load(Ordering::Relaxed));
         self.started.elapsed().saturating_sub(last)
+    }
+}
+
+/// Validates updates into the graph (an invalid value is applied as a deletion).
+fn feed(graph: &mut CalcGraph, updates: &[Update], shared: &Shared) {
+    for u in updates {
+        let c = validate(u);
+        if let Some(e) = &c.invalid {
+            warn!(error = %e, "invalid update: applied as a deletion");
+            shared.metrics.invalid_updates.inc();
+        }
+        graph.on_update(&c.key, c.value);
     }
 }
 
@@ -136,6 +172,8 @@ pub async fn run<D: Dataplane>(
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     refresh.tick().await;
     let mut heartbeat = tokio::time::interval(Duration::from_secs(1));
+    // Updates heard while the server's view is stale; `Some` while it is.
+    let mut held: Option<Vec<Update>> = None;
     loop {
         shared.turn();
         let retry_sleep = async {
@@ -167,14 +205,29 @@ pub async fn run<D: Dataplane>(
                                 info!("in sync; programming the dataplane");
                             }
                         }
-                        Input::Updates(us) => {
-                            for u in &us {
-                                let c = validate(u);
-                                if let Some(e) = &c.invalid {
-                                    warn!(error = %e, "invalid update: applied as a deletion");
-                                    shared.metrics.invalid_updates.inc();
+                        Input::Updates(us) => match held.as_mut() {
+                            Some(h) => {
+                                shared.held_updates.fetch_add(us.len() as u64, Ordering::Relaxed);
+                                h.extend(us);
+                            }
+                            None => feed(&mut graph, &us, shared),
+                        },
+                        Input::Staleness(st) => {
+                            *shared.server_stale.lock().unwrap_or_else(|p| p.into_inner()) =
+                                st.stale.then(|| (st.clone(), Instant::now()));
+                            match (st.stale, held.is_some()) {
+                                (true, false) => {
+                                    warn!(age = ?st.age(), reason = %st.reason,
+                                        "the server's view of the datastore is stale; keeping the dataplane as it is until it is current again");
+                                    held = Some(Vec::new());
                                 }
-                                graph.on_update(&c.key, c.value);
+                                (false, true) => {
+                                    let h = held.take().unwrap_or_default();
+                                    info!(held = h.len(), "the server's view of the datastore is current again; programming what it held");
+                                    feed(&mut graph, &h, shared);
+                                    shared.held_updates.store(0, Ordering::Relaxed);
+                                }
+                                _ => {}
                             }
                         }
                     }

@@ -330,6 +330,17 @@ async fn run(
                     write(&mut w, &pong, cfg.write_timeout).await?;
                 }
                 Message::Goodbye(g) => return Err(SessionError::Goodbye(g)),
+                Message::Staleness(st) => {
+                    if st.stale != m.server_stale() {
+                        if st.stale {
+                            tracing::warn!(server = %addr, age = ?st.age(), reason = %st.reason, "the server's view of its datastore is stale");
+                        } else {
+                            tracing::info!(server = %addr, "the server's view of its datastore is current again");
+                        }
+                    }
+                    m.server_staleness(&st);
+                    cb.on_staleness(&st);
+                }
                 other => {
                     let applied = store.apply(other, cb)?;
                     if let Some(kind) = applied.resumed {

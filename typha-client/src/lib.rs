@@ -28,3 +28,4 @@ pub use client::SyncClient;
 pub use config::{ClientConfig, ConfigError};
 pub use discovery::Discovery;
 pub use store::{ResumeKind, Store, StoreError, SyncerCallbacks};
+pub use typha_protocol::message::Staleness;

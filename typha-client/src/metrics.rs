@@ -12,6 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
+use typha_protocol::message::Staleness;
 
 use crate::store::ResumeKind;
 
@@ -48,6 +49,14 @@ pub struct ClientMetrics {
     pub bytes_received: Counter,
     /// `typha_client_staleness_seconds`: time since the last message from a server.
     pub staleness: Gauge<f64, AtomicU64>,
+    /// `typha_client_server_view_stale`: 1 while the server says its view of the datastore is
+    /// stale (it lost its datastore; what this client has may be old).
+    pub server_view_stale: Gauge,
+    /// `typha_client_server_view_age_seconds`: while stale, how long ago the server's view
+    /// was last confirmed current (its report plus the time since); 0 otherwise.
+    pub server_view_age: Gauge<f64, AtomicU64>,
+    /// When the server's last stale report came (ms since `origin`) and the age it gave.
+    stale_report: std::sync::Mutex<Option<(u64, u64)>>,
     origin: Instant,
     last_message_ms: AtomicU64,
     sessions: AtomicU64,
@@ -62,6 +71,9 @@ impl ClientMetrics {
             resumes: Family::default(),
             bytes_received: Counter::default(),
             staleness: Gauge::default(),
+            server_view_stale: Gauge::default(),
+            server_view_age: Gauge::default(),
+            stale_report: std::sync::Mutex::new(None),
             origin: Instant::now(),
             last_message_ms: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
@@ -94,6 +106,16 @@ impl ClientMetrics {
             "Seconds since the last message from a server",
             m.staleness.clone(),
         );
+        registry.register(
+            "typha_client_server_view_stale",
+            "1 while the server says its view of the datastore is stale",
+            m.server_view_stale.clone(),
+        );
+        registry.register(
+            "typha_client_server_view_age_seconds",
+            "While the server's view is stale, seconds since it was last confirmed current",
+            m.server_view_age.clone(),
+        );
         Arc::new(m)
     }
 
@@ -110,9 +132,24 @@ impl ClientMetrics {
         }
     }
 
-    /// Records the end of an established session.
+    /// Records the end of an established session (the next server says how current it is).
     pub fn session_ended(&self) {
         self.connected.dec();
+        self.server_staleness(&Staleness::new(false, Duration::ZERO, ""));
+    }
+
+    /// Records what the server said of its datastore view.
+    pub fn server_staleness(&self, s: &Staleness) {
+        let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        *self.stale_report.lock().unwrap_or_else(|p| p.into_inner()) =
+            s.stale.then_some((now, s.age_millis));
+        self.server_view_stale.set(i64::from(s.stale));
+        self.refresh();
+    }
+
+    /// Whether the server's last report said stale.
+    pub fn server_stale(&self) -> bool {
+        self.server_view_stale.get() != 0
     }
 
     /// Records a message received now.
@@ -128,9 +165,15 @@ impl ClientMetrics {
         self.origin.elapsed().saturating_sub(last)
     }
 
-    /// Refreshes the staleness gauge (the client does this every second).
+    /// Refreshes the time-based gauges (the client does this every second).
     pub fn refresh(&self) {
         self.staleness.set(self.staleness().as_secs_f64());
+        let report = *self.stale_report.lock().unwrap_or_else(|p| p.into_inner());
+        let age = report.map_or(Duration::ZERO, |(at, age)| {
+            let now = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+            Duration::from_millis(age.saturating_add(now.saturating_sub(at)))
+        });
+        self.server_view_age.set(age.as_secs_f64());
     }
 
     /// Counts a resume.

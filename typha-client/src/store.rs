@@ -19,7 +19,9 @@ use std::collections::{HashMap, HashSet};
 
 use typha_protocol::digest::{KeyHash, StateDigest};
 use typha_protocol::handshake::Session;
-use typha_protocol::message::{Cursor, Message, MessageType, Resume, Seq, SnapshotScope};
+use typha_protocol::message::{
+    Cursor, Message, MessageType, Resume, Seq, SnapshotScope, Staleness,
+};
 use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
 
 /// What a consumer implements: Calico's `api.SyncerCallbacks`.
@@ -28,6 +30,15 @@ pub trait SyncerCallbacks: Send {
     fn on_status_updated(&mut self, status: SyncStatus);
     /// A batch of changes, in order. Kinds are relative to what this consumer was told before.
     fn on_updates(&mut self, updates: Vec<Update>);
+    /// The server said whether its view of the datastore is current: after each (re)connect
+    /// and whenever it changes. While `staleness.stale`, what the consumer has is consistent
+    /// but may be old (the server lost its datastore); the sync status does not change, and a
+    /// consumer should keep what it has rather than act on the absence of news. The age grows
+    /// from [`Staleness::age`] with the time since this call. Servers that predate the
+    /// feature never call it. By default ignored.
+    fn on_staleness(&mut self, staleness: &Staleness) {
+        let _ = staleness;
+    }
 }
 
 /// How the server brought this store up to date after a connect.

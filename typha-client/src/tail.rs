@@ -2,7 +2,8 @@
 //! stream.
 //!
 //! Lines: `status <status>`, then `+ key` (new), `~ key` (updated), `- key` (deleted), with the
-//! revision; `--json` prints one JSON object per line instead, with decoded values.
+//! revision; `stale <age>s <reason>` when the server says its view of the datastore is stale,
+//! `current` when it is again; `--json` prints one JSON object per line instead, with decoded values.
 //! `--summary` prints counts per key type, the status and the digest once in sync, then exits.
 //! Failures (server unreachable, TLS refused, version mismatch) are one line on stderr and a
 //! non-zero exit when no server could be used at all: 64 for a bad setting, 69 when no server
@@ -23,7 +24,7 @@ use typha_service::exit;
 use crate::cli::ConnectArgs;
 use crate::conn::session;
 use crate::metrics::ClientMetrics;
-use crate::{ClientConfig, ConfigError, Store, SyncerCallbacks};
+use crate::{ClientConfig, ConfigError, Staleness, Store, SyncerCallbacks};
 
 const PROGRAM: &str = "typha-tail";
 
@@ -50,6 +51,8 @@ struct Printer {
     counts: BTreeMap<KeyType, i64>,
     in_sync: Arc<Notify>,
     synced: Arc<AtomicBool>,
+    /// What the server last said of its view of the datastore.
+    staleness: Option<Staleness>,
     out: std::io::BufWriter<std::io::Stdout>,
 }
 
@@ -70,6 +73,31 @@ impl SyncerCallbacks for Printer {
             )
         } else {
             writeln!(self.out, "status {status}")
+        };
+        let _ = self.out.flush();
+    }
+
+    fn on_staleness(&mut self, st: &Staleness) {
+        let changed = self.staleness.as_ref().is_none_or(|s| s.stale != st.stale);
+        self.staleness = Some(st.clone());
+        if self.summary || !changed {
+            return;
+        }
+        let _ = if self.json {
+            writeln!(
+                self.out,
+                "{}",
+                serde_json::json!({"type": "staleness", "stale": st.stale, "age_secs": st.age().as_secs_f64(), "reason": st.reason})
+            )
+        } else if st.stale {
+            writeln!(
+                self.out,
+                "stale {:.1}s {}",
+                st.age().as_secs_f64(),
+                st.reason
+            )
+        } else {
+            writeln!(self.out, "current")
         };
         let _ = self.out.flush();
     }
@@ -164,6 +192,7 @@ async fn tail(cli: Cli, cfg: ClientConfig) -> ExitCode {
         counts: BTreeMap::new(),
         in_sync: in_sync.clone(),
         synced: synced.clone(),
+        staleness: None,
         out: std::io::BufWriter::new(std::io::stdout()),
     };
     let metrics = ClientMetrics::unregistered();
@@ -200,6 +229,15 @@ async fn tail(cli: Cli, cfg: ClientConfig) -> ExitCode {
                     "digest {:016x} ({non_empty}/1024 buckets non-empty)",
                     digest.combined()
                 );
+                match &printer.staleness {
+                    Some(s) if s.stale => println!(
+                        "datastore view stale ({:.1}s: {})",
+                        s.age().as_secs_f64(),
+                        s.reason
+                    ),
+                    Some(_) => println!("datastore view current"),
+                    None => println!("datastore view not reported by this server"),
+                }
                 return ExitCode::SUCCESS;
             };
             if end.synced || synced.load(Ordering::Acquire) {

@@ -68,6 +68,14 @@ pub struct Config {
     /// Other servers (`host:port`) to suggest in the Goodbye to a client this one turns away
     /// (connection limit, shutdown). Empty: clients rediscover on their own.
     pub redirect: Vec<String>,
+    /// How long the datastore view may go unconfirmed before it is stale
+    /// (TYPHA_STALETHRESHOLDSECS, 10 s: past the syncer's longest back-off of 5 s and a probe
+    /// every 2.5 s, so a transient error does not flap it).
+    pub stale_threshold: Duration,
+    /// Whether `/readiness` fails while stale (TYPHA_FAILREADINESSWHENSTALE, off). Off by
+    /// default: if every replica went unready at once, the Service would empty and agents
+    /// would lose even the stale view.
+    pub readiness_fails_when_stale: bool,
 }
 
 impl Default for Config {
@@ -87,6 +95,8 @@ impl Default for Config {
             max_connections: 10_000,
             shutdown_timeout: Duration::from_secs(300),
             redirect: Vec::new(),
+            stale_threshold: Duration::from_secs(10),
+            readiness_fails_when_stale: false,
         }
     }
 }

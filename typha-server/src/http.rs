@@ -23,6 +23,7 @@ use typha_protocol::model::SyncStatus;
 use crate::cache::Cache;
 use crate::liveness::{HEARTBEAT_MAX_AGE, Heartbeat};
 use crate::metrics::Metrics;
+use crate::syncer::freshness::Freshness;
 
 /// What the handlers read.
 #[derive(Debug, Clone)]
@@ -41,6 +42,10 @@ pub struct HttpState {
     /// sending new agents here) while liveness and `/metrics` keep answering until the
     /// process exits (a failing liveness probe would restart the container mid-drain).
     pub draining: Arc<AtomicBool>,
+    /// Whether the datastore view is current.
+    pub freshness: Arc<Freshness>,
+    /// Whether `/readiness` fails while the view is stale (`TYPHA_FAILREADINESSWHENSTALE`).
+    pub readiness_fails_when_stale: bool,
 }
 
 /// The router: health routes, metrics route, or both.
@@ -108,6 +113,28 @@ async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
             format!("not ready: cache is {}\n", latest.status),
         );
     }
+    let view = s.freshness.view();
+    if view.stale {
+        let stale = format!(
+            "datastore view is STALE: last confirmed {:.1} s ago (threshold {:.0} s); last error: {}",
+            view.confirmed_age.unwrap_or_default().as_secs_f64(),
+            s.freshness.threshold().as_secs_f64(),
+            view.last_error.as_deref().unwrap_or("none"),
+        );
+        if s.readiness_fails_when_stale {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {stale}\n"),
+            );
+        }
+        return (
+            StatusCode::OK,
+            format!(
+                "ready: in sync at breadcrumb {}, {} KVs; {stale}\n",
+                latest.seq, latest.kvs
+            ),
+        );
+    }
     (
         StatusCode::OK,
         format!(
@@ -127,7 +154,20 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
         "connections": s.metrics.connections_active.get(),
         "streaming": s.metrics.connections_streaming.get(),
         "draining": s.draining.load(Ordering::Acquire),
+        "datastore": datastore_json(&s.freshness),
     }))
+}
+
+/// The datastore view's freshness, for `/status`.
+fn datastore_json(f: &Freshness) -> serde_json::Value {
+    let v = f.view();
+    serde_json::json!({
+        "connected": v.connected,
+        "stale": v.stale,
+        "confirmed_secs_ago": v.confirmed_age.map(|a| a.as_secs_f64()),
+        "stale_threshold_secs": f.threshold().as_secs_f64(),
+        "last_error": v.last_error,
+    })
 }
 
 async fn metrics_text(State(s): State<HttpState>) -> impl IntoResponse {
@@ -151,6 +191,8 @@ mod tests {
             registry: Arc::new(Registry::default()),
             metrics,
             draining: Arc::new(AtomicBool::new(false)),
+            freshness: Freshness::new(Duration::from_secs(10)),
+            readiness_fails_when_stale: false,
         }
     }
 

@@ -28,7 +28,8 @@ use crate::datastore::Datastore;
 use crate::http::{self, HttpState};
 use crate::liveness::Heartbeat;
 use crate::metrics::{DropReason, Metrics};
-use crate::syncer::{SyncerEvent, run_syncer};
+use crate::syncer::freshness::Freshness;
+use crate::syncer::{FeedContext, run_syncer};
 use crate::tls;
 use futures_util::future::BoxFuture;
 
@@ -111,6 +112,8 @@ pub struct RunningServer {
     pub metrics: Arc<Metrics>,
     /// The metrics registry.
     pub registry: Arc<Registry>,
+    /// Whether the datastore view is current.
+    pub freshness: Arc<Freshness>,
     shutdown: watch::Sender<bool>,
     http_stop: watch::Sender<bool>,
     draining: Arc<AtomicBool>,
@@ -126,20 +129,27 @@ pub async fn start(
     cfg: Config,
     datastore: Arc<dyn Datastore>,
 ) -> Result<RunningServer, StartError> {
-    start_with(cfg, move |tx, _| Box::pin(run_syncer(datastore, tx))).await
+    start_with(cfg, move |f: FeedContext<'_>| {
+        Box::pin(run_syncer(datastore, f.tx, f.freshness))
+    })
+    .await
 }
 
-/// Starts a server whose cache is fed by `feed` (given the cache writer's channel, and the
-/// metrics registry for metrics of its own; it runs until the channel closes): [`run_syncer`]
-/// over a datastore, or an upstream server ([`crate::syncer::upstream`]).
+/// Starts a server whose cache is fed by `feed`: [`run_syncer`] over a datastore, or an
+/// upstream server ([`crate::syncer::upstream::feed`]).
 pub async fn start_with(
     cfg: Config,
-    feed: impl FnOnce(mpsc::Sender<SyncerEvent>, &mut Registry) -> BoxFuture<'static, ()>,
+    feed: impl for<'a> FnOnce(FeedContext<'a>) -> BoxFuture<'static, ()>,
 ) -> Result<RunningServer, StartError> {
     let mut registry = Registry::default();
     let metrics = Metrics::new(&mut registry);
     let (tx, rx) = mpsc::channel(1024);
-    let feed = feed(tx, &mut registry);
+    let freshness = Freshness::new(cfg.stale_threshold);
+    let feed = feed(FeedContext {
+        tx,
+        registry: &mut registry,
+        freshness: freshness.clone(),
+    });
     let registry = Arc::new(registry);
     let epoch = Epoch(rand::random());
     let (writer, cache) = CacheWriter::new(cfg.cache.clone(), epoch, metrics.clone());
@@ -147,6 +157,7 @@ pub async fn start_with(
     let mut background = vec![
         tokio::spawn(feed),
         tokio::spawn(writer.run(rx, writer_hb.clone())),
+        tokio::spawn(freshness.clone().monitor(|_| {})),
     ];
 
     let tls = match &cfg.tls {
@@ -182,6 +193,8 @@ pub async fn start_with(
         registry: registry.clone(),
         metrics: metrics.clone(),
         draining: draining.clone(),
+        freshness: freshness.clone(),
+        readiness_fails_when_stale: cfg.readiness_fails_when_stale,
     };
     let (shutdown, shutdown_rx) = watch::channel(false);
     // The HTTP listeners stop last, when the drain is over: liveness and metrics answer
@@ -231,6 +244,7 @@ pub async fn start_with(
         cfg.conn.clone(),
         offer,
         cfg.redirect.clone(),
+        freshness.clone(),
     ));
     let conns = Arc::new(Mutex::new(Registry_::default()));
     let conn_tasks = Arc::new(Mutex::new(Vec::new()));
@@ -257,6 +271,7 @@ pub async fn start_with(
         cache,
         metrics,
         registry,
+        freshness,
         shutdown,
         http_stop,
         draining,

@@ -281,7 +281,8 @@ pub fn canonical_messages() -> Vec<(&'static str, Message)> {
                 versions: vec![ProtocolVersion::V1],
                 syncer_type: SyncerType::Felix,
                 compression: CompressionSet::ZSTD,
-                features: Features::ALL,
+                // The v1 feature set as first pinned (new features get golden files of their own).
+                features: Features(0x07),
                 resume: Some(Resume {
                     cursor: Some(Cursor {
                         epoch: Epoch(0x0123_4567_89ab_cdef),
@@ -364,6 +365,14 @@ pub fn canonical_messages() -> Vec<(&'static str, Message)> {
             }),
         ),
         ("ack", Message::Ack(Ack { seq: Seq(43) })),
+        (
+            "staleness",
+            Message::Staleness(Staleness {
+                stale: true,
+                age_millis: 12_345,
+                reason: "datastore unavailable: etcd watch: connection refused".into(),
+            }),
+        ),
     ]
 }
 
@@ -900,5 +909,12 @@ pub fn message() -> impl Strategy<Value = Message> {
             })
         ),
         seq().prop_map(|seq| Message::Ack(Ack { seq })),
+        (any::<bool>(), any::<u64>(), ".{0,40}").prop_map(|(stale, age_millis, reason)| {
+            Message::Staleness(Staleness {
+                stale,
+                age_millis,
+                reason,
+            })
+        }),
     ]
 }

@@ -162,6 +162,15 @@ pub struct Cli {
     /// Other servers (host:port, comma-separated) to suggest to clients this one turns away.
     #[arg(long, env = "TYPHA_REDIRECTADDRS", value_delimiter = ',')]
     pub redirect_addrs: Vec<String>,
+    /// Seconds the datastore view may go unconfirmed (no event, bookmark, listing or
+    /// successful probe) before it is stale: said on /status, /readiness, in metrics and to
+    /// clients.
+    #[arg(long, env = "TYPHA_STALETHRESHOLDSECS", default_value_t = 10.0)]
+    pub stale_threshold_secs: f64,
+    /// Fail /readiness while the datastore view is stale (off: if every replica went unready,
+    /// the Service would empty and agents would lose even the stale view).
+    #[arg(long, env = "TYPHA_FAILREADINESSWHENSTALE", default_value = "false", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub fail_readiness_when_stale: bool,
     /// Log level: Debug, Info, Warning, Error, Fatal (or a tracing filter).
     #[arg(long, env = "TYPHA_LOGSEVERITYSCREEN", default_value = "Info")]
     pub log_severity_screen: String,

@@ -128,6 +128,10 @@ impl Cli {
         if conn.ping_interval.is_zero() {
             return Err(bad("TYPHA_SERVERPINGINTERVALSECS", "must be more than 0"));
         }
+        let stale_threshold = secs("TYPHA_STALETHRESHOLDSECS", self.stale_threshold_secs)?;
+        if stale_threshold.is_zero() {
+            return Err(bad("TYPHA_STALETHRESHOLDSECS", "must be more than 0"));
+        }
         if self.snapshot_cache_max_batch_size == 0 {
             return Err(bad("TYPHA_SNAPSHOTCACHEMAXBATCHSIZE", "must be at least 1"));
         }
@@ -171,6 +175,8 @@ impl Cli {
                 .filter(|a| !a.is_empty())
                 .cloned()
                 .collect(),
+            stale_threshold,
+            readiness_fails_when_stale: self.fail_readiness_when_stale,
         })
     }
 

@@ -33,6 +33,7 @@ use typha_protocol::message::{GoodbyeReason, MessageType};
 
 use crate::cache::Cache;
 use crate::cache::snapshot::Snapshots;
+use crate::syncer::freshness::Freshness;
 
 /// Connection settings (defaults are Calico Typha's).
 #[derive(Debug, Clone)]
@@ -102,6 +103,8 @@ pub struct Ctx {
     pub redirect: Vec<String>,
     /// Initial syncs in progress ([`ConnConfig::max_concurrent_syncs`]; `None`: no limit).
     pub sync_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Whether the datastore view is current (told to clients that understand it).
+    pub freshness: Arc<Freshness>,
 }
 
 impl Ctx {
@@ -111,6 +114,7 @@ impl Ctx {
         cfg: ConnConfig,
         offer: ServerOffer,
         redirect: Vec<String>,
+        freshness: Arc<Freshness>,
     ) -> Self {
         let sync_slots = (cfg.max_concurrent_syncs > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_syncs)));
@@ -122,6 +126,7 @@ impl Ctx {
             started: Instant::now(),
             redirect,
             sync_slots,
+            freshness,
         }
     }
 }

@@ -13,7 +13,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::{debug, info};
 use typha_protocol::frame::{FrameDecoder, Limits};
 use typha_protocol::handshake::{ServerHandshake, Session};
-use typha_protocol::message::{GoodbyeReason, Message, MessageType, Ping};
+use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Ping};
 
 use super::out::{Out, jitter, scopeguard};
 use super::sync::{catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
@@ -110,6 +110,16 @@ where
     let session = accepted_hello.session;
     debug!(host = %accepted_hello.hostname, client = %accepted_hello.client_info, version = %session.version, "client hello");
     out.queue(encode(&Message::ServerHello(accepted_hello.reply), false))?;
+    // How current the view is, before any data (so a consumer knows what it is about to get),
+    // with its age now: a tiny per-client encode, like the hello. Later changes go out as the
+    // frame encoded once for everyone; subscribed first, so none is missed.
+    let tells_staleness = session.features.contains(Features::STALENESS);
+    let mut staleness = ctx.freshness.subscribe();
+    if tells_staleness {
+        staleness.borrow_and_update();
+        let now = Message::Staleness(ctx.freshness.view().to_message());
+        out.queue(encode(&now, false))?;
+    }
     // The hello's digest was the big part of the read buffer; do not keep its capacity.
     rbuf = BytesMut::from(&rbuf[..]);
 
@@ -164,6 +174,10 @@ where
                 let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
                 out.goodbye(reason, "server closing this connection").await;
                 return Err(ConnError::Closed(reason));
+            }
+            Ok(()) = staleness.changed(), if tells_staleness => {
+                let frame = staleness.borrow_and_update().frame.clone();
+                out.queue(frame)?;
             }
             changed = crumbs.changed() => {
                 if changed.is_err() {

@@ -577,7 +577,19 @@ impl Datastore for Etcd {
     fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
         Box::pin(self.open_watch(from))
     }
+
+    fn probe(&self) -> BoxFuture<'_, Result<(), DatastoreError>> {
+        Box::pin(async {
+            // A linearizable read of one key (absent or not): etcd answers only with a quorum.
+            let mut kv = self.client().await?.kv_client();
+            self.request("probe", kv.get(PROBE_KEY, None)).await?;
+            Ok(())
+        })
+    }
 }
+
+/// The key the probe reads: under Calico's prefix, so an etcd user limited to it may read it.
+const PROBE_KEY: &str = "/calico/typha-probe";
 
 #[cfg(test)]
 mod tests;

@@ -383,6 +383,21 @@ impl Datastore for Kubernetes {
     fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
         Box::pin(self.open_watch(from))
     }
+
+    fn probe(&self) -> BoxFuture<'_, Result<(), DatastoreError>> {
+        Box::pin(async {
+            // One object of the first type we read: proves the API server answers and that we
+            // may still read (a 403 after an RBAC change shows here).
+            let Some(s) = self.sources.first() else {
+                return Ok(());
+            };
+            self.api(s)
+                .list(&ListParams::default().limit(1))
+                .await
+                .map_err(|e| error(e, Revision(0)))?;
+            Ok(())
+        })
+    }
 }
 
 fn parse_rv(rv: &str) -> Result<u64, DatastoreError> {

@@ -132,4 +132,12 @@ pub trait Datastore: Send + Sync + 'static {
     /// Changes from revision `from` (inclusive) on. Fails with [`DatastoreError::TooOld`]
     /// (immediately or as a stream item) when `from` has been compacted away.
     fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>>;
+
+    /// One cheap request that succeeds only if the datastore answers and lets us read: what
+    /// confirms the view is current while the watch is quiet (a quiet watch and a datastore
+    /// that went away look the same from the watch alone). By default (an in-process store)
+    /// always fine.
+    fn probe(&self) -> BoxFuture<'_, Result<(), DatastoreError>> {
+        Box::pin(async { Ok(()) })
+    }
 }

@@ -8,17 +8,18 @@
 //! this server's own clients see a few deltas, not a resync.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 use typha_client::metrics::ClientMetrics;
 use typha_client::tls::ClientTls;
-use typha_client::{ClientConfig, Discovery, SyncClient, SyncerCallbacks};
+use typha_client::{ClientConfig, Discovery, Staleness, SyncClient, SyncerCallbacks};
 use typha_protocol::model::{SyncStatus, Update};
 
-use super::SyncerEvent;
+use super::freshness::Freshness;
+use super::{FeedContext, SyncerEvent};
 
 /// Mutual TLS to the upstream: the client library's settings (CA, certificate, key, the
 /// upstream's required CN or URI SAN).
@@ -36,9 +37,10 @@ pub struct UpstreamConfig {
 }
 
 /// Passes the client's callbacks on to the cache writer (callbacks cannot wait; the forwarder
-/// task does).
+/// task does), and the upstream's staleness on to this server's.
 struct Forward {
     tx: mpsc::UnboundedSender<SyncerEvent>,
+    freshness: Arc<Freshness>,
 }
 
 impl SyncerCallbacks for Forward {
@@ -49,28 +51,41 @@ impl SyncerCallbacks for Forward {
     fn on_updates(&mut self, updates: Vec<Update>) {
         let _ = self.tx.send(SyncerEvent::Kvs(updates));
     }
+
+    fn on_staleness(&mut self, staleness: &Staleness) {
+        self.freshness.relay(Some(staleness.clone()));
+    }
 }
 
 /// The feed [`crate::server::start_with`] runs for a tier: [`run`], with the client's metrics
 /// (`typha_client_*`) registered on the server's registry.
-pub fn feed(
-    cfg: UpstreamConfig,
-) -> impl FnOnce(mpsc::Sender<SyncerEvent>, &mut Registry) -> BoxFuture<'static, ()> {
-    move |tx, registry| {
-        let metrics = ClientMetrics::new(registry);
-        Box::pin(run(cfg, metrics, tx))
+pub fn feed(cfg: UpstreamConfig) -> impl for<'a> FnOnce(FeedContext<'a>) -> BoxFuture<'static, ()> {
+    move |f: FeedContext<'_>| {
+        let metrics = ClientMetrics::new(f.registry);
+        Box::pin(run(cfg, metrics, f.tx, f.freshness))
     }
 }
 
+/// How often the feed looks at its upstream connection.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+
 /// Feeds the cache writer from the upstream until the writer's channel closes; the client's
-/// metrics (`typha_client_*`, registered by the caller) show the upstream connection. TLS
+/// metrics (`typha_client_*`, registered by the caller) show the upstream connection. This
+/// server's view is confirmed while the upstream connection is up and the upstream's own view
+/// is current; a stale upstream makes this server stale too, with the upstream's age. TLS
 /// settings are checked before the server starts ([`check_tls`]); if they still cannot be
 /// used the feed logs it and ends (the server stays not ready).
-pub async fn run(cfg: UpstreamConfig, metrics: Arc<ClientMetrics>, out: mpsc::Sender<SyncerEvent>) {
+pub async fn run(
+    cfg: UpstreamConfig,
+    metrics: Arc<ClientMetrics>,
+    out: mpsc::Sender<SyncerEvent>,
+    freshness: Arc<Freshness>,
+) {
     let mut client_cfg = ClientConfig::new(cfg.hostname.clone(), Discovery::addresses(cfg.addrs));
     client_cfg.tls = cfg.tls;
     client_cfg.info = format!("typha-server {} (tier)", env!("CARGO_PKG_VERSION"));
     client_cfg.light_store = false;
+    let metrics_probe = metrics.clone();
     let client = match SyncClient::new(client_cfg, metrics) {
         Ok(c) => c,
         Err(e) => {
@@ -87,11 +102,28 @@ pub async fn run(cfg: UpstreamConfig, metrics: Arc<ClientMetrics>, out: mpsc::Se
             }
         }
     });
+    let watch_link = {
+        let (metrics, freshness) = (metrics_probe, freshness.clone());
+        tokio::spawn(async move {
+            loop {
+                if metrics.connected.get() > 0 {
+                    freshness.confirmed();
+                } else if freshness.failed(&"not connected to an upstream server") {
+                    warn!("lost the upstream server; reconnecting");
+                }
+                tokio::time::sleep(CHECK_EVERY).await;
+            }
+        })
+    };
     info!("feeding the cache from the upstream server");
     let _ = client
-        .run(Forward { tx }, async move { closed.closed().await })
+        .run(
+            Forward { tx, freshness },
+            async move { closed.closed().await },
+        )
         .await;
     forward.abort();
+    watch_link.abort();
 }
 
 /// Whether the upstream TLS files make a usable client configuration (readable PEM, a key
