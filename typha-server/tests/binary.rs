@@ -377,8 +377,18 @@ async fn the_binary_serves_the_kubernetes_api_with_datastore_type_kubernetes() {
 async fn log_lines(env: &[(&str, &str)]) -> Vec<String> {
     let (port, health) = (free_port(), free_port());
     let mut child = Command::new(BIN)
-        .args(["--server-host", "127.0.0.1", "--server-port", &port.to_string()])
-        .args(["--health-host", "127.0.0.1", "--health-port", &health.to_string()])
+        .args([
+            "--server-host",
+            "127.0.0.1",
+            "--server-port",
+            &port.to_string(),
+        ])
+        .args([
+            "--health-host",
+            "127.0.0.1",
+            "--health-port",
+            &health.to_string(),
+        ])
         .args(["--prometheus-metrics-enabled", "false"])
         .args(["--shutdown-timeout-secs", "1"])
         .envs(env.iter().copied())
@@ -406,7 +416,10 @@ async fn logs_on_a_pipe_are_plain_text_or_json_lines_without_colour() {
     let text = log_lines(&[]).await;
     assert!(text.len() >= 2, "{text:?}");
     for l in &text {
-        assert!(!l.contains('\u{1b}'), "a terminal escape in a piped log line: {l:?}");
+        assert!(
+            !l.contains('\u{1b}'),
+            "a terminal escape in a piped log line: {l:?}"
+        );
     }
     assert!(text.iter().any(|l| l.contains("INFO")), "{text:?}");
     // Calico's level names set the level: at Warning, the info lines are gone.
