@@ -1,6 +1,7 @@
 //! A real etcd for the `direct` scenario: the Debian `etcd` binary on free loopback ports with
-//! its data in the run's work directory, seeded with the generated cluster in Calico's layout,
-//! and churned with stamped workload endpoints, the same churn the other scenarios write
+//! its data in the run's work directory, seeded with the generated cluster in Calico's layout
+//! (v3 resources as JSON, IPAM blocks in Calico's IPAM model under `/calico/ipam/v2/`), and
+//! churned with stamped workload endpoints, the same churn the other scenarios write
 //! through the embedded store's API.
 
 use std::path::Path;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use etcd_client::{Client, Txn, TxnOp};
 use tokio::process::Command;
-use typha_server::datastore::etcd::key_of;
+use typha_server::datastore::etcd::{key_of, key_value_of, watched_range};
 
 use crate::server::{Churn, SENT_LABEL, free_port, now_ns};
 
@@ -88,11 +89,8 @@ pub(crate) async fn seed(e: &EtcdProc, shape: (usize, usize)) -> anyhow::Result<
         let ops = chunk
             .iter()
             .map(|r| {
-                Ok(TxnOp::put(
-                    key_of(&r.id()),
-                    serde_json::to_vec(&r.to_json())?,
-                    None,
-                ))
+                let (key, value) = key_value_of(r)?;
+                Ok(TxnOp::put(key, value, None))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         c.txn(Txn::new().and_then(ops))
@@ -129,15 +127,6 @@ pub(crate) fn churn(endpoint: String, shape: (usize, usize), rate: f64, secs: f6
     })
 }
 
-/// The end of the key range under `prefix`.
-fn prefix_end(prefix: &str) -> Vec<u8> {
-    let mut end = prefix.as_bytes().to_vec();
-    if let Some(last) = end.last_mut() {
-        *last += 1;
-    }
-    end
-}
-
 /// The write time in a churned resource's JSON (`"loadtest.sent-unix-ns":"<digits>"`), found
 /// without parsing the document.
 pub(crate) fn sent_ns_json(value: &[u8]) -> Option<u128> {
@@ -157,8 +146,9 @@ pub(crate) struct DirectReport {
     pub(crate) revision: i64,
 }
 
-/// One node watching etcd itself, as Felix does without Typha: a paged listing of Calico's
-/// prefix pinned to one revision, then a watch from the next. `on_listed` runs once the
+/// One node watching etcd itself, as Felix does without Typha: a paged listing of what Felix
+/// reads (the key range the server's backend reads: Calico's IPAM data and v3 resources)
+/// pinned to one revision, then a watch from the next. `on_listed` runs once the
 /// listing is complete; `on_event` gets each watched value (or `None` for a deletion).
 pub(crate) async fn direct_node(
     endpoint: String,
@@ -167,7 +157,6 @@ pub(crate) async fn direct_node(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<DirectReport> {
     use etcd_client::{EventType, GetOptions, WatchOptions};
-    use typha_server::datastore::etcd::PREFIX;
     let mut c = loop {
         match Client::connect([endpoint.as_str()], None).await {
             Ok(c) => break c,
@@ -175,8 +164,8 @@ pub(crate) async fn direct_node(
             Err(e) => return Err(e).context("connecting to etcd"),
         }
     };
-    let end = prefix_end(PREFIX);
-    let mut from = PREFIX.as_bytes().to_vec();
+    let (start, end) = watched_range();
+    let mut from = start.clone();
     let mut revision = 0;
     let mut listed = 0;
     loop {
@@ -200,10 +189,10 @@ pub(crate) async fn direct_node(
     on_listed(listed);
     let mut stream = c
         .watch(
-            PREFIX,
+            start,
             Some(
                 WatchOptions::new()
-                    .with_prefix()
+                    .with_range(end)
                     .with_start_revision(revision + 1),
             ),
         )

@@ -38,7 +38,7 @@ use typha_protocol::sample::Rng;
 use typha_server::calico::v3::{Kind, Resource, ResourceId};
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
-use typha_server::datastore::etcd::Etcd;
+use typha_server::datastore::etcd::{Etcd, key_value_of};
 use typha_server::datastore::kubernetes::{CRD_GROUP, CRD_KINDS, Kubernetes};
 use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
 use typha_server::server::{RunningServer, start};
@@ -107,12 +107,16 @@ impl Backend for EmbeddedBackend {
     }
 }
 
-/// A real etcd process, written to in Calico's layout; its outage is SIGKILL and a restart on
-/// the same data directory and ports.
+/// A real etcd process, written to in Calico's layout (v3 resources as JSON under
+/// `/calico/resources/v3/projectcalico.org/`, IPAM blocks and affinities in Calico's IPAM
+/// model under `/calico/ipam/v2/`, as Calico's IPAM writes them); its outage is SIGKILL and a
+/// restart on the same data directory and ports.
 struct EtcdBackend {
     etcd: EtcdServer,
     client: etcd_client::Client,
     ds: Arc<Etcd>,
+    /// Where each resource was written (an IPAM key is made from the spec, not the name).
+    keys: BTreeMap<ResourceId, String>,
 }
 
 impl Backend for EtcdBackend {
@@ -120,16 +124,24 @@ impl Backend for EtcdBackend {
         let etcd = EtcdServer::start().await;
         let client = etcd.client().await;
         let ds = Arc::new(Etcd::connect(&[etcd.endpoint()], None).await.unwrap());
-        Self { etcd, client, ds }
+        Self {
+            etcd,
+            client,
+            ds,
+            keys: BTreeMap::new(),
+        }
     }
     fn datastore(&self) -> Arc<dyn Datastore> {
         self.ds.clone()
     }
     async fn put(&mut self, r: &Resource) {
+        let (key, _) = key_value_of(r).unwrap();
         common::etcd::put(&mut self.client, r).await;
+        self.keys.insert(r.id(), key);
     }
     async fn delete(&mut self, id: &ResourceId) {
-        common::etcd::delete(&mut self.client, id).await;
+        let key = self.keys.remove(id).expect("deleting what was written");
+        common::etcd::delete_key(&mut self.client, &key).await;
     }
     async fn contents(&mut self) -> Vec<Resource> {
         common::etcd::resources(&mut self.client).await

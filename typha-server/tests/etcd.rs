@@ -1,8 +1,9 @@
 //! The etcd backend against a real etcd (Debian's `etcd-server`), beyond what the conformance
 //! suite checks for every backend: listings that stay consistent across pages while etcd is
 //! written to, watches from compacted revisions and progress notifications, values that are
-//! not resources, TLS with client certificates, an etcd that hangs, and the `typha-server`
-//! program waiting for an etcd that is down when it starts.
+//! not resources, IPAM data where Calico's IPAM writes it, TLS with client certificates, an
+//! etcd that hangs, and the `typha-server` program waiting for an etcd that is down when it
+//! starts.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -221,6 +222,139 @@ async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
     .await;
     assert_eq!(p.state.len(), want.1);
     assert!(p.goodbye.is_none());
+    srv.shutdown().await;
+}
+
+/// Calico's IPAM in etcd mode: a block, a node's affinity to it, the pod's handle and the IPAM
+/// settings, at the keys and in the JSON Calico writes them (libcalico-go's model:
+/// `AllocationBlock`, `BlockAffinity`, `IPAMHandle`, `IPAMConfig`), written with a plain etcd
+/// client.
+const BLOCK_KEY: &str = "/calico/ipam/v2/assignment/ipv4/block/10.0.1.0-26";
+const AFFINITY_KEY: &str = "/calico/ipam/v2/host/node-1/ipv4/block/10.0.1.0-26";
+
+/// The block with the first `n` addresses allocated, as Calico's IPAM writes it.
+fn calico_block(n: usize) -> String {
+    let allocations: Vec<Option<usize>> = (0..64).map(|i| (i < n).then_some(i)).collect();
+    json!({
+        "cidr": "10.0.1.0/26",
+        "affinity": "host:node-1",
+        "allocations": allocations,
+        "unallocated": (n..64).collect::<Vec<_>>(),
+        "attributes": (0..n).map(|i| json!({
+            "handle_id": format!("k8s-pod-network.{i:08x}"),
+            "secondary": {"namespace": "prod", "node": "node-1", "pod": format!("web-{i}")}
+        })).collect::<Vec<_>>(),
+        "sequenceNumber": n,
+        "sequenceNumberForAllocation": {},
+        "deleted": false,
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn ipam_blocks_and_affinities_where_calico_writes_them_reach_clients() {
+    use typha_protocol::model::{Block, BlockKey, EncodedValue, Key, KeyPath, Value};
+
+    let etcd = EtcdServer::start().await;
+    let mut c = etcd.client().await;
+    c.put(BLOCK_KEY, calico_block(3), None).await.unwrap();
+    c.put(
+        AFFINITY_KEY,
+        r#"{"state":"confirmed","deleted":false}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    c.put(
+        "/calico/ipam/v2/handle/k8s-pod-network.00000000",
+        r#"{"block":{"10.0.1.0/26":1},"deleted":false}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    c.put(
+        "/calico/ipam/v2/config",
+        r#"{"strict_affinity":false,"auto_allocate_blocks":true}"#,
+        None,
+    )
+    .await
+    .unwrap();
+
+    let srv = start(Config::for_tests(), Arc::new(backend(&etcd).await))
+        .await
+        .unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+
+    // The felix syncer's block KV, at Calico's key.
+    let block_path = KeyPath::new(BLOCK_KEY).unwrap();
+    let cidr = "10.0.1.0/26".parse().unwrap();
+    assert_eq!(KeyPath::from(&Key::Block(BlockKey { cidr })), block_path);
+    let block = |allocated| {
+        EncodedValue::encode(&Value::Block(Block {
+            cidr,
+            affinity: Some("host:node-1".into()),
+            allocated,
+            deleted: false,
+        }))
+    };
+    // The affinity as the Kubernetes backend passes on the same affinity (its CRD).
+    let affinity_crd = Resource::from_json(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "BlockAffinity",
+        "metadata": {"name": "node-1-10-0-1-0-26"},
+        "spec": {"state": "confirmed", "node": "node-1", "type": "host", "cidr": "10.0.1.0/26",
+                 "deleted": "false"}}))
+    .unwrap();
+    let affinity: Vec<(KeyPath, EncodedValue)> =
+        typha_server::calico::convert::convert(&affinity_crd)
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (KeyPath::from(k), EncodedValue::encode(v)))
+            .collect();
+    assert_eq!(affinity.len(), 1);
+    let holds_affinity = |p: &Peer| affinity.iter().all(|(k, v)| p.state.get(k) == Some(v));
+
+    p.until("the block and the affinity", |p| {
+        p.state.get(&block_path) == Some(&block(3))
+            && holds_affinity(p)
+            && p.status == Some(SyncStatus::InSync)
+    })
+    .await;
+    // Handles and IPAM settings are not for Felix, and not invalid either.
+    assert_eq!(p.state.len(), 2, "{:?}", p.state.keys().collect::<Vec<_>>());
+    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 0.0);
+
+    // Another pod gets an address: the block is rewritten, with its handle.
+    c.put(BLOCK_KEY, calico_block(4), None).await.unwrap();
+    c.put(
+        "/calico/ipam/v2/handle/k8s-pod-network.00000003",
+        r#"{"block":{"10.0.1.0/26":1},"deleted":false}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    p.until("the block's update", |p| {
+        p.state.get(&block_path) == Some(&block(4))
+    })
+    .await;
+
+    // The node lets the block go: Calico deletes the affinity, then the block.
+    c.delete(AFFINITY_KEY, None).await.unwrap();
+    p.until("the affinity's deletion", |p| {
+        affinity.iter().all(|(k, _)| !p.state.contains_key(k))
+    })
+    .await;
+    c.delete(BLOCK_KEY, None).await.unwrap();
+    p.until("the block's deletion", |p| {
+        !p.state.contains_key(&block_path)
+    })
+    .await;
+    assert!(
+        p.state.is_empty(),
+        "{:?}",
+        p.state.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 0.0);
     srv.shutdown().await;
 }
 

@@ -1,13 +1,20 @@
 //! The etcd v3 datastore, in Calico's layout: each resource is JSON under
-//! `/calico/resources/v3/projectcalico.org/<plural>/[<namespace>/]<name>`.
+//! `/calico/resources/v3/projectcalico.org/<plural>/[<namespace>/]<name>` ([`PREFIX`]), except
+//! IPAM blocks and block affinities, which Calico's IPAM keeps in its own model under
+//! `/calico/ipam/v2/` ([`IPAM_PREFIX`], read by `ipam`).
 //!
-//! [`Etcd::list`] reads the prefix in pages of [`PAGE_SIZE`] keys, every page pinned to the
-//! revision of the first, so the listing is consistent however long it takes. [`Etcd::watch`]
-//! watches the prefix from a revision with progress notifications; a watch whose start was
-//! compacted away is [`DatastoreError::TooOld`], anything else that goes wrong (a refused or
-//! lost connection, a timeout) is [`DatastoreError::Unavailable`], and `run_syncer` resumes.
+//! [`Etcd::list`] reads one key range, from [`IPAM_PREFIX`] to the end of [`PREFIX`] (the
+//! range holds nothing else Calico writes: `/calico/bgp/`, `/calico/felix/` and `/calico/v1/`
+//! sort outside it), in pages of [`PAGE_SIZE`] keys, every page pinned to the revision of the
+//! first, so the listing is consistent however long it takes; IPAM handles, one per pod and
+//! never read, are left out of it as a range of their own. [`Etcd::watch`] watches the same
+//! range from a revision with progress notifications: one watch, so one revision order and no
+//! gap between the two layouts. A watch whose start was compacted away is
+//! [`DatastoreError::TooOld`], anything else that goes wrong (a refused or lost connection, a
+//! timeout) is [`DatastoreError::Unavailable`], and `run_syncer` resumes.
 //! A key outside the layout or a value that is not a resource is an [`Invalid`] item, never an
-//! error; keys of kinds we do not serve (BGP peers and the like share the prefix) are skipped.
+//! error; keys of kinds we do not serve (BGP peers and the like share the prefix, IPAM handles)
+//! are skipped.
 //!
 //! Nothing waits forever: every request has a deadline ([`REQUEST_TIMEOUT`]), HTTP/2
 //! keep-alive breaks a watch on an etcd that stopped answering, and a failed request drops
@@ -27,8 +34,12 @@ use futures_util::stream::StreamExt;
 use tracing::debug;
 use typha_protocol::model::Revision;
 
+use self::ipam::{HANDLE_PREFIX, IpamKey};
+pub use self::ipam::{IPAM_PREFIX, IpamError};
 use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
 use crate::calico::v3::{API_VERSION, Kind, Resource, ResourceId};
+
+mod ipam;
 
 /// Where Calico keeps v3 resources in etcd.
 pub const PREFIX: &str = "/calico/resources/v3/projectcalico.org/";
@@ -174,7 +185,8 @@ pub fn check_endpoints(endpoints: &[String], tls: bool) -> Result<(), EtcdError>
     }
 }
 
-/// The etcd key of a resource.
+/// The etcd key of a resource in the v3 layout (under [`PREFIX`]). IPAM blocks and affinities
+/// as Calico's IPAM writes them live elsewhere: see [`key_value_of`].
 pub fn key_of(id: &ResourceId) -> String {
     match &id.namespace {
         Some(ns) => format!("{PREFIX}{}/{ns}/{}", id.kind.plural(), id.name),
@@ -182,28 +194,84 @@ pub fn key_of(id: &ResourceId) -> String {
     }
 }
 
+/// The key and value Calico stores for a resource in etcd mode: an IPAM block or block
+/// affinity in the IPAM model under [`IPAM_PREFIX`] (the resource's name is not stored; it is
+/// derived from the key as Calico's Kubernetes backend names them), anything else as v3 JSON
+/// at [`key_of`]. For writers that stand in for Calico: tests, loadtest.
+pub fn key_value_of(r: &Resource) -> Result<(String, Vec<u8>), IpamError> {
+    if let Some(kv) = ipam::key_value(r) {
+        return kv;
+    }
+    let mut r = r.clone();
+    // Calico does not store the version: etcd's revision is the version.
+    r.metadata.resource_version = None;
+    Ok((key_of(&r.id()), r.to_json().to_string().into_bytes()))
+}
+
+/// The key range the backend lists and watches: from [`IPAM_PREFIX`] to the end of
+/// [`PREFIX`] (start, end).
+pub fn watched_range() -> (Vec<u8>, Vec<u8>) {
+    (IPAM_PREFIX.as_bytes().to_vec(), range_end(PREFIX))
+}
+
+/// The ranges a listing reads, in key order: [`watched_range`] without the IPAM handles.
+fn listed_ranges() -> [(Vec<u8>, Vec<u8>); 2] {
+    let (start, end) = watched_range();
+    [
+        (start, HANDLE_PREFIX.as_bytes().to_vec()),
+        (range_end(HANDLE_PREFIX), end),
+    ]
+}
+
 /// What a key names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum KeyMeaning {
-    /// A resource of a kind we serve.
+    /// A resource of a kind we serve, as v3 JSON.
     Resource(ResourceId),
-    /// Under the prefix, but a kind we do not serve: skipped.
+    /// An IPAM block or affinity, in Calico's IPAM model.
+    Ipam(IpamKey),
+    /// In the range, but nothing we serve: skipped.
     Other,
     /// Not in the layout.
     Bad(String),
+}
+
+impl KeyMeaning {
+    /// The resource a key names, if any.
+    fn id(&self) -> Option<ResourceId> {
+        match self {
+            KeyMeaning::Resource(id) => Some(id.clone()),
+            KeyMeaning::Ipam(k) => Some(k.id()),
+            KeyMeaning::Other | KeyMeaning::Bad(_) => None,
+        }
+    }
 }
 
 fn parse_key(key: &[u8]) -> KeyMeaning {
     let Ok(key) = std::str::from_utf8(key) else {
         return KeyMeaning::Bad(format!("key {} is not UTF-8", String::from_utf8_lossy(key)));
     };
+    if let Some(rest) = key.strip_prefix(IPAM_PREFIX) {
+        return match ipam::parse_key(key, rest) {
+            Ok(Some(k)) => KeyMeaning::Ipam(k),
+            Ok(None) => KeyMeaning::Other,
+            Err(reason) => KeyMeaning::Bad(reason),
+        };
+    }
     let Some(rest) = key.strip_prefix(PREFIX) else {
-        return KeyMeaning::Bad(format!("key {key:?} is outside {PREFIX}"));
+        // Between the two prefixes, or outside: not Calico's data we serve.
+        return KeyMeaning::Other;
     };
     let parts: Vec<&str> = rest.split('/').collect();
     let Some(kind) = parts.first().and_then(|p| Kind::from_plural(p)) else {
         return KeyMeaning::Other;
     };
+    // Calico never stores IPAM blocks as v3 resources in etcd (only in the IPAM model), so
+    // nothing of Calico's is here: left alone like other kinds we do not serve. (It does
+    // store BlockAffinity resources here, written through its v3 API: those are read.)
+    if kind == Kind::IpamBlock {
+        return KeyMeaning::Other;
+    }
     let bad = || {
         KeyMeaning::Bad(format!(
             "key {key:?} is not {PREFIX}{}/{}<name>",
@@ -227,20 +295,25 @@ fn parse_key(key: &[u8]) -> KeyMeaning {
 }
 
 /// The item a key/value pair holds; `None` for keys of kinds we do not serve.
+fn item_from_kv(key: &[u8], value: &[u8], mod_revision: i64) -> Option<Item> {
+    match parse_key(key) {
+        KeyMeaning::Resource(id) => Some(resource_from_json(id, value, mod_revision)),
+        KeyMeaning::Ipam(k) => Some(ipam::item(&k, value, mod_revision)),
+        KeyMeaning::Other => None,
+        KeyMeaning::Bad(reason) => Some(Err(Invalid { id: None, reason })),
+    }
+}
+
+/// A v3 resource's JSON value.
 ///
 /// The key is authoritative for what the resource is: a value that leaves out its kind, name
 /// or namespace gets them from the key, and one that names a different resource is invalid.
-fn item_from_kv(key: &[u8], value: &[u8], mod_revision: i64) -> Option<Item> {
-    let id = match parse_key(key) {
-        KeyMeaning::Resource(id) => id,
-        KeyMeaning::Other => return None,
-        KeyMeaning::Bad(reason) => return Some(Err(Invalid { id: None, reason })),
-    };
+fn resource_from_json(id: ResourceId, value: &[u8], mod_revision: i64) -> Item {
     let invalid = |reason: String| {
-        Some(Err(Invalid {
+        Err(Invalid {
             id: Some(id.clone()),
             reason,
-        }))
+        })
     };
     let mut doc: serde_json::Value = match serde_json::from_slice(value) {
         Ok(v) => v,
@@ -273,7 +346,7 @@ fn item_from_kv(key: &[u8], value: &[u8], mod_revision: i64) -> Option<Item> {
     }
     // As Calico does: the resource's version is the revision that last changed it.
     resource.metadata.resource_version = Some(mod_revision.to_string());
-    Some(Ok(resource))
+    Ok(resource)
 }
 
 fn revision(r: i64) -> Revision {
@@ -413,38 +486,39 @@ impl Etcd {
             .await?
             .kv_client()
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let end = range_end(PREFIX);
-        let mut from = PREFIX.as_bytes().to_vec();
         let mut at = 0i64;
         let mut items = Vec::new();
-        loop {
-            let mut opts = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(self.page_size);
-            if at > 0 {
-                opts = opts.with_revision(at);
-            }
-            let resp = self
-                .request("list", kv.get(from.clone(), Some(opts)))
-                .await?;
-            if at == 0 {
-                at = resp.header().map_or(0, |h| h.revision());
-                if at <= 0 {
-                    return Err(unavailable("list", "response without a revision"));
+        for (start, end) in listed_ranges() {
+            let mut from = start;
+            loop {
+                let mut opts = GetOptions::new()
+                    .with_range(end.clone())
+                    .with_limit(self.page_size);
+                if at > 0 {
+                    opts = opts.with_revision(at);
                 }
-            }
-            items.extend(
-                resp.kvs()
-                    .iter()
-                    .filter_map(|kv| item_from_kv(kv.key(), kv.value(), kv.mod_revision())),
-            );
-            match resp.kvs().last() {
-                Some(last) if resp.more() => {
-                    // The next page starts just after the last key of this one.
-                    from = last.key().to_vec();
-                    from.push(0);
+                let resp = self
+                    .request("list", kv.get(from.clone(), Some(opts)))
+                    .await?;
+                if at == 0 {
+                    at = resp.header().map_or(0, |h| h.revision());
+                    if at <= 0 {
+                        return Err(unavailable("list", "response without a revision"));
+                    }
                 }
-                _ => break,
+                items.extend(
+                    resp.kvs()
+                        .iter()
+                        .filter_map(|kv| item_from_kv(kv.key(), kv.value(), kv.mod_revision())),
+                );
+                match resp.kvs().last() {
+                    Some(last) if resp.more() => {
+                        // The next page starts just after the last key of this one.
+                        from = last.key().to_vec();
+                        from.push(0);
+                    }
+                    _ => break,
+                }
             }
         }
         Ok(Listing {
@@ -460,13 +534,12 @@ impl Etcd {
             .await?
             .watch_client()
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let (key, end) = watched_range();
         let opts = WatchOptions::new()
-            .with_prefix()
+            .with_range(end)
             .with_start_revision(start)
             .with_progress_notify();
-        let stream = self
-            .request("watch", watch.watch(PREFIX, Some(opts)))
-            .await?;
+        let stream = self.request("watch", watch.watch(key, Some(opts))).await?;
         let events = futures_util::stream::unfold(Some(stream), move |state| async move {
             // The stream (which also holds the request side: dropping it ends the watch).
             let mut stream = state?;
@@ -540,10 +613,10 @@ fn watch_response(resp: &WatchResponse, from: Revision) -> Response {
                     });
                 }
             }
-            EventType::Delete => match parse_key(kv.key()) {
-                KeyMeaning::Resource(id) => out.push(WatchEvent::Delete { revision: rev, id }),
+            EventType::Delete => match parse_key(kv.key()).id() {
+                Some(id) => out.push(WatchEvent::Delete { revision: rev, id }),
                 // Nothing was known under a key outside the layout: nothing to delete.
-                KeyMeaning::Other | KeyMeaning::Bad(_) => {
+                None => {
                     debug!(key = %String::from_utf8_lossy(kv.key()), "deletion outside the layout ignored");
                 }
             },

@@ -11,8 +11,11 @@ use etcd_client::{
     Certificate, Client, CompactionOptions, ConnectOptions, GetOptions, Identity, TlsOptions, Txn,
     TxnOp,
 };
+use serde_json::json;
 use typha_server::calico::v3::{Resource, ResourceId};
-use typha_server::datastore::etcd::{ClientCert, EtcdTls, PREFIX, key_of};
+use typha_server::datastore::etcd::{
+    ClientCert, EtcdTls, IPAM_PREFIX, PREFIX, key_of, key_value_of,
+};
 
 /// How long etcd may take to answer after it is started.
 const STARTUP: Duration = Duration::from_secs(20);
@@ -219,15 +222,11 @@ impl Drop for EtcdServer {
     }
 }
 
-/// Writes a resource where Calico would, as Calico would (JSON under its key); the revision.
+/// Writes a resource where Calico would, as Calico would (JSON under its v3 key; IPAM blocks
+/// and affinities in Calico's IPAM model); the revision.
 pub async fn put(c: &mut Client, r: &Resource) -> i64 {
-    let mut r = r.clone();
-    // Calico does not store the version: etcd's revision is the version.
-    r.metadata.resource_version = None;
-    let resp = c
-        .put(key_of(&r.id()), r.to_json().to_string(), None)
-        .await
-        .unwrap();
+    let (key, value) = key_value_of(r).unwrap();
+    let resp = c.put(key, value, None).await.unwrap();
     resp.header().unwrap().revision()
 }
 
@@ -238,7 +237,10 @@ pub async fn put_many(c: &mut Client, rs: &[Resource]) -> i64 {
     for chunk in rs.chunks(100) {
         let ops: Vec<TxnOp> = chunk
             .iter()
-            .map(|r| TxnOp::put(key_of(&r.id()), r.to_json().to_string(), None))
+            .map(|r| {
+                let (k, v) = key_value_of(r).unwrap();
+                TxnOp::put(k, v, None)
+            })
             .collect();
         let resp = c.txn(Txn::new().and_then(ops)).await.unwrap();
         rev = resp.header().unwrap().revision();
@@ -246,9 +248,14 @@ pub async fn put_many(c: &mut Client, rs: &[Resource]) -> i64 {
     rev
 }
 
-/// Deletes a resource; the revision.
+/// Deletes a resource stored at its v3 key; the revision.
 pub async fn delete(c: &mut Client, id: &ResourceId) -> i64 {
-    let resp = c.delete(key_of(id), None).await.unwrap();
+    delete_key(c, &key_of(id)).await
+}
+
+/// Deletes a key; the revision.
+pub async fn delete_key(c: &mut Client, key: &str) -> i64 {
+    let resp = c.delete(key, None).await.unwrap();
     resp.header().unwrap().revision()
 }
 
@@ -258,17 +265,61 @@ pub async fn put_raw(c: &mut Client, rest: &str, value: &[u8]) -> i64 {
     resp.header().unwrap().revision()
 }
 
-/// Every resource stored under the prefix, read directly (not through the backend under
-/// test); values that are not resources are left out.
+/// Every resource stored under the v3 prefix and Calico's IPAM prefix, read directly (not
+/// through the backend under test); values that are not resources are left out, and so are
+/// v3 IPAM blocks (Calico never stores them there).
 pub async fn resources(c: &mut Client) -> Vec<Resource> {
     let resp = c
         .get(PREFIX, Some(GetOptions::new().with_prefix()))
         .await
         .unwrap();
-    resp.kvs()
+    let mut out: Vec<Resource> = resp
+        .kvs()
         .iter()
+        .filter(|kv| !kv.key_str().unwrap().contains("/ipamblocks/"))
         .filter_map(|kv| Resource::from_json_str(kv.value_str().ok()?).ok())
-        .collect()
+        .collect();
+    let resp = c
+        .get(IPAM_PREFIX, Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    out.extend(
+        resp.kvs()
+            .iter()
+            .filter_map(|kv| ipam_resource(kv.key_str().ok()?, kv.value())),
+    );
+    out
+}
+
+/// An IPAM block or affinity in Calico's IPAM model as the v3 resource Calico's Kubernetes
+/// backend would store for it, read here without the backend's code: blocks at
+/// `assignment/ipv4/block/<cidr>` named by their CIDR (`10-0-1-0-26`), affinities at
+/// `host/<node>/ipv4/block/<cidr>` named `<node>-<cidr name>`, `deleted` as a string.
+fn ipam_resource(key: &str, value: &[u8]) -> Option<Resource> {
+    let rest = key.strip_prefix(IPAM_PREFIX)?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+    let doc = match parts.as_slice() {
+        ["assignment", _, "block", cidr] => {
+            let cidr = cidr.replacen('-', "/", 1);
+            json!({"kind": "IPAMBlock",
+                   "metadata": {"name": cidr.replace(['.', ':', '/'], "-")},
+                   "spec": {"cidr": cidr, "affinity": v["affinity"],
+                            "allocations": v["allocations"],
+                            "deleted": v["deleted"].as_bool().unwrap_or(false)}})
+        }
+        ["host", node, _, "block", cidr] => {
+            let cidr = cidr.replacen('-', "/", 1);
+            json!({"kind": "BlockAffinity",
+                   "metadata": {"name": format!("{node}-{}", cidr.replace(['.', ':', '/'], "-"))},
+                   "spec": {"state": v["state"], "node": node, "cidr": cidr,
+                            "deleted": v["deleted"].as_bool().unwrap_or(false).to_string()}})
+        }
+        _ => return None,
+    };
+    let mut doc = doc;
+    doc["apiVersion"] = "projectcalico.org/v3".into();
+    Resource::from_json(doc).ok()
 }
 
 /// The current revision.

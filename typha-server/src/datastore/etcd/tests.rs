@@ -17,15 +17,22 @@ fn keys_follow_calicos_layout_both_ways() {
         key_of(&ResourceId::namespaced(Kind::NetworkPolicy, "ns", "p")),
         "/calico/resources/v3/projectcalico.org/networkpolicies/ns/p"
     );
-    // Kinds we do not serve share the prefix: skipped, not invalid.
+    // Kinds we do not serve share the prefix: skipped, not invalid. So do IPAM blocks, which
+    // Calico never stores as v3 resources in etcd; it does store BlockAffinity resources there.
     assert_eq!(parse_key(&key("bgppeers/peer-1")), KeyMeaning::Other);
+    assert_eq!(parse_key(&key("ipamblocks/10-0-1-0-26")), KeyMeaning::Other);
+    let id = ResourceId::global(Kind::BlockAffinity, "node-1-10-0-1-0-26");
+    assert_eq!(parse_key(key_of(&id).as_bytes()), KeyMeaning::Resource(id));
+    // Keys in the watched range but under neither prefix are not Calico data we serve.
+    assert_eq!(parse_key(b"/calico/rejectcidrs/x"), KeyMeaning::Other);
     for bad in [
         key("networkpolicies/no-namespace"),
         key("globalnetworkpolicies/ns/extra"),
         key("nodes/"),
         key("workloadendpoints/ns/"),
-        b"/calico/v1/config/foo".to_vec(),
         [PREFIX.as_bytes(), b"nodes/\xff"].concat(),
+        b"/calico/ipam/v2/assignment/ipv4/block/10.0.1.0".to_vec(),
+        b"/calico/ipam/v2/elsewhere".to_vec(),
     ] {
         assert!(
             matches!(parse_key(&bad), KeyMeaning::Bad(_)),
@@ -77,6 +84,99 @@ fn values_become_items_and_bad_ones_are_invalid_not_errors() {
     };
     assert_eq!(inv.id, None);
     assert!(item_from_kv(&key("bgpconfigurations/default"), ok, 1).is_none());
+}
+
+#[test]
+fn ipam_keys_are_read_in_calicos_ipam_model() {
+    let block = b"/calico/ipam/v2/assignment/ipv4/block/10.0.1.0-26";
+    let meaning = parse_key(block);
+    assert_eq!(
+        meaning.id(),
+        Some(ResourceId::global(Kind::IpamBlock, "10-0-1-0-26"))
+    );
+    let value = br#"{"cidr":"10.0.1.0/26","affinity":"host:node-1","allocations":[0,null],
+        "unallocated":[1],"attributes":[{"handle_id":"h"}],"sequenceNumber":1,"deleted":false}"#;
+    let r = item_from_kv(block, value, 3).unwrap().unwrap();
+    assert_eq!(r.id(), meaning.id().unwrap());
+    let affinity = b"/calico/ipam/v2/host/node-1/ipv4/block/10.0.1.0-26";
+    let r = item_from_kv(affinity, br#"{"state":"confirmed","deleted":false}"#, 3)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        r.id(),
+        ResourceId::global(Kind::BlockAffinity, "node-1-10-0-1-0-26")
+    );
+    // Handles and IPAM settings: skipped, not invalid.
+    assert!(item_from_kv(b"/calico/ipam/v2/handle/k8s-pod-network.1", b"{}", 3).is_none());
+    assert!(item_from_kv(b"/calico/ipam/v2/config", b"{}", 3).is_none());
+    // A value of the wrong shape names the block; a key outside the layout names nothing.
+    let Some(Err(inv)) = item_from_kv(block, b"{\"cidr\":7}", 3) else {
+        panic!("a bad block value is invalid");
+    };
+    assert_eq!(inv.id, meaning.id());
+    let Some(Err(inv)) = item_from_kv(b"/calico/ipam/v2/assignment/ipv4/block/x", value, 3) else {
+        panic!("a bad IPAM key is invalid");
+    };
+    assert_eq!(inv.id, None);
+}
+
+#[test]
+fn one_range_covers_both_layouts_and_the_listing_leaves_out_handles() {
+    let (start, end) = watched_range();
+    let inside = |k: &[u8]| start.as_slice() <= k && k < end.as_slice();
+    for k in [
+        &b"/calico/ipam/v2/assignment/ipv4/block/10.0.1.0-26"[..],
+        b"/calico/ipam/v2/host/n/ipv4/block/10.0.1.0-26",
+        b"/calico/ipam/v2/handle/h",
+        b"/calico/resources/v3/projectcalico.org/zzzz/zz",
+    ] {
+        assert!(inside(k), "{}", String::from_utf8_lossy(k));
+    }
+    // What else Calico keeps in etcd sorts outside.
+    for k in [
+        &b"/calico/bgp/v1/global/as_num"[..],
+        b"/calico/felix/v2/r/host/h/status",
+        b"/calico/v1/Ready",
+        b"/calico/staticroutes/x",
+    ] {
+        assert!(!inside(k), "{}", String::from_utf8_lossy(k));
+    }
+    let [(a0, a1), (b0, b1)] = listed_ranges();
+    assert_eq!(
+        (a0.as_slice(), b1.as_slice()),
+        (start.as_slice(), end.as_slice())
+    );
+    assert!(a1 < b0);
+    let listed = |k: &[u8]| {
+        (a0.as_slice() <= k && k < a1.as_slice()) || (b0.as_slice() <= k && k < b1.as_slice())
+    };
+    assert!(!listed(b"/calico/ipam/v2/handle/h"));
+    assert!(listed(b"/calico/ipam/v2/host/n/ipv4/block/10.0.1.0-26"));
+    assert!(listed(b"/calico/ipam/v2/config"));
+    assert!(listed(b"/calico/resources/v3/projectcalico.org/nodes/n"));
+}
+
+#[test]
+fn writers_store_ipam_where_calico_does_and_the_rest_as_v3_json() {
+    let block = Resource::from_json(serde_json::json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
+        "metadata": {"name": "10-0-1-0-26", "resourceVersion": "12"},
+        "spec": {"cidr": "10.0.1.0/26", "affinity": "host:node-1", "allocations": [0]}}))
+    .unwrap();
+    let (k, v) = key_value_of(&block).unwrap();
+    assert_eq!(k, "/calico/ipam/v2/assignment/ipv4/block/10.0.1.0-26");
+    let mut back = item_from_kv(k.as_bytes(), &v, 12).unwrap().unwrap();
+    assert_eq!(back, block);
+    back.metadata.resource_version = None;
+
+    let set = Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+        "metadata": {"name": "s", "resourceVersion": "3"}, "spec": {"nets": ["192.0.2.0/24"]}}))
+    .unwrap();
+    let (k, v) = key_value_of(&set).unwrap();
+    assert_eq!(k, key_of(&set.id()));
+    let stored: serde_json::Value = serde_json::from_slice(&v).unwrap();
+    assert_eq!(stored["metadata"].get("resourceVersion"), None);
 }
 
 #[test]
