@@ -295,3 +295,6 @@ pub async fn run<D: Dataplane>(
     }
     graph
 }
+
+#[cfg(test)]
+mod tests;

@@ -43,6 +43,8 @@ struct Db {
     rev: u64,
     compacted: u64,
     down: bool,
+    /// Answer 403 Forbidden to new requests (an RBAC change); watches already open go on.
+    forbidden: bool,
     lists: usize,
     /// Current objects by collection path, namespace and name.
     objects: BTreeMap<String, BTreeMap<(String, String), Value>>,
@@ -59,12 +61,12 @@ pub struct ApiServer {
     pub addr: SocketAddr,
     db: Arc<Mutex<Db>>,
     changed: watch::Sender<u64>,
-    task: tokio::task::JoinHandle<()>,
+    task: Mutex<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
-        self.task.abort();
+        self.task.lock().unwrap().abort();
     }
 }
 
@@ -72,6 +74,13 @@ impl Drop for ApiServer {
 struct Shared {
     db: Arc<Mutex<Db>>,
     changed: watch::Sender<u64>,
+}
+
+fn serve(listener: tokio::net::TcpListener, shared: Shared) -> tokio::task::JoinHandle<()> {
+    let app = Router::new().fallback(handle).with_state(shared);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    })
 }
 
 /// The collection path of an object, from its apiVersion and plural.
@@ -95,18 +104,39 @@ impl ApiServer {
             db: db.clone(),
             changed: changed.clone(),
         };
-        let app = Router::new().fallback(handle).with_state(shared);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let task = serve(listener, shared);
         ApiServer {
             addr,
             db,
             changed,
-            task,
+            task: Mutex::new(task),
         }
+    }
+
+    /// Stops listening (connections are refused; watches in progress end), or listens again
+    /// on the same address.
+    pub async fn set_refusing(&self, refusing: bool) {
+        if refusing {
+            self.db.lock().unwrap().down = true;
+            self.notify();
+            self.task.lock().unwrap().abort();
+        } else {
+            let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
+            self.db.lock().unwrap().down = false;
+            let shared = Shared {
+                db: self.db.clone(),
+                changed: self.changed.clone(),
+            };
+            *self.task.lock().unwrap() = serve(listener, shared);
+        }
+    }
+
+    /// Answers 403 Forbidden to every new request (as after an RBAC change that took our
+    /// permissions away), or stops doing so.
+    pub fn set_forbidden(&self, forbidden: bool) {
+        self.db.lock().unwrap().forbidden = forbidden;
     }
 
     /// A kube client for this server.
@@ -277,6 +307,13 @@ async fn handle(State(s): State<Shared>, uri: Uri) -> Response {
     if db.down {
         let body = status(503, "ServiceUnavailable", "the fixture is down").to_string();
         return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+    }
+    if db.forbidden {
+        let message = format!(
+            "{path} is forbidden: User \"system:serviceaccount:kube-system:calico-typha\" cannot list resource"
+        );
+        let body = status(403, "Forbidden", &message).to_string();
+        return (StatusCode::FORBIDDEN, body).into_response();
     }
     if !watching {
         db.lists += 1;
