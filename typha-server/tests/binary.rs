@@ -524,8 +524,7 @@ async fn a_drain_fails_readiness_at_once_and_keeps_liveness_and_metrics_until_th
     assert_eq!(status.code(), Some(0));
     let seen = probes.await.unwrap();
 
-    // Readiness failed as soon as the signal was handled (before the first client was moved)
-    // and never came back; liveness and metrics answered until the last client had its
+    // Readiness failed as soon as the signal was handled and never came back; liveness and metrics answered until the last client had its
     // Goodbye.
     assert!(seen.len() >= 10, "too few probes: {}", seen.len());
     let unready_from = seen

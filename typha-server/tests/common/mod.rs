@@ -15,7 +15,9 @@ use tokio::net::TcpStream;
 use typha_protocol::digest::{KeyHash, StateDigest};
 use typha_protocol::frame::{FrameDecoder, FrameEncoder, Limits};
 use typha_protocol::handshake::{ClientHandshake, ClientOffer, Session};
-use typha_protocol::message::{Cursor, Epoch, Goodbye, Message, Pong, Resume, Seq, SnapshotScope};
+use typha_protocol::message::{
+    Cursor, Epoch, Goodbye, Message, Pong, Resume, Seq, SnapshotScope, Staleness,
+};
 use typha_protocol::model::{EncodedValue, KeyPath, SyncStatus};
 use typha_server::calico::v3::Resource;
 use typha_server::config::Config;
@@ -133,6 +135,8 @@ pub struct Peer {
     pub delta_frames: u64,
     pub updates_seen: Vec<(KeyPath, Option<EncodedValue>)>,
     pub first_after_hello: Option<&'static str>,
+    /// What the server last said of its datastore view.
+    pub staleness: Option<Staleness>,
     snap: Option<Snap>,
 }
 
@@ -175,6 +179,7 @@ impl Peer {
             delta_frames: 0,
             updates_seen: Vec::new(),
             first_after_hello: None,
+            staleness: None,
             snap: None,
         }
     }
@@ -250,6 +255,11 @@ impl Peer {
 
     /// Applies a message, checking invariants; answers pings.
     pub async fn apply(&mut self, m: Message) -> Result<(), String> {
+        if let Message::Staleness(st) = m {
+            // Not data: how current the server's view is (right after the hello, and on change).
+            self.staleness = Some(st);
+            return Ok(());
+        }
         if self.first_after_hello.is_none() {
             self.first_after_hello = Some(match &m {
                 Message::SnapshotBegin(b) if b.scope == SnapshotScope::Full => "snapshot",
