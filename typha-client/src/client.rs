@@ -17,20 +17,21 @@ use crate::conn::session;
 use crate::discovery::resolve;
 use crate::metrics::ClientMetrics;
 use crate::store::{Store, SyncerCallbacks};
-use crate::tls::{TlsError, client_config};
+use crate::tls::{TlsError, TlsSource};
 
 /// A client of typha servers.
 #[derive(Debug)]
 pub struct SyncClient {
     cfg: ClientConfig,
-    tls: Option<Arc<rustls::ClientConfig>>,
+    tls: Option<TlsSource>,
     metrics: Arc<ClientMetrics>,
 }
 
 impl SyncClient {
     /// A client; TLS material is loaded now, so bad files fail here, not at the first connect.
+    /// Later changes to the files are picked up at the next connect (see [`TlsSource`]).
     pub fn new(cfg: ClientConfig, metrics: Arc<ClientMetrics>) -> Result<Self, TlsError> {
-        let tls = cfg.tls.as_ref().map(client_config).transpose()?;
+        let tls = cfg.tls.clone().map(TlsSource::load).transpose()?;
         Ok(Self { cfg, tls, metrics })
     }
 
@@ -41,7 +42,7 @@ impl SyncClient {
 
     /// Runs until `shutdown` completes, feeding `cb`; returns the callbacks and the store.
     pub async fn run<C: SyncerCallbacks>(
-        self,
+        mut self,
         mut cb: C,
         shutdown: impl Future<Output = ()>,
     ) -> (C, Store) {
@@ -76,11 +77,12 @@ impl SyncClient {
             };
             let mut synced = false;
             for t in &targets {
+                let tls = self.tls.as_mut().map(TlsSource::current);
                 let end = {
                     let attempt = session(
                         t,
                         &self.cfg,
-                        self.tls.as_ref(),
+                        tls.as_ref(),
                         &mut store,
                         &mut cb,
                         &self.metrics,

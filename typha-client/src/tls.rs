@@ -100,6 +100,80 @@ pub fn client_config(t: &ClientTls) -> Result<Arc<rustls::ClientConfig>, TlsErro
     Ok(Arc::new(cfg))
 }
 
+/// Fingerprint of files' contents (through symlinks, so a kubelet Secret volume's `..data`
+/// swap shows): equal fingerprints, same material. An unreadable file counts as its error.
+pub fn fingerprint(paths: &[&Path]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in paths {
+        match std::fs::read(p) {
+            Ok(bytes) => bytes.hash(&mut h),
+            Err(e) => e.kind().hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+/// The client's TLS material, re-read when its files change (a rotated Secret, cert-manager
+/// renewing a certificate): each dial checks the files and uses what they hold now. A new
+/// version that cannot be used is logged once and the last good one stays in use. Sessions
+/// already established are not touched.
+#[derive(Debug)]
+pub struct TlsSource {
+    settings: ClientTls,
+    current: Arc<rustls::ClientConfig>,
+    /// The files' fingerprint when `current` was built.
+    loaded: u64,
+    /// The fingerprint of the last version that failed (logged once).
+    failed: Option<u64>,
+    reloads: u64,
+    failures: u64,
+}
+
+impl TlsSource {
+    /// Loads the material now: files that cannot be used at start are an error.
+    pub fn load(settings: ClientTls) -> Result<Self, TlsError> {
+        let loaded = fingerprint(&[&settings.ca_file, &settings.cert_file, &settings.key_file]);
+        let current = client_config(&settings)?;
+        Ok(Self {
+            settings,
+            current,
+            loaded,
+            failed: None,
+            reloads: 0,
+            failures: 0,
+        })
+    }
+
+    /// The configuration to dial with: re-read first if the files changed since.
+    pub fn current(&mut self) -> Arc<rustls::ClientConfig> {
+        let s = &self.settings;
+        let now = fingerprint(&[&s.ca_file, &s.cert_file, &s.key_file]);
+        if now != self.loaded && self.failed != Some(now) {
+            match client_config(s) {
+                Ok(cfg) => {
+                    tracing::info!(ca = %s.ca_file.display(), cert = %s.cert_file.display(), "TLS files changed: new connections use them");
+                    self.current = cfg;
+                    self.loaded = now;
+                    self.failed = None;
+                    self.reloads += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS files changed but cannot be used; keeping the previous ones");
+                    self.failed = Some(now);
+                    self.failures += 1;
+                }
+            }
+        }
+        self.current.clone()
+    }
+
+    /// Reloads that took, and changed versions that could not be used.
+    pub fn reload_counts(&self) -> (u64, u64) {
+        (self.reloads, self.failures)
+    }
+}
+
 #[derive(Debug)]
 struct IdentityVerifier {
     inner: Arc<WebPkiServerVerifier>,

@@ -161,10 +161,18 @@ pub async fn start_with(
     ];
 
     let tls = match &cfg.tls {
-        Some(t) => Some((
-            tokio_rustls::TlsAcceptor::from(tls::server_config(t)?),
-            t.clone(),
-        )),
+        Some(t) => {
+            let source = Arc::new(tls::ServerTls::load(t.clone())?);
+            let s2 = source.clone();
+            background.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    s2.reload();
+                }
+            }));
+            Some(source)
+        }
         None => {
             warn!(
                 "no TLS settings: serving plaintext. Set TYPHA_SERVERCERTFILE, TYPHA_SERVERKEYFILE, TYPHA_CAFILE and TYPHA_CLIENTCN or TYPHA_CLIENTURISAN for mutual TLS"
@@ -286,7 +294,7 @@ pub async fn start_with(
 #[allow(clippy::too_many_arguments)]
 async fn accept_loop(
     listener: TcpListener,
-    tls: Option<(tokio_rustls::TlsAcceptor, tls::TlsConfig)>,
+    tls: Option<Arc<tls::ServerTls>>,
     ctx: Arc<Ctx>,
     conns: Arc<Mutex<Registry_>>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
@@ -294,7 +302,6 @@ async fn accept_loop(
     heartbeat: Arc<Heartbeat>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let tls = tls.map(Arc::new);
     loop {
         heartbeat.beat();
         let (tcp, peer) = tokio::select! {
@@ -337,7 +344,7 @@ async fn handle(
     tcp: TcpStream,
     peer: SocketAddr,
     accepted: Instant,
-    tls: Option<Arc<(tokio_rustls::TlsAcceptor, tls::TlsConfig)>>,
+    tls: Option<Arc<tls::ServerTls>>,
     ctx: Arc<Ctx>,
     conns: Arc<Mutex<Registry_>>,
     over_limit: bool,
@@ -346,7 +353,8 @@ async fn handle(
     match tls {
         None => serve_registered(tcp, peer, accepted, ctx, conns, over_limit).await,
         Some(t) => {
-            let (acceptor, cfg) = &*t;
+            let acceptor = tokio_rustls::TlsAcceptor::from(t.current());
+            let cfg = t.config();
             let deadline = accepted + ctx.cfg.handshake_timeout;
             let stream = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,

@@ -105,6 +105,100 @@ pub fn server_config(cfg: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsEr
     Ok(Arc::new(config))
 }
 
+/// The server's TLS material, re-read when its files change (a rotated Secret: kubelet swaps
+/// the volume's `..data` symlink; cert-manager renewing a certificate). [`ServerTls::reload`]
+/// runs every second; each handshake uses what was current when it began, so new handshakes
+/// get new material within a second and established sessions are untouched. A new version
+/// that cannot be used is logged once, and the last good one stays in use.
+#[derive(Debug)]
+pub struct ServerTls {
+    cfg: TlsConfig,
+    current: arc_swap::ArcSwap<rustls::ServerConfig>,
+    state: std::sync::Mutex<Reload>,
+}
+
+#[derive(Debug, Default)]
+struct Reload {
+    /// The files' fingerprint when `current` was built.
+    loaded: u64,
+    /// The fingerprint of the last version that failed (logged once).
+    failed: Option<u64>,
+}
+
+/// What one [`ServerTls::reload`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The files are as they were.
+    Unchanged,
+    /// New material is in use.
+    Reloaded,
+    /// The files changed but cannot be used; the previous material stays.
+    Failed,
+}
+
+impl ServerTls {
+    /// Loads the material now: files that cannot be used at start are an error.
+    pub fn load(cfg: TlsConfig) -> Result<Self, TlsError> {
+        let loaded = fingerprint(&cfg);
+        let current = server_config(&cfg)?;
+        Ok(Self {
+            cfg,
+            current: arc_swap::ArcSwap::new(current),
+            state: std::sync::Mutex::new(Reload {
+                loaded,
+                failed: None,
+            }),
+        })
+    }
+
+    /// The settings (allowed client identities among them).
+    pub fn config(&self) -> &TlsConfig {
+        &self.cfg
+    }
+
+    /// The configuration for a handshake starting now.
+    pub fn current(&self) -> Arc<rustls::ServerConfig> {
+        self.current.load_full()
+    }
+
+    /// Re-reads the files if they changed.
+    pub fn reload(&self) -> Reloaded {
+        let now = fingerprint(&self.cfg);
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if now == st.loaded || st.failed == Some(now) {
+            return Reloaded::Unchanged;
+        }
+        match server_config(&self.cfg) {
+            Ok(c) => {
+                self.current.store(c);
+                st.loaded = now;
+                st.failed = None;
+                tracing::info!(cert = %self.cfg.cert_file.display(), ca = %self.cfg.ca_file.display(), "TLS files changed: new connections use them");
+                Reloaded::Reloaded
+            }
+            Err(e) => {
+                st.failed = Some(now);
+                tracing::warn!(error = %e, "TLS files changed but cannot be used; keeping the previous ones");
+                Reloaded::Failed
+            }
+        }
+    }
+}
+
+/// Fingerprint of the three files' contents, read through symlinks; an unreadable file counts
+/// as its error.
+fn fingerprint(cfg: &TlsConfig) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in [&cfg.cert_file, &cfg.key_file, &cfg.ca_file] {
+        match std::fs::read(p) {
+            Ok(bytes) => bytes.hash(&mut h),
+            Err(e) => e.kind().hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
 /// A certificate's identity: its subject CN and URI SANs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerIdentity {

@@ -217,3 +217,233 @@ async fn a_reconnect_storm_never_holds_more_than_the_limit() {
     drop(served);
     std::sync::Arc::into_inner(srv).unwrap().shutdown().await;
 }
+
+/// Files in `dir`, written atomically through a kubelet-style `..data` symlink swap: the
+/// names are symlinks into `..data/`, and `..data` is repointed to a new folder at once.
+struct SecretVolume {
+    dir: std::path::PathBuf,
+    version: u32,
+}
+
+impl SecretVolume {
+    fn new(dir: std::path::PathBuf) -> Self {
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir, version: 0 }
+    }
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.join(name)
+    }
+    fn write(&mut self, files: &[(&str, String)]) {
+        self.version += 1;
+        let data = format!("..2026_11_24_{:02}", self.version);
+        std::fs::create_dir(self.dir.join(&data)).unwrap();
+        for (name, body) in files {
+            std::fs::write(self.dir.join(&data).join(name), body).unwrap();
+            let link = self.dir.join(name);
+            if std::fs::symlink_metadata(&link).is_err() {
+                std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
+            }
+        }
+        let tmp = self.dir.join("..data_tmp");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&data, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+    }
+}
+
+/// A typha-client consumer with these TLS files.
+fn agent(
+    addr: std::net::SocketAddr,
+    vol: &SecretVolume,
+) -> (
+    std::sync::Arc<typha_client::metrics::ClientMetrics>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let mut cfg = typha_client::ClientConfig::new(
+        "node",
+        typha_client::Discovery::addresses(vec![format!("localhost:{}", addr.port())]),
+    );
+    cfg.backoff_min = std::time::Duration::from_millis(20);
+    cfg.backoff_max = std::time::Duration::from_millis(200);
+    cfg.tls = Some(typha_client::tls::ClientTls {
+        ca_file: vol.path("ca.crt"),
+        cert_file: vol.path("tls.crt"),
+        key_file: vol.path("tls.key"),
+        server_cn: Some("typha-server".into()),
+        server_uri_san: None,
+    });
+    let metrics = typha_client::metrics::ClientMetrics::unregistered();
+    let client = typha_client::SyncClient::new(cfg, metrics.clone()).unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(client.run(NoOp, async move {
+        let _ = rx.await;
+    }));
+    (metrics, stop)
+}
+
+struct NoOp;
+impl typha_client::SyncerCallbacks for NoOp {
+    fn on_status_updated(&mut self, _: typha_protocol::model::SyncStatus) {}
+    fn on_updates(&mut self, _: Vec<typha_protocol::model::Update>) {}
+}
+
+#[tokio::test]
+async fn certificates_and_cas_rotate_under_running_agents() {
+    use typha_client::ResumeKind;
+    let tmp = tempfile::tempdir().unwrap();
+    let (ca1, ca2) = (Ca::new("ca-1").unwrap(), Ca::new("ca-2").unwrap());
+    let server_cert = |ca: &Ca| {
+        ca.server("typha-server", &["localhost", "127.0.0.1"])
+            .unwrap()
+    };
+    let client_cert = |ca: &Ca| ca.client("typha-client", None).unwrap();
+    let pair = |issued: typha_server::pki::Issued, ca: String| {
+        vec![
+            ("tls.crt", issued.cert_pem),
+            ("tls.key", issued.key_pem),
+            ("ca.crt", ca),
+        ]
+    };
+    // The server's and the agents' Secrets, as mounted volumes.
+    let mut srv_vol = SecretVolume::new(tmp.path().join("server"));
+    srv_vol.write(&pair(server_cert(&ca1), ca1.cert_pem.clone()));
+    let mut agents_vol = SecretVolume::new(tmp.path().join("agents"));
+    agents_vol.write(&pair(client_cert(&ca1), ca1.cert_pem.clone()));
+    // A client whose Secret is never updated: it will hold only the old CA.
+    let mut stale_vol = SecretVolume::new(tmp.path().join("stale"));
+    stale_vol.write(&pair(client_cert(&ca1), ca1.cert_pem.clone()));
+
+    let tls = TlsConfig {
+        cert_file: srv_vol.path("tls.crt"),
+        key_file: srv_vol.path("tls.key"),
+        ca_file: srv_vol.path("ca.crt"),
+        client_cns: vec!["typha-client".into()],
+        client_uri_sans: vec![],
+    };
+    let mut cfg = Config::for_tests();
+    cfg.tls = Some(tls.clone());
+    let (srv, store) = server(cfg.clone()).await;
+    store.bulk_load(cluster(3, 4));
+    let agents: Vec<_> = (0..3).map(|_| agent(srv.addr, &agents_vol)).collect();
+    common::eventually("every agent in sync", || {
+        agents
+            .iter()
+            .all(|(m, _)| m.resume_count(ResumeKind::Snapshot) == 1)
+    })
+    .await;
+
+    // Overlap: both CAs trusted everywhere; new leaves from the new CA.
+    let both = format!("{}{}", ca1.cert_pem, ca2.cert_pem);
+    srv_vol.write(&pair(server_cert(&ca2), both.clone()));
+    agents_vol.write(&pair(client_cert(&ca2), both));
+    // New handshakes use the new material (within the server's one-second re-read), while the
+    // agents' sessions go on.
+    let fresh = agent(srv.addr, &agents_vol);
+    common::eventually("a new agent served with the new certificates", || {
+        fresh.0.resume_count(ResumeKind::Snapshot) == 1
+    })
+    .await;
+    assert!(agents.iter().all(|(m, _)| m.reconnects.get() == 0));
+
+    // The old CA goes. Every agent's next session (here: the server restarts on the same
+    // port) is made with the new material, and resumes without a snapshot.
+    srv_vol.write(&pair(server_cert(&ca2), ca2.cert_pem.clone()));
+    agents_vol.write(&pair(client_cert(&ca2), ca2.cert_pem.clone()));
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let addr = srv.addr;
+    srv.shutdown().await;
+    let mut cfg2 = cfg.clone();
+    cfg2.listen = addr;
+    let srv = typha_server::server::start(cfg2, std::sync::Arc::new(store.clone()))
+        .await
+        .unwrap();
+    common::eventually("every agent back, resumed by digest", || {
+        agents
+            .iter()
+            .all(|(m, _)| m.connected.get() == 1 && m.resume_count(ResumeKind::Digest) == 1)
+    })
+    .await;
+    assert!(
+        agents
+            .iter()
+            .all(|(m, _)| m.resume_count(ResumeKind::Snapshot) == 1)
+    );
+
+    // A client holding only the removed CA (and a certificate from it) is refused, clearly.
+    let stale_tls = typha_client::tls::client_config(&typha_client::tls::ClientTls {
+        ca_file: stale_vol.path("ca.crt"),
+        cert_file: stale_vol.path("tls.crt"),
+        key_file: stale_vol.path("tls.key"),
+        server_cn: Some("typha-server".into()),
+        server_uri_san: None,
+    })
+    .unwrap();
+    let target = typha_client::discovery::Target {
+        addr: srv.addr,
+        server_name: "localhost".into(),
+    };
+    let ccfg = typha_client::ClientConfig::new(
+        "stale",
+        typha_client::Discovery::addresses(vec![srv.addr.to_string()]),
+    );
+    let mut st = typha_client::Store::new();
+    let end = typha_client::conn::session(
+        &target,
+        &ccfg,
+        Some(&stale_tls),
+        &mut st,
+        &mut NoOp,
+        &typha_client::metrics::ClientMetrics::unregistered(),
+    )
+    .await;
+    assert!(end.error.is_misconfiguration(), "{}", end.error);
+    let msg = end.error.to_string();
+    assert!(msg.contains("TLS") && msg.contains("certificate"), "{msg}");
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_new_certificate_keeps_the_old_one_in_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("ca").unwrap();
+    let s = ca.server("typha-server", &["localhost"]).unwrap();
+    let mut vol = SecretVolume::new(tmp.path().to_path_buf());
+    vol.write(&[
+        ("tls.crt", s.cert_pem.clone()),
+        ("tls.key", s.key_pem.clone()),
+        ("ca.crt", ca.cert_pem.clone()),
+    ]);
+    let source = typha_server::tls::ServerTls::load(TlsConfig {
+        cert_file: vol.path("tls.crt"),
+        key_file: vol.path("tls.key"),
+        ca_file: vol.path("ca.crt"),
+        client_cns: vec!["typha-client".into()],
+        client_uri_sans: vec![],
+    })
+    .unwrap();
+    use typha_server::tls::Reloaded;
+    assert_eq!(source.reload(), Reloaded::Unchanged);
+    let before = source.current();
+    // Half a rotation: a certificate that does not match its key.
+    let other = ca.server("typha-server", &["localhost"]).unwrap();
+    vol.write(&[
+        ("tls.crt", other.cert_pem.clone()),
+        ("tls.key", s.key_pem.clone()),
+        ("ca.crt", ca.cert_pem.clone()),
+    ]);
+    assert_eq!(source.reload(), Reloaded::Failed);
+    assert_eq!(
+        source.reload(),
+        Reloaded::Unchanged,
+        "a broken version is tried once"
+    );
+    assert!(std::sync::Arc::ptr_eq(&before, &source.current()));
+    // The rotation completes: the matching key arrives.
+    vol.write(&[
+        ("tls.crt", other.cert_pem),
+        ("tls.key", other.key_pem),
+        ("ca.crt", ca.cert_pem),
+    ]);
+    assert_eq!(source.reload(), Reloaded::Reloaded);
+    assert!(!std::sync::Arc::ptr_eq(&before, &source.current()));
+}
