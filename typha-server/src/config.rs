@@ -76,6 +76,9 @@ pub struct Config {
     /// default: if every replica went unready at once, the Service would empty and agents
     /// would lose even the stale view.
     pub readiness_fails_when_stale: bool,
+    /// Connection balancing across the Service's replicas
+    /// (`TYPHA_CONNECTIONREBALANCINGMODE=kubernetes`); `None`: off (Typha's default).
+    pub governor: Option<crate::governor::GovernorConfig>,
 }
 
 impl Default for Config {
@@ -97,6 +100,7 @@ impl Default for Config {
             redirect: Vec::new(),
             stale_threshold: Duration::from_secs(10),
             readiness_fails_when_stale: false,
+            governor: None,
         }
     }
 }

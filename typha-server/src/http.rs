@@ -148,6 +148,7 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
     let latest = s.cache.latest();
     axum::Json(serde_json::json!({
         "status": latest.status.to_string(),
+        "epoch": latest.epoch.to_string(),
         "seq": latest.seq.0,
         "kvs": latest.kvs,
         "digest": format!("{:016x}", latest.digest),

@@ -12,6 +12,7 @@
 //! - [`conn`]: one task per client: handshake, resume (deltas, digest buckets or snapshot),
 //!   streaming, ping/pong, timeouts.
 //! - [`server`]: listeners, TLS ([`tls`]), the connection limit and graceful shutdown;
+//!   [`governor`] balances connections across replicas;
 //!   [`http`] serves health (with the loops' [`liveness`] heartbeats) and [`metrics`].
 //!
 //! [`config::Config`] holds every setting with its default; [`cli`] parses flags and
@@ -27,6 +28,7 @@ pub mod config;
 pub mod conn;
 pub mod datastore;
 pub mod fanout;
+pub mod governor;
 pub mod http;
 pub mod liveness;
 pub mod metrics;

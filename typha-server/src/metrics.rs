@@ -73,6 +73,8 @@ pub enum DropReason {
     protocol_error,
     /// Shutting down.
     shutdown,
+    /// Moved to a less loaded replica.
+    rebalance,
 }
 
 /// Label set for [`DropReason`].

@@ -23,8 +23,9 @@ use typha_protocol::message::{Epoch, GoodbyeReason};
 use crate::cache::Cache;
 use crate::cache::writer::CacheWriter;
 use crate::config::Config;
-use crate::conn::{self, Ctx};
+use crate::conn::{self, Close, Ctx};
 use crate::datastore::Datastore;
+use crate::governor;
 use crate::http::{self, HttpState};
 use crate::liveness::Heartbeat;
 use crate::metrics::{DropReason, Metrics};
@@ -47,6 +48,54 @@ pub enum StartError {
     /// TLS material is unusable.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// Connection balancing needs a Kubernetes client, and there is no usable configuration.
+    #[error(
+        "TYPHA_CONNECTIONREBALANCINGMODE=kubernetes: no usable Kubernetes client configuration (TYPHA_K8SAPIENDPOINT, in-cluster or kubeconfig): {0}"
+    )]
+    Governor(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The governor's hold on this replica's connections.
+struct Control {
+    slots: Arc<Slots>,
+    conns: Arc<Mutex<Registry_>>,
+    ctx: Arc<Ctx>,
+}
+
+impl governor::Connections for Control {
+    fn held(&self) -> usize {
+        self.slots.used.load(Ordering::Acquire)
+    }
+
+    fn set_limit(&self, limit: usize) {
+        let before = self.slots.max.swap(limit, Ordering::AcqRel);
+        if before != limit {
+            info!(limit, "connection limit");
+        }
+    }
+
+    fn move_one(&self, redirect: Vec<String>) -> bool {
+        let tx = {
+            let mut r = lock(&self.conns);
+            if r.conns.is_empty() {
+                return false;
+            }
+            let pick = rand::random_range(0..r.conns.len());
+            let id = r.conns.keys().nth(pick).copied();
+            id.and_then(|id| r.conns.remove(&id))
+        };
+        let Some(tx) = tx else { return false };
+        self.ctx.cache.metrics.dropped(DropReason::rebalance);
+        let _ = tx.send(Close {
+            reason: GoodbyeReason::Rebalance,
+            redirect: Some(redirect),
+        });
+        true
+    }
+
+    fn set_redirect(&self, redirect: Vec<String>) {
+        self.ctx.redirect.store(Arc::new(redirect));
+    }
 }
 
 /// Connections counted against `TYPHA_MAXCONNECTIONSUPPERLIMIT` from the moment they are
@@ -56,7 +105,8 @@ pub enum StartError {
 #[derive(Debug)]
 struct Slots {
     used: AtomicUsize,
-    max: usize,
+    /// The limit: `TYPHA_MAXCONNECTIONSUPPERLIMIT`, or the governor's.
+    max: AtomicUsize,
     metrics: Arc<Metrics>,
 }
 
@@ -70,7 +120,7 @@ impl Slots {
         let taken = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max).then_some(n + 1)
+                (n < self.max.load(Ordering::Relaxed)).then_some(n + 1)
             })
             .ok()?;
         self.metrics
@@ -94,7 +144,7 @@ impl Drop for Slot {
 #[derive(Debug, Default)]
 struct Registry_ {
     next: u64,
-    conns: HashMap<u64, oneshot::Sender<GoodbyeReason>>,
+    conns: HashMap<u64, oneshot::Sender<Close>>,
 }
 
 /// A running server.
@@ -258,9 +308,27 @@ pub async fn start_with(
     let conn_tasks = Arc::new(Mutex::new(Vec::new()));
     let slots = Arc::new(Slots {
         used: AtomicUsize::new(0),
-        max: cfg.max_connections,
+        max: AtomicUsize::new(cfg.max_connections),
         metrics: metrics.clone(),
     });
+    if let Some(g) = &cfg.governor {
+        let client = crate::datastore::open::kube_client(g.api_endpoint.as_deref())
+            .await
+            .map_err(StartError::Governor)?;
+        let control = Arc::new(Control {
+            slots: slots.clone(),
+            conns: conns.clone(),
+            ctx: ctx.clone(),
+        });
+        info!(service = %format!("{}/{}", g.namespace, g.service), "balancing connections across the Service's replicas");
+        background.push(tokio::spawn(governor::run(
+            g.clone(),
+            client,
+            cache.clone(),
+            control,
+            epoch,
+        )));
+    }
     info!(%addr, epoch = %epoch, tls = tls.is_some(), "sync listener up");
     let accept_task = tokio::spawn(accept_loop(
         listener,
@@ -406,7 +474,7 @@ async fn serve_registered<S>(
         let g = typha_protocol::message::Goodbye {
             reason: GoodbyeReason::TooManyConnections,
             message: "this server is at its connection limit; try another".into(),
-            redirect: ctx.redirect.clone(),
+            redirect: ctx.redirect.load().to_vec(),
         };
         let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -464,7 +532,7 @@ impl RunningServer {
                 (id.and_then(|id| r.conns.remove(&id)), r.conns.len())
             };
             let Some(tx) = next else { break };
-            let _ = tx.send(GoodbyeReason::Shutdown);
+            let _ = tx.send(Close::because(GoodbyeReason::Shutdown));
             self.metrics.dropped(DropReason::shutdown);
             self.metrics
                 .shutdown_connections_remaining
@@ -476,7 +544,7 @@ impl RunningServer {
         }
         // Any connection still registered now is closed at once.
         for (_, tx) in lock(&self.conns).conns.drain() {
-            let _ = tx.send(GoodbyeReason::Shutdown);
+            let _ = tx.send(Close::because(GoodbyeReason::Shutdown));
         }
         let tasks: Vec<_> = lock(&self.conn_tasks).drain(..).collect();
         for t in tasks {

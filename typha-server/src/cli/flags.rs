@@ -156,6 +156,28 @@ pub struct Cli {
     /// Most connections; more are turned away with a Goodbye.
     #[arg(long, env = "TYPHA_MAXCONNECTIONSUPPERLIMIT", default_value_t = 10_000)]
     pub max_connections_upper_limit: usize,
+    /// With connection balancing, the limit is never set below this (Typha's lower limit).
+    #[arg(long, env = "TYPHA_MAXCONNECTIONSLOWERLIMIT", default_value_t = 400)]
+    pub max_connections_lower_limit: usize,
+    /// `none`, or `kubernetes`: balance connections across the Service's ready replicas
+    /// (their EndpointSlices), moving clients to less loaded ones (they resume by digest).
+    #[arg(long, env = "TYPHA_CONNECTIONREBALANCINGMODE", default_value = "none")]
+    pub connection_rebalancing_mode: String,
+    /// The namespace of this server's Service (for balancing).
+    #[arg(long, env = "TYPHA_K8SNAMESPACE", default_value = "kube-system")]
+    pub k8s_namespace: String,
+    /// This server's Service (for balancing).
+    #[arg(long, env = "TYPHA_K8SSERVICENAME", default_value = "calico-typha")]
+    pub k8s_service_name: String,
+    /// The name of the sync port in the Service (for balancing).
+    #[arg(long, env = "TYPHA_K8SPORTNAME", default_value = "calico-typha")]
+    pub k8s_port_name: String,
+    /// Seconds between readings of the replicas and their loads (balancing).
+    #[arg(long, env = "TYPHA_REBALANCEPOLLSECS", default_value_t = 10.0)]
+    pub rebalance_poll_secs: f64,
+    /// Most connections moved to other replicas per second (balancing).
+    #[arg(long, env = "TYPHA_REBALANCEMOVESPERSEC", default_value_t = 20)]
+    pub rebalance_moves_per_sec: u32,
     /// Seconds SIGTERM may take to move clients away.
     #[arg(long, env = "TYPHA_SHUTDOWNTIMEOUTSECS", default_value_t = 300.0)]
     pub shutdown_timeout_secs: f64,

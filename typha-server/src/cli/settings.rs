@@ -12,6 +12,7 @@ use crate::cache::CacheConfig;
 use crate::config::{Config, DatastoreConfig};
 use crate::conn::ConnConfig;
 use crate::datastore::etcd::{self, ClientCert, EtcdTls};
+use crate::governor::GovernorConfig;
 use crate::tls::TlsConfig;
 
 /// Where the embedded datastore reads manifests when `TYPHA_EMBEDDEDDIR` is not set: the
@@ -177,7 +178,56 @@ impl Cli {
                 .collect(),
             stale_threshold,
             readiness_fails_when_stale: self.fail_readiness_when_stale,
+            governor: self.governor()?,
         })
+    }
+
+    /// Connection balancing, when `TYPHA_CONNECTIONREBALANCINGMODE=kubernetes`.
+    fn governor(&self) -> Result<Option<GovernorConfig>, SettingError> {
+        match self
+            .connection_rebalancing_mode
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "" | "none" => return Ok(None),
+            "kubernetes" => {}
+            other => {
+                return Err(bad(
+                    "TYPHA_CONNECTIONREBALANCINGMODE",
+                    format!("{other:?} is not supported (none, kubernetes)"),
+                ));
+            }
+        }
+        let poll = secs("TYPHA_REBALANCEPOLLSECS", self.rebalance_poll_secs)?;
+        if poll.is_zero() {
+            return Err(bad("TYPHA_REBALANCEPOLLSECS", "must be more than 0"));
+        }
+        if self.rebalance_moves_per_sec == 0 {
+            return Err(bad("TYPHA_REBALANCEMOVESPERSEC", "must be at least 1"));
+        }
+        if self.max_connections_lower_limit > self.max_connections_upper_limit {
+            return Err(bad(
+                "TYPHA_MAXCONNECTIONSLOWERLIMIT",
+                "must not be above TYPHA_MAXCONNECTIONSUPPERLIMIT",
+            ));
+        }
+        Ok(Some(GovernorConfig {
+            namespace: self.k8s_namespace.clone(),
+            service: self.k8s_service_name.clone(),
+            port_name: self.k8s_port_name.clone(),
+            lower: self.max_connections_lower_limit,
+            upper: self.max_connections_upper_limit,
+            poll,
+            moves_per_sec: self.rebalance_moves_per_sec,
+            tolerance: 0.1,
+            health_port: self.health_port,
+            api_endpoint: self
+                .k8s_api_endpoint
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        }))
     }
 
     /// All of key, certificate, CA and a client CN or URI SAN, or none of them.

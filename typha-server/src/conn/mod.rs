@@ -99,8 +99,9 @@ pub struct Ctx {
     pub offer: ServerOffer,
     /// Reference point for ping timestamps.
     pub started: Instant,
-    /// Servers to suggest in a Goodbye.
-    pub redirect: Vec<String>,
+    /// Servers to suggest in a Goodbye, best first: `TYPHA_REDIRECTADDRS`, or the other
+    /// replicas least loaded first when connections are balanced.
+    pub redirect: arc_swap::ArcSwap<Vec<String>>,
     /// Initial syncs in progress ([`ConnConfig::max_concurrent_syncs`]; `None`: no limit).
     pub sync_slots: Option<Arc<tokio::sync::Semaphore>>,
     /// Whether the datastore view is current (told to clients that understand it).
@@ -124,9 +125,29 @@ impl Ctx {
             cfg: cfg.normalized(),
             offer,
             started: Instant::now(),
-            redirect,
+            redirect: arc_swap::ArcSwap::from_pointee(redirect),
             sync_slots,
             freshness,
+        }
+    }
+}
+
+/// The server's request to close a connection: why, and where the client should go instead
+/// (`None`: the servers in [`Ctx::redirect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Close {
+    /// The reason sent in the Goodbye.
+    pub reason: GoodbyeReason,
+    /// Servers to suggest, best first.
+    pub redirect: Option<Vec<String>>,
+}
+
+impl Close {
+    /// A close for `reason`, suggesting the usual servers.
+    pub fn because(reason: GoodbyeReason) -> Self {
+        Close {
+            reason,
+            redirect: None,
         }
     }
 }

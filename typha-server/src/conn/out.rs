@@ -97,10 +97,22 @@ impl<W: AsyncWrite + Unpin> Out<W> {
     /// Sends a Goodbye (with servers to try, when the reason calls for them) in place of
     /// anything still queued, and closes the write side.
     pub(super) async fn goodbye(&mut self, reason: GoodbyeReason, message: &str) {
+        self.goodbye_to(reason, message, None).await;
+    }
+
+    /// [`Out::goodbye`], suggesting `redirect` (`None`: the usual servers).
+    pub(super) async fn goodbye_to(
+        &mut self,
+        reason: GoodbyeReason,
+        message: &str,
+        redirect: Option<Vec<String>>,
+    ) {
         let redirect = match reason {
             GoodbyeReason::Shutdown
             | GoodbyeReason::TooManyConnections
-            | GoodbyeReason::Rebalance => self.ctx.redirect.clone(),
+            | GoodbyeReason::Rebalance => {
+                redirect.unwrap_or_else(|| self.ctx.redirect.load().to_vec())
+            }
             _ => Vec::new(),
         };
         let g = Message::Goodbye(Goodbye {

@@ -15,7 +15,7 @@ use typha_protocol::message::{Deltas, Features, GoodbyeReason, Message, Ping, Re
 use typha_protocol::model::SyncStatus;
 
 use super::out::{Out, jitter, scopeguard};
-use super::{ConnError, Ctx};
+use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::fanout::{self, Step, encode, plan};
 use crate::metrics::ResumeKind;
@@ -25,7 +25,7 @@ use crate::metrics::ResumeKind;
 async fn pinging<W: AsyncWrite + Unpin, T>(
     ctx: &Arc<Ctx>,
     out: &mut Out<W>,
-    close: &mut oneshot::Receiver<GoodbyeReason>,
+    close: &mut oneshot::Receiver<Close>,
     until: impl std::future::Future<Output = T>,
 ) -> Result<T, ConnError> {
     tokio::pin!(until);
@@ -33,10 +33,10 @@ async fn pinging<W: AsyncWrite + Unpin, T>(
         let ping = Instant::now() + jitter(ctx.cfg.ping_interval);
         tokio::select! {
             v = &mut until => return Ok(v),
-            reason = &mut *close => {
-                let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
-                out.goodbye(reason, "server closing this connection").await;
-                return Err(ConnError::Closed(reason));
+            close = &mut *close => {
+                let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
+                out.goodbye_to(close.reason, "server closing this connection", close.redirect).await;
+                return Err(ConnError::Closed(close.reason));
             }
             () = sleep_until(ping) => {
                 let ts = u64::try_from(ping.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
@@ -52,7 +52,7 @@ async fn pinging<W: AsyncWrite + Unpin, T>(
 pub(super) async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     out: &mut Out<W>,
-    close: &mut oneshot::Receiver<GoodbyeReason>,
+    close: &mut oneshot::Receiver<Close>,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ConnError> {
     let Some(slots) = &ctx.sync_slots else {
         return Ok(None);
@@ -73,7 +73,7 @@ pub(super) async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
 pub(super) async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     out: &mut Out<W>,
-    close: &mut oneshot::Receiver<GoodbyeReason>,
+    close: &mut oneshot::Receiver<Close>,
 ) -> Result<(), ConnError> {
     let mut crumbs = ctx.cache.subscribe();
     let in_sync = async {

@@ -17,7 +17,7 @@ use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Pin
 
 use super::out::{Out, jitter, scopeguard};
 use super::sync::{catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
-use super::{ConnError, Ctx};
+use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::fanout::encode;
 use crate::metrics::DropReason;
@@ -28,7 +28,7 @@ pub async fn serve<S>(
     peer: SocketAddr,
     accepted: Instant,
     ctx: Arc<Ctx>,
-    close: oneshot::Receiver<GoodbyeReason>,
+    close: oneshot::Receiver<Close>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -61,7 +61,7 @@ async fn run<S>(
     stream: S,
     accepted: Instant,
     ctx: Arc<Ctx>,
-    mut close: oneshot::Receiver<GoodbyeReason>,
+    mut close: oneshot::Receiver<Close>,
 ) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -170,10 +170,10 @@ where
         .await?;
         out.flush().await?;
         tokio::select! {
-            reason = &mut close => {
-                let reason = reason.unwrap_or(GoodbyeReason::Shutdown);
-                out.goodbye(reason, "server closing this connection").await;
-                return Err(ConnError::Closed(reason));
+            close = &mut close => {
+                let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
+                out.goodbye_to(close.reason, "server closing this connection", close.redirect).await;
+                return Err(ConnError::Closed(close.reason));
             }
             Ok(()) = staleness.changed(), if tells_staleness => {
                 let frame = staleness.borrow_and_update().frame.clone();

@@ -129,7 +129,7 @@ pub async fn open(cfg: &DatastoreConfig) -> Result<Opened, OpenError> {
 }
 
 /// A Kubernetes client for `api_endpoint`, else the in-cluster configuration or the kubeconfig.
-async fn kube_client(
+pub(crate) async fn kube_client(
     api_endpoint: Option<&str>,
 ) -> Result<kube::Client, Box<dyn std::error::Error + Send + Sync>> {
     let mut config = match api_endpoint {

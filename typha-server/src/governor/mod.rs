@@ -1,0 +1,178 @@
+//! Connection balancing across replicas (`TYPHA_CONNECTIONREBALANCINGMODE=kubernetes`).
+//!
+//! Every poll the governor finds the ready replicas ([`peers::ready_endpoints`]: the Service's
+//! EndpointSlices), counts the cluster's nodes in the cache, and sets this replica's hard
+//! connection limit the way Typha does ([`share::typha_limit`]). It reads every other
+//! replica's load from its `/status` ([`peers::load`]) and, when it holds clearly more than
+//! the mean ([`share::plan`]), moves the excess away gradually: at most
+//! `moves_per_sec` connections a second, each closed with a Goodbye (Rebalance) that names the
+//! least-loaded replica first, by the governor's running estimate. The client goes there and
+//! resumes by digest: a move costs the buckets that differ, not a snapshot. The same ranking
+//! is what clients turned away at the limit, or at shutdown, are told to try.
+
+pub mod peers;
+pub mod share;
+
+use std::net::SocketAddr;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+use typha_protocol::message::Epoch;
+
+use crate::cache::Cache;
+
+/// Governor settings (Typha's names and defaults where it has them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GovernorConfig {
+    /// `TYPHA_K8SNAMESPACE` (kube-system).
+    pub namespace: String,
+    /// `TYPHA_K8SSERVICENAME` (calico-typha).
+    pub service: String,
+    /// `TYPHA_K8SPORTNAME` (calico-typha).
+    pub port_name: String,
+    /// `TYPHA_MAXCONNECTIONSLOWERLIMIT` (400).
+    pub lower: usize,
+    /// `TYPHA_MAXCONNECTIONSUPPERLIMIT` (10,000).
+    pub upper: usize,
+    /// How often the replicas and their loads are read (`TYPHA_REBALANCEPOLLSECS`, 10 s).
+    pub poll: Duration,
+    /// Most connections moved away per second (`TYPHA_REBALANCEMOVESPERSEC`, 20).
+    pub moves_per_sec: u32,
+    /// How far above the mean a replica may be before it moves connections (10 %).
+    pub tolerance: f64,
+    /// The health port every replica serves `/status` on.
+    pub health_port: u16,
+    /// The API server (`TYPHA_K8SAPIENDPOINT`); `None`: in-cluster, else the kubeconfig.
+    pub api_endpoint: Option<String>,
+}
+
+impl Default for GovernorConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "kube-system".into(),
+            service: "calico-typha".into(),
+            port_name: "calico-typha".into(),
+            lower: 400,
+            upper: 10_000,
+            poll: Duration::from_secs(10),
+            moves_per_sec: 20,
+            tolerance: 0.1,
+            health_port: 9098,
+            api_endpoint: None,
+        }
+    }
+}
+
+/// What the governor may do to this replica's connections.
+pub trait Connections: Send + Sync {
+    /// Connections held now (counted from accept).
+    fn held(&self) -> usize;
+    /// Sets the hard limit: connections above it are turned away.
+    fn set_limit(&self, limit: usize);
+    /// Closes one established connection (a random one) with a Goodbye (Rebalance) suggesting
+    /// `redirect`; `false` if there was none to close.
+    fn move_one(&self, redirect: Vec<String>) -> bool;
+    /// Sets the servers suggested to clients turned away (limit, shutdown), best first.
+    fn set_redirect(&self, redirect: Vec<String>);
+}
+
+/// Where nodes live in the cache (Calico's v3 Node resources): what Typha counts.
+const NODES: &str = "/calico/resources/v3/projectcalico.org/nodes/";
+
+/// Nodes in the cache's latest state.
+pub fn node_count(cache: &Cache) -> usize {
+    let Some(map) = cache.latest().map() else {
+        return 0;
+    };
+    map.range::<_, str>((Bound::Included(NODES), Bound::Unbounded))
+        .take_while(|(k, _)| k.as_str().starts_with(NODES))
+        .count()
+}
+
+/// Balances this replica's connections until the process ends.
+pub async fn run(
+    cfg: GovernorConfig,
+    client: kube::Client,
+    cache: Arc<Cache>,
+    conns: Arc<dyn Connections>,
+    own_epoch: Epoch,
+) {
+    let mut tick = tokio::time::interval(cfg.poll);
+    let mut last_problem = String::new();
+    loop {
+        tick.tick().await;
+        let endpoints = match peers::ready_endpoints(
+            &client,
+            &cfg.namespace,
+            &cfg.service,
+            &cfg.port_name,
+        )
+        .await
+        {
+            Ok(e) => e,
+            Err(e) => {
+                let msg = e.to_string();
+                if msg != last_problem {
+                    warn!(error = %msg, "connection balancing: cannot list the replicas; keeping the current limit");
+                    last_problem = msg;
+                }
+                continue;
+            }
+        };
+        last_problem.clear();
+        let nodes = node_count(&cache);
+        let limit = share::typha_limit(cfg.lower, cfg.upper, endpoints.len(), nodes, 1);
+        conns.set_limit(limit);
+        let mut others = Vec::new();
+        for e in &endpoints {
+            match peers::load(
+                SocketAddr::new(e.ip, cfg.health_port),
+                Duration::from_secs(2),
+            )
+            .await
+            {
+                Ok(l) if l.epoch == own_epoch.0 => {}
+                Ok(l) => others.push(share::Peer {
+                    addr: SocketAddr::new(e.ip, e.port).to_string(),
+                    load: l.connections,
+                }),
+                Err(err) => {
+                    debug!(error = %err, "a replica's load is unknown; left out this round")
+                }
+            }
+        }
+        let held = conns.held();
+        let plan = share::plan(held, &others, cfg.tolerance);
+        conns.set_redirect(plan.redirect.clone());
+        if plan.excess == 0 {
+            continue;
+        }
+        // Move no more than fits in one poll at the bounded rate; the next poll sees the result.
+        let budget = (cfg.moves_per_sec as f64 * cfg.poll.as_secs_f64()) as usize;
+        let moves = plan.excess.min(budget.max(1));
+        info!(
+            held,
+            target = plan.target,
+            moving = moves,
+            replicas = endpoints.len(),
+            nodes,
+            limit,
+            "connection balancing: moving connections to less loaded replicas"
+        );
+        let mut estimate = others;
+        let gap = Duration::from_secs_f64(1.0 / f64::from(cfg.moves_per_sec.max(1)));
+        for _ in 0..moves {
+            estimate.sort_by(|a, b| a.load.cmp(&b.load).then_with(|| a.addr.cmp(&b.addr)));
+            let redirect: Vec<String> = estimate.iter().map(|p| p.addr.clone()).collect();
+            if !conns.move_one(redirect) {
+                break;
+            }
+            if let Some(first) = estimate.first_mut() {
+                first.load += 1;
+            }
+            tokio::time::sleep(gap).await;
+        }
+    }
+}
