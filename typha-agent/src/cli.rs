@@ -132,16 +132,9 @@ pub fn main() -> ExitCode {
 
 /// The program, with these arguments.
 pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match typha_service::cli::parse::<Cli>(PROGRAM, args) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(exit::EX_CONFIG)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
+        Err(code) => return code,
     };
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
     // stderr: stdout carries the --dry-run plan.

@@ -1,6 +1,7 @@
 //! typha-service: what every long-running program of the workspace shares (`typha-server`,
 //! `typha-agent`, `typha-tail`, `loadtest`), so each program's `main` reads as its own steps:
 //!
+//! - [`cli`]: parsing flags and environment variables, one line naming a bad setting.
 //! - [`exit`]: exit codes (64 for a bad setting, named in one line; 69 for a peer that cannot be
 //!   used) and [`exit::SettingError`], the error that names a setting.
 //! - [`logging`]: the `tracing` subscriber, text or JSON lines.
@@ -11,6 +12,7 @@
 //!
 //! No program logic lives here; nothing here reads configuration.
 
+pub mod cli;
 pub mod exit;
 pub mod logging;
 pub mod metrics;

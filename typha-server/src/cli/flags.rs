@@ -213,31 +213,3 @@ impl Cli {
         }
     }
 }
-
-/// One line for a flag or variable clap could not parse, naming the environment variable too.
-pub fn describe_clap_error(e: &clap::Error) -> String {
-    use clap::CommandFactory;
-    use clap::error::ContextKind;
-    let first = e
-        .to_string()
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .trim_start_matches("error: ")
-        .to_owned();
-    let arg = e
-        .get(ContextKind::InvalidArg)
-        .map(|v| v.to_string())
-        .unwrap_or_default();
-    let cmd = Cli::command();
-    let env = cmd.get_arguments().find_map(|a| {
-        let long = a.get_long()?;
-        (arg.starts_with(&format!("--{long} ")) || arg == format!("--{long}"))
-            .then(|| a.get_env())?
-            .map(|e| e.to_string_lossy().into_owned())
-    });
-    match env {
-        Some(env) => format!("{env}: {first}"),
-        None => first,
-    }
-}

@@ -3,13 +3,12 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use tracing::{error, info};
 use typha_service::exit::{self, EX_CONFIG};
 use typha_service::logging::{self, Output};
 use typha_service::signal::wait_for_signal;
 
-use super::flags::{Cli, describe_clap_error};
+use super::flags::Cli;
 use crate::config::{Config, DatastoreConfig};
 use crate::datastore::open::{OpenError, open};
 use crate::server::RunningServer;
@@ -29,14 +28,9 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match typha_service::cli::parse::<Cli>(PROGRAM, args) {
         Ok(c) => c,
-        Err(e) => match e.kind() {
-            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                e.exit()
-            }
-            _ => return exit::invalid_config(PROGRAM, describe_clap_error(&e)),
-        },
+        Err(code) => return code,
     };
     logging::init(&cli.log_filter(), cli.log_json, Output::Stdout);
     let cfg = match cli.into_config() {
