@@ -1,20 +1,43 @@
-//! Prometheus metrics. Names follow Calico Typha's where the meaning is the same (so existing
-//! dashboards and habits carry over); ours cover what Typha does not measure. Counters are
-//! exposed in OpenMetrics form, which appends `_total` to the family name.
+//! Prometheus metrics, served at `/metrics` in the Prometheus text format 0.0.4
+//! ([`typha_service::metrics`]).
+//!
+//! Typha's metrics keep Typha's exact names, types and labels (Calico v3.32), so existing
+//! dashboards and alerts work: a counter Typha names `typha_connections_accepted` is the sample
+//! `typha_connections_accepted` (no `_total` appended); Typha's summaries are summaries with
+//! its objectives and windows. Typha labels its per-cache metrics `syncer="<type>"`; this
+//! server serves one syncer type, [`SYNCER`]. Ours sit beside them under our own names, and
+//! our counters end in `_total` (Prometheus' convention). What each one measures, and where it
+//! differs from Typha, is in `docs/server.md`.
+//!
+//! Labels take only values from a fixed set (a syncer type, a frame kind, a drop reason):
+//! never a node name, an address or a connection id.
+//!
+//! Adding a metric:
+//!
+//! 1. a field in [`Metrics`] (`IntCounter`, `IntGauge`, `Gauge`, `Histogram`, [`Summary`]);
+//! 2. one line in [`Metrics::new`] that creates and registers it:
+//!    `gauge(r, "typha_something_seconds", "What it is")`, or `counter(r,
+//!    "typha_somethings_total", "...")` (ours end in `_total`); `syncer_gauge` and friends for
+//!    one of Typha's per-syncer metrics;
+//! 3. record it where it is measured (`ctx.cache.metrics.something.set(..)`);
+//! 4. name it in `docs/server.md`'s metrics list (and, if it is Typha's, in the list in
+//!    `tests/metrics.rs`).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
+use prometheus::{Histogram, IntCounter, IntGauge, Registry};
+use typha_service::metrics::{
+    Summary, SummaryOpts, counter, counter_vec, exponential_buckets, gauge, gauge_vec, histogram,
+    register, summary,
+};
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+/// The `syncer` label value of Typha's per-cache metrics: the one syncer type this server
+/// serves ([`typha_protocol::message::SyncerType::Felix`]'s wire name).
+pub const SYNCER: &str = "felix";
 
 /// Kinds of frames the server encodes.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub enum FrameKind {
     /// One breadcrumb's deltas.
@@ -27,15 +50,21 @@ pub enum FrameKind {
     bucket,
 }
 
-/// Label set for [`FrameKind`].
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FrameLabels {
-    /// The kind.
-    pub kind: FrameKind,
+impl FrameKind {
+    const ALL: [FrameKind; 4] = [Self::delta, Self::span, Self::snapshot, Self::bucket];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::delta => "delta",
+            Self::span => "span",
+            Self::snapshot => "snapshot",
+            Self::bucket => "bucket",
+        }
+    }
 }
 
 /// How a connecting client was brought up to date.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub enum ResumeKind {
     /// Only the missed deltas (same epoch, inside the history window).
@@ -46,15 +75,20 @@ pub enum ResumeKind {
     snapshot,
 }
 
-/// Label set for [`ResumeKind`].
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResumeLabels {
-    /// The kind.
-    pub kind: ResumeKind,
+impl ResumeKind {
+    const ALL: [ResumeKind; 3] = [Self::deltas, Self::digest, Self::snapshot];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::deltas => "deltas",
+            Self::digest => "digest",
+            Self::snapshot => "snapshot",
+        }
+    }
 }
 
 /// Why a connection was closed by the server.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub enum DropReason {
     /// Over the connection limit.
@@ -75,253 +109,298 @@ pub enum DropReason {
     shutdown,
 }
 
-/// Label set for [`DropReason`].
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DropLabels {
-    /// The reason.
-    pub reason: DropReason,
+impl DropReason {
+    const ALL: [DropReason; 8] = [
+        Self::too_many_connections,
+        Self::handshake,
+        Self::tls_identity,
+        Self::ping_timeout,
+        Self::write_timeout,
+        Self::fell_behind,
+        Self::protocol_error,
+        Self::shutdown,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::too_many_connections => "too_many_connections",
+            Self::handshake => "handshake",
+            Self::tls_identity => "tls_identity",
+            Self::ping_timeout => "ping_timeout",
+            Self::write_timeout => "write_timeout",
+            Self::fell_behind => "fell_behind",
+            Self::protocol_error => "protocol_error",
+            Self::shutdown => "shutdown",
+        }
+    }
 }
 
-/// Every metric the server exports.
+/// Every metric the server exports. Typha's first (their exposed names in the field docs),
+/// then ours.
 #[derive(Debug)]
 pub struct Metrics {
-    // Cache (Typha names).
-    /// `typha_breadcrumb_seq_number`
-    pub breadcrumb_seq: Gauge,
-    /// `typha_updates_total`: updates that entered the cache.
-    pub updates: Counter,
+    // Typha's cache metrics, per syncer.
+    /// `typha_breadcrumb_seq_number`: sequence number of the latest breadcrumb.
+    pub breadcrumb_seq: IntGauge,
+    /// `typha_breadcrumb_non_block`: a connection took its next step through the breadcrumbs
+    /// without waiting (it was behind).
+    pub breadcrumb_non_block: IntCounter,
+    /// `typha_breadcrumb_block`: a connection had to wait for its next breadcrumb (it was up
+    /// to date).
+    pub breadcrumb_block: IntCounter,
+    /// `typha_updates_total`: updates the cache received (skipped ones included).
+    pub updates: IntCounter,
     /// `typha_updates_skipped`: updates equal to the cached value, dropped.
-    pub updates_skipped: Counter,
+    pub updates_skipped: IntCounter,
     /// `typha_cache_size`: KVs in the cache.
-    pub cache_size: Gauge,
-    /// `typha_breadcrumb_size`: updates per breadcrumb.
-    pub breadcrumb_size: Histogram,
-    // Ours: pipeline and encoding.
-    /// `typha_updates_invalid`: values that failed validation (sent on as deletions).
-    pub updates_invalid: Counter,
-    /// `typha_frames_encoded{kind}`: frames encoded (and compressed), each once for all clients.
-    pub frames_encoded: Family<FrameLabels, Counter>,
-    // Snapshots (Typha names).
-    /// `typha_snapshots_generated`
-    pub snapshots_generated: Counter,
-    /// `typha_snapshots_reused`
-    pub snapshots_reused: Counter,
+    pub cache_size: IntGauge,
+    /// `typha_breadcrumb_size` (summary): updates per breadcrumb.
+    pub breadcrumb_size: Summary,
+    // Typha's snapshot metrics, per syncer.
+    /// `typha_snapshots_generated`.
+    pub snapshots_generated: IntCounter,
+    /// `typha_snapshots_reused`.
+    pub snapshots_reused: IntCounter,
     /// `typha_snapshot_raw_bytes`: size of the last snapshot before compression.
-    pub snapshot_raw_bytes: Gauge,
+    pub snapshot_raw_bytes: IntGauge,
     /// `typha_snapshot_compressed_bytes`: size of the last snapshot on the wire.
-    pub snapshot_compressed_bytes: Gauge,
-    // Connections (Typha names).
-    /// `typha_connections_accepted`
-    pub connections_accepted: Counter,
-    /// `typha_connections_active`
-    pub connections_active: Gauge,
-    /// `typha_connections_streaming`: past the handshake and initial sync.
-    pub connections_streaming: Gauge,
-    /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
-    pub syncs_waiting: Gauge,
-    /// `typha_connections_dropped{reason}`
-    pub connections_dropped: Family<DropLabels, Counter>,
-    /// `typha_client_snapshot_send_secs`
-    pub client_snapshot_send_secs: Histogram,
-    /// `typha_client_latency_secs`: age of a breadcrumb when a client's write of it finished.
-    pub client_latency_secs: Histogram,
-    /// `typha_client_write_latency_secs`: time per write to a client.
-    pub client_write_latency_secs: Histogram,
-    /// `typha_ping_latency`: ping round trip, seconds.
-    pub ping_latency: Histogram,
-    /// `typha_kvs_per_msg`: KVs per delta frame.
-    pub kvs_per_msg: Histogram,
+    pub snapshot_compressed_bytes: IntGauge,
+    // Typha's connection metrics.
+    /// `typha_connections_accepted`.
+    pub connections_accepted: IntCounter,
+    /// `typha_connections_dropped`: connections closed to hold the connection limit (Typha:
+    /// "dropped due to rebalancing"); every reason is in `typha_connections_dropped_total`.
+    pub connections_dropped: IntCounter,
+    /// `typha_connections_active`: open connections.
+    pub connections_active: IntGauge,
+    /// `typha_connections_streaming` (per syncer): connections past their initial sync.
+    pub connections_streaming: IntGauge,
+    /// `typha_connections_grace_used` (per syncer): connections that fell more than the
+    /// fall-behind limit behind during their grace period after the initial sync.
+    pub connections_grace_used: IntCounter,
+    /// `typha_client_snapshot_send_secs` (summary): time to send a client its initial sync.
+    pub client_snapshot_send_secs: Summary,
+    /// `typha_client_latency_secs` (summary, 1 min window): how far behind the latest
+    /// breadcrumb a client's next step is.
+    pub client_latency_secs: Summary,
+    /// `typha_client_write_latency_secs` (summary): time per write to a client.
+    pub client_write_latency_secs: Summary,
+    /// `typha_next_breadcrumb_latency_secs` (summary): time to get the next step's frame for
+    /// a client that is behind.
+    pub next_breadcrumb_latency_secs: Summary,
+    /// `typha_ping_latency` (summary): ping round trip, seconds.
+    pub ping_latency: Summary,
+    /// `typha_kvs_per_msg` (summary): KVs per delta message.
+    pub kvs_per_msg: Summary,
+    /// `typha_log_errors`: log lines that could not be written
+    /// ([`typha_service::logging::errors`], process-wide).
+    pub log_errors: IntCounter,
     // Ours.
-    /// `typha_resumes{kind}`: how connecting clients were brought up to date.
-    pub resumes: Family<ResumeLabels, Counter>,
-    /// `typha_bytes_sent`: bytes written to clients.
-    pub bytes_sent: Counter,
-    /// `typha_client_ack_lag_secs`: from a breadcrumb's creation to a client's Ack of it
-    /// (fleet propagation latency as seen by the nodes themselves).
+    /// `typha_updates_invalid_total`: values that failed validation (sent on as deletions).
+    pub updates_invalid: IntCounter,
+    /// `typha_frames_encoded_total{kind}`, indexed by [`FrameKind`]: frames encoded (and
+    /// compressed), each once for all clients.
+    frames_encoded: [IntCounter; 4],
+    /// `typha_resumes_total{kind}`, indexed by [`ResumeKind`].
+    resumes: [IntCounter; 3],
+    /// `typha_connections_dropped_total{reason}`, indexed by [`DropReason`].
+    drops: [IntCounter; 8],
+    /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
+    pub syncs_waiting: IntGauge,
+    /// `typha_bytes_sent_total`: bytes written to clients.
+    pub bytes_sent: IntCounter,
+    /// `typha_client_ack_lag_secs` (histogram): from a breadcrumb's creation to a client's Ack
+    /// of it (fleet propagation latency as seen by the nodes themselves).
     pub client_ack_lag_secs: Histogram,
 }
 
-fn latency_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+/// One of Typha's per-syncer counters: its `syncer` series for [`SYNCER`].
+fn syncer_counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    counter_vec(r, name, help, &["syncer"]).with_label_values(&[SYNCER])
+}
+
+/// One of Typha's per-syncer gauges.
+fn syncer_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    gauge_vec(r, name, help, &["syncer"]).with_label_values(&[SYNCER])
+}
+
+/// One of Typha's per-syncer summaries (Calico's objectives; Go's 10-minute window unless
+/// Typha sets another).
+fn syncer_summary(r: &Registry, opts: SummaryOpts) -> Summary {
+    summary(r, opts.const_label("syncer", SYNCER))
+}
+
+/// A counter per label value, in the order of `values`, every one exposed from the start (at
+/// zero: dashboards see a series before the first event, and rates work from the first
+/// scrape).
+fn counters<const N: usize>(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: [&str; N],
+) -> [IntCounter; N] {
+    let v = counter_vec(r, name, help, &[label]);
+    values.map(|value| v.with_label_values(&[value]))
 }
 
 impl Metrics {
-    /// Creates the metrics and registers them in `registry`.
-    pub fn new(registry: &mut Registry) -> Arc<Self> {
-        let m = Metrics {
-            breadcrumb_seq: Gauge::default(),
-            updates: Counter::default(),
-            updates_skipped: Counter::default(),
-            cache_size: Gauge::default(),
-            breadcrumb_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
-            updates_invalid: Counter::default(),
-            frames_encoded: Family::default(),
-            snapshots_generated: Counter::default(),
-            snapshots_reused: Counter::default(),
-            snapshot_raw_bytes: Gauge::default(),
-            snapshot_compressed_bytes: Gauge::default(),
-            connections_accepted: Counter::default(),
-            connections_active: Gauge::default(),
-            connections_streaming: Gauge::default(),
-            syncs_waiting: Gauge::default(),
-            connections_dropped: Family::default(),
-            client_snapshot_send_secs: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
-            client_latency_secs: latency_buckets(),
-            client_write_latency_secs: latency_buckets(),
-            ping_latency: latency_buckets(),
-            kvs_per_msg: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
-            resumes: Family::default(),
-            bytes_sent: Counter::default(),
-            client_ack_lag_secs: latency_buckets(),
-        };
-        let r = registry;
-        r.register(
-            "typha_breadcrumb_seq_number",
-            "Sequence number of the latest breadcrumb",
-            m.breadcrumb_seq.clone(),
-        );
-        r.register(
-            "typha_updates",
-            "Updates that entered the cache",
-            m.updates.clone(),
-        );
-        r.register(
-            "typha_updates_skipped",
-            "Updates equal to the cached value, dropped",
-            m.updates_skipped.clone(),
-        );
-        r.register("typha_cache_size", "KVs in the cache", m.cache_size.clone());
-        r.register(
-            "typha_breadcrumb_size",
-            "Updates per breadcrumb",
-            m.breadcrumb_size.clone(),
-        );
-        r.register(
-            "typha_updates_invalid",
-            "Values that failed validation and were sent as deletions",
-            m.updates_invalid.clone(),
-        );
-        r.register(
-            "typha_frames_encoded",
-            "Frames encoded, each once for all clients",
-            m.frames_encoded.clone(),
-        );
-        r.register(
-            "typha_snapshots_generated",
-            "Snapshots built",
-            m.snapshots_generated.clone(),
-        );
-        r.register(
-            "typha_snapshots_reused",
-            "Snapshots reused by a joining client",
-            m.snapshots_reused.clone(),
-        );
-        r.register(
-            "typha_snapshot_raw_bytes",
-            "Size of the last snapshot before compression",
-            m.snapshot_raw_bytes.clone(),
-        );
-        r.register(
-            "typha_snapshot_compressed_bytes",
-            "Size of the last snapshot on the wire",
-            m.snapshot_compressed_bytes.clone(),
-        );
-        r.register(
-            "typha_connections_accepted",
-            "Connections accepted",
-            m.connections_accepted.clone(),
-        );
-        r.register(
-            "typha_connections_active",
-            "Open connections",
-            m.connections_active.clone(),
-        );
-        r.register(
-            "typha_connections_streaming",
-            "Connections past their initial sync",
-            m.connections_streaming.clone(),
-        );
-        r.register(
-            "typha_syncs_waiting",
-            "Connections waiting for a turn to be synced (TYPHA_MAXCONCURRENTSYNCS)",
-            m.syncs_waiting.clone(),
-        );
-        r.register(
-            "typha_connections_dropped",
-            "Connections closed by the server",
-            m.connections_dropped.clone(),
-        );
-        r.register(
-            "typha_client_snapshot_send_secs",
-            "Time to send a client its initial sync",
-            m.client_snapshot_send_secs.clone(),
-        );
-        r.register(
-            "typha_client_latency_secs",
-            "Age of a breadcrumb when written to a client",
-            m.client_latency_secs.clone(),
-        );
-        r.register(
-            "typha_client_write_latency_secs",
-            "Time per write to a client",
-            m.client_write_latency_secs.clone(),
-        );
-        r.register(
-            "typha_ping_latency",
-            "Ping round-trip time, seconds",
-            m.ping_latency.clone(),
-        );
-        r.register(
-            "typha_kvs_per_msg",
-            "KVs per delta frame",
-            m.kvs_per_msg.clone(),
-        );
-        r.register(
-            "typha_resumes",
-            "How connecting clients were brought up to date",
-            m.resumes.clone(),
-        );
-        r.register(
-            "typha_bytes_sent",
-            "Bytes written to clients",
-            m.bytes_sent.clone(),
-        );
-        r.register(
-            "typha_client_ack_lag_secs",
-            "From a breadcrumb's creation to a client's Ack of it",
-            m.client_ack_lag_secs.clone(),
-        );
-        // Every label value exists from the start, at zero: dashboards and alerts see a
-        // series before the first event, and rates work from the first scrape.
-        for kind in [
-            FrameKind::delta,
-            FrameKind::span,
-            FrameKind::snapshot,
-            FrameKind::bucket,
-        ] {
-            let _ = m.frames_encoded.get_or_create(&FrameLabels { kind });
-        }
-        for kind in [ResumeKind::deltas, ResumeKind::digest, ResumeKind::snapshot] {
-            let _ = m.resumes.get_or_create(&ResumeLabels { kind });
-        }
-        for reason in [
-            DropReason::too_many_connections,
-            DropReason::handshake,
-            DropReason::tls_identity,
-            DropReason::ping_timeout,
-            DropReason::write_timeout,
-            DropReason::fell_behind,
-            DropReason::protocol_error,
-            DropReason::shutdown,
-        ] {
-            let _ = m.connections_dropped.get_or_create(&DropLabels { reason });
-        }
-        Arc::new(m)
+    /// Creates the metrics and registers them in `r`.
+    pub fn new(r: &Registry) -> Arc<Self> {
+        let summary = SummaryOpts::new;
+        Arc::new(Metrics {
+            breadcrumb_seq: syncer_gauge(
+                r,
+                "typha_breadcrumb_seq_number",
+                "Sequence number of the latest breadcrumb.",
+            ),
+            breadcrumb_non_block: syncer_counter(
+                r,
+                "typha_breadcrumb_non_block",
+                "Times a connection got its next breadcrumb without waiting for it.",
+            ),
+            breadcrumb_block: syncer_counter(
+                r,
+                "typha_breadcrumb_block",
+                "Times a connection got its next breadcrumb after waiting for it.",
+            ),
+            updates: syncer_counter(
+                r,
+                "typha_updates_total",
+                "Updates the cache received from the syncer, skipped ones included.",
+            ),
+            updates_skipped: syncer_counter(
+                r,
+                "typha_updates_skipped",
+                "Updates equal to the cached value, dropped.",
+            ),
+            cache_size: syncer_gauge(r, "typha_cache_size", "KVs in the cache."),
+            breadcrumb_size: syncer_summary(
+                r,
+                summary("typha_breadcrumb_size", "Updates per breadcrumb."),
+            ),
+            snapshots_generated: syncer_counter(
+                r,
+                "typha_snapshots_generated",
+                "Snapshots built for joining clients.",
+            ),
+            snapshots_reused: syncer_counter(
+                r,
+                "typha_snapshots_reused",
+                "Times a joining client was sent a snapshot already built.",
+            ),
+            snapshot_raw_bytes: syncer_gauge(
+                r,
+                "typha_snapshot_raw_bytes",
+                "Size of the last snapshot built, before compression.",
+            ),
+            snapshot_compressed_bytes: syncer_gauge(
+                r,
+                "typha_snapshot_compressed_bytes",
+                "Size of the last snapshot built, on the wire.",
+            ),
+            connections_accepted: counter(r, "typha_connections_accepted", "Connections accepted."),
+            connections_dropped: counter(
+                r,
+                "typha_connections_dropped",
+                "Connections closed to hold the connection limit.",
+            ),
+            connections_active: gauge(
+                r,
+                "typha_connections_active",
+                "Open client connections, including those still in the handshake.",
+            ),
+            connections_streaming: syncer_gauge(
+                r,
+                "typha_connections_streaming",
+                "Client connections past their initial sync, streaming updates.",
+            ),
+            connections_grace_used: syncer_counter(
+                r,
+                "typha_connections_grace_used",
+                "Connections that needed their grace period after the initial sync to catch up.",
+            ),
+            client_snapshot_send_secs: syncer_summary(
+                r,
+                summary(
+                    "typha_client_snapshot_send_secs",
+                    "Time to send a client its initial sync.",
+                ),
+            ),
+            // Typha's one window of its own: a minute in two steps, so the figure recovers
+            // soon after a spike.
+            client_latency_secs: syncer_summary(
+                r,
+                summary(
+                    "typha_client_latency_secs",
+                    "How far behind the latest breadcrumb each client's next step is.",
+                )
+                .window(std::time::Duration::from_secs(60), 2),
+            ),
+            client_write_latency_secs: syncer_summary(
+                r,
+                summary(
+                    "typha_client_write_latency_secs",
+                    "Time per write to a client.",
+                ),
+            ),
+            next_breadcrumb_latency_secs: syncer_summary(
+                r,
+                summary(
+                    "typha_next_breadcrumb_latency_secs",
+                    "Time to get the next breadcrumb's frame for a client that is behind.",
+                ),
+            ),
+            ping_latency: syncer_summary(
+                r,
+                summary("typha_ping_latency", "Round-trip ping latency to a client."),
+            ),
+            kvs_per_msg: syncer_summary(r, summary("typha_kvs_per_msg", "KVs per delta message.")),
+            log_errors: register(r, typha_service::logging::errors()),
+            updates_invalid: counter(
+                r,
+                "typha_updates_invalid_total",
+                "Values that failed validation and were sent as deletions.",
+            ),
+            frames_encoded: counters(
+                r,
+                "typha_frames_encoded_total",
+                "Frames encoded, each once for all clients.",
+                "kind",
+                FrameKind::ALL.map(FrameKind::label),
+            ),
+            resumes: counters(
+                r,
+                "typha_resumes_total",
+                "How connecting clients were brought up to date.",
+                "kind",
+                ResumeKind::ALL.map(ResumeKind::label),
+            ),
+            drops: counters(
+                r,
+                "typha_connections_dropped_total",
+                "Connections closed by the server, by reason.",
+                "reason",
+                DropReason::ALL.map(DropReason::label),
+            ),
+            syncs_waiting: gauge(
+                r,
+                "typha_syncs_waiting",
+                "Connections waiting for a turn to be synced (TYPHA_MAXCONCURRENTSYNCS).",
+            ),
+            bytes_sent: counter(r, "typha_bytes_sent_total", "Bytes written to clients."),
+            client_ack_lag_secs: histogram(
+                r,
+                "typha_client_ack_lag_secs",
+                "From a breadcrumb's creation to a client's Ack of it.",
+                exponential_buckets(0.0005, 2.0, 18),
+            ),
+        })
     }
 
     /// Metrics not registered anywhere (tests, tools).
     pub fn unregistered() -> Arc<Self> {
-        Self::new(&mut Registry::default())
+        Self::new(&Registry::new())
     }
 
     /// Counts `frame`, just encoded for `kind`, and passes it on.
@@ -332,39 +411,123 @@ impl Metrics {
 
     /// Counts one frame encoded for `kind`.
     pub fn encoded(&self, kind: FrameKind) {
-        self.frames_encoded
-            .get_or_create(&FrameLabels { kind })
-            .inc();
+        self.frames(kind).inc();
     }
 
     /// Frames of `kind` encoded so far.
     pub fn encoded_count(&self, kind: FrameKind) -> u64 {
-        self.frames_encoded
-            .get_or_create(&FrameLabels { kind })
-            .get()
+        self.frames(kind).get()
+    }
+
+    fn frames(&self, kind: FrameKind) -> &IntCounter {
+        let [delta, span, snapshot, bucket] = &self.frames_encoded;
+        match kind {
+            FrameKind::delta => delta,
+            FrameKind::span => span,
+            FrameKind::snapshot => snapshot,
+            FrameKind::bucket => bucket,
+        }
     }
 
     /// Counts a resume.
     pub fn resumed(&self, kind: ResumeKind) {
-        self.resumes.get_or_create(&ResumeLabels { kind }).inc();
+        self.resume(kind).inc();
     }
 
     /// Resumes of `kind` so far.
     pub fn resume_count(&self, kind: ResumeKind) -> u64 {
-        self.resumes.get_or_create(&ResumeLabels { kind }).get()
+        self.resume(kind).get()
     }
 
-    /// Counts a dropped connection.
+    fn resume(&self, kind: ResumeKind) -> &IntCounter {
+        let [deltas, digest, snapshot] = &self.resumes;
+        match kind {
+            ResumeKind::deltas => deltas,
+            ResumeKind::digest => digest,
+            ResumeKind::snapshot => snapshot,
+        }
+    }
+
+    /// Counts a connection the server closed; one closed to hold the connection limit is
+    /// also Typha's `typha_connections_dropped`.
     pub fn dropped(&self, reason: DropReason) {
-        self.connections_dropped
-            .get_or_create(&DropLabels { reason })
-            .inc();
+        self.drop_counter(reason).inc();
+        if reason == DropReason::too_many_connections {
+            self.connections_dropped.inc();
+        }
     }
 
     /// Drops of `reason` so far.
     pub fn dropped_count(&self, reason: DropReason) -> u64 {
-        self.connections_dropped
-            .get_or_create(&DropLabels { reason })
-            .get()
+        self.drop_counter(reason).get()
+    }
+
+    fn drop_counter(&self, reason: DropReason) -> &IntCounter {
+        let [
+            limit,
+            handshake,
+            tls,
+            ping,
+            write,
+            behind,
+            protocol,
+            shutdown,
+        ] = &self.drops;
+        match reason {
+            DropReason::too_many_connections => limit,
+            DropReason::handshake => handshake,
+            DropReason::tls_identity => tls,
+            DropReason::ping_timeout => ping,
+            DropReason::write_timeout => write,
+            DropReason::fell_behind => behind,
+            DropReason::protocol_error => protocol,
+            DropReason::shutdown => shutdown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use typha_protocol::message::SyncerType;
+
+    use super::*;
+
+    #[test]
+    fn the_syncer_label_is_the_felix_syncer_types_wire_name() {
+        assert_eq!(SYNCER, SyncerType::Felix.as_str());
+    }
+
+    #[test]
+    fn every_label_value_has_its_own_series_from_the_start() {
+        let r = Registry::new();
+        let m = Metrics::new(&r);
+        for (i, k) in FrameKind::ALL.into_iter().enumerate() {
+            for _ in 0..=i {
+                m.encoded(k);
+            }
+        }
+        m.dropped(DropReason::too_many_connections);
+        m.dropped(DropReason::shutdown);
+        m.resumed(ResumeKind::digest);
+        let text = typha_service::metrics::encode(&r).unwrap();
+        for (i, k) in FrameKind::ALL.into_iter().enumerate() {
+            assert_eq!(m.encoded_count(k), i as u64 + 1);
+            let line = format!(
+                "typha_frames_encoded_total{{kind=\"{}\"}} {}\n",
+                k.label(),
+                i + 1
+            );
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        for r in DropReason::ALL {
+            assert!(text.contains(&format!("{{reason=\"{}\"}}", r.label())));
+        }
+        assert_eq!(m.dropped_count(DropReason::shutdown), 1);
+        assert_eq!(m.resume_count(ResumeKind::digest), 1);
+        // Only a drop at the connection limit is Typha's kind of drop.
+        assert!(text.contains("\ntypha_connections_dropped 1\n"), "{text}");
+        assert!(text.contains("\ntypha_connections_dropped_total{reason=\"shutdown\"} 1\n"));
     }
 }

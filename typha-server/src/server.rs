@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -89,12 +89,12 @@ pub async fn start(
 /// over a datastore, or an upstream server ([`crate::syncer::upstream`]).
 pub async fn start_with(
     cfg: Config,
-    feed: impl FnOnce(mpsc::Sender<SyncerEvent>, &mut Registry) -> BoxFuture<'static, ()>,
+    feed: impl FnOnce(mpsc::Sender<SyncerEvent>, &Registry) -> BoxFuture<'static, ()>,
 ) -> Result<RunningServer, StartError> {
-    let mut registry = Registry::default();
-    let metrics = Metrics::new(&mut registry);
+    let registry = Registry::new();
+    let metrics = Metrics::new(&registry);
     let (tx, rx) = mpsc::channel(1024);
-    let feed = feed(tx, &mut registry);
+    let feed = feed(tx, &registry);
     let registry = Arc::new(registry);
     let epoch = Epoch(rand::random());
     let (writer, cache) = CacheWriter::new(cfg.cache.clone(), epoch, metrics.clone());

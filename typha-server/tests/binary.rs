@@ -136,7 +136,7 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
         "typha_connections_active",
         "typha_connections_dropped",
         "typha_breadcrumb_seq_number",
-        "typha_updates",
+        "typha_updates_total",
         "typha_updates_skipped",
         "typha_cache_size",
         "typha_snapshots_generated",
@@ -147,9 +147,9 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
         "typha_client_latency_secs",
         "typha_ping_latency",
         "typha_kvs_per_msg",
-        "typha_frames_encoded",
-        "typha_resumes",
-        "typha_bytes_sent",
+        "typha_frames_encoded_total",
+        "typha_resumes_total",
+        "typha_bytes_sent_total",
         "typha_client_ack_lag_secs",
     ] {
         assert!(
@@ -157,7 +157,10 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
             "metric {name} missing"
         );
     }
-    assert!(text.contains("typha_cache_size "), "{text}");
+    assert!(
+        text.contains("typha_cache_size{syncer=\"felix\"} "),
+        "{text}"
+    );
 
     // SIGTERM: the client is told, the process exits 0.
     assert!(
@@ -377,8 +380,18 @@ async fn the_binary_serves_the_kubernetes_api_with_datastore_type_kubernetes() {
 async fn log_lines(env: &[(&str, &str)]) -> Vec<String> {
     let (port, health) = (free_port(), free_port());
     let mut child = Command::new(BIN)
-        .args(["--server-host", "127.0.0.1", "--server-port", &port.to_string()])
-        .args(["--health-host", "127.0.0.1", "--health-port", &health.to_string()])
+        .args([
+            "--server-host",
+            "127.0.0.1",
+            "--server-port",
+            &port.to_string(),
+        ])
+        .args([
+            "--health-host",
+            "127.0.0.1",
+            "--health-port",
+            &health.to_string(),
+        ])
         .args(["--prometheus-metrics-enabled", "false"])
         .args(["--shutdown-timeout-secs", "1"])
         .envs(env.iter().copied())
@@ -406,7 +419,10 @@ async fn logs_on_a_pipe_are_plain_text_or_json_lines_without_colour() {
     let text = log_lines(&[]).await;
     assert!(text.len() >= 2, "{text:?}");
     for l in &text {
-        assert!(!l.contains('\u{1b}'), "a terminal escape in a piped log line: {l:?}");
+        assert!(
+            !l.contains('\u{1b}'),
+            "a terminal escape in a piped log line: {l:?}"
+        );
     }
     assert!(text.iter().any(|l| l.contains("INFO")), "{text:?}");
     // Calico's level names set the level: at Warning, the info lines are gone.

@@ -136,6 +136,9 @@ impl CacheWriter {
         let mut batch_bytes = 0;
         let n = changes.len();
         for (i, c) in changes.into_iter().enumerate() {
+            // Typha's `typha_updates_total` counts every update the cache receives, including
+            // those it then skips.
+            m.updates.inc();
             let old = self.map.get(&c.key);
             let kind = match (&c.value, old) {
                 (None, None) => continue,
@@ -168,7 +171,6 @@ impl CacheWriter {
                 }
             }
             self.revision = self.revision.max(c.revision);
-            m.updates.inc();
             batch.push(Update {
                 key: c.key,
                 value: c.value,

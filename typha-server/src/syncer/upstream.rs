@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 use typha_client::metrics::ClientMetrics;
@@ -55,7 +55,7 @@ impl SyncerCallbacks for Forward {
 /// (`typha_client_*`) registered on the server's registry.
 pub fn feed(
     cfg: UpstreamConfig,
-) -> impl FnOnce(mpsc::Sender<SyncerEvent>, &mut Registry) -> BoxFuture<'static, ()> {
+) -> impl FnOnce(mpsc::Sender<SyncerEvent>, &Registry) -> BoxFuture<'static, ()> {
     move |tx, registry| {
         let metrics = ClientMetrics::new(registry);
         Box::pin(run(cfg, metrics, tx))
