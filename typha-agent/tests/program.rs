@@ -34,7 +34,10 @@ fn log_lines(extra: &[&str]) -> Vec<String> {
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for l in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for l in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             if tx.send(l).is_err() {
                 return;
             }
@@ -57,7 +60,10 @@ fn logs_on_a_pipe_are_plain_text_or_json_lines_without_colour() {
     let text = log_lines(&[]);
     assert!(!text.is_empty(), "the agent logged nothing");
     for l in &text {
-        assert!(!l.contains('\u{1b}'), "a terminal escape in a piped log line: {l:?}");
+        assert!(
+            !l.contains('\u{1b}'),
+            "a terminal escape in a piped log line: {l:?}"
+        );
     }
     let json = log_lines(&["--log-json"]);
     assert!(!json.is_empty(), "the agent logged nothing");
