@@ -12,16 +12,22 @@
 //! Labels take only values from a fixed set (a syncer type, a frame kind, a drop reason):
 //! never a node name, an address or a connection id.
 //!
+//! Files: this one (the metrics, their registration and the counting helpers) and
+//! `labels.rs` (the fixed label values of ours).
+//!
 //! Adding a metric:
 //!
 //! 1. a field in [`Metrics`] (`IntCounter`, `IntGauge`, `Gauge`, `Histogram`, [`Summary`]);
-//! 2. one line in [`Metrics::new`] that creates and registers it:
-//!    `gauge(r, "typha_something_seconds", "What it is")`, or `counter(r,
-//!    "typha_somethings_total", "...")` (ours end in `_total`); `syncer_gauge` and friends for
-//!    one of Typha's per-syncer metrics;
+//! 2. one line in [`Metrics::new`] that creates and registers it, with a helper of
+//!    [`typha_service::metrics`]: `gauge(r, "typha_somethings", "What it is")` (an integer),
+//!    `float_gauge(r, "typha_something_seconds", "...")`, `counter(r,
+//!    "typha_somethings_total", "...")` (ours end in `_total`), `histogram`, `summary`; or
+//!    `syncer_gauge` and friends here for one of Typha's per-syncer metrics;
 //! 3. record it where it is measured (`ctx.cache.metrics.something.set(..)`);
 //! 4. name it in `docs/server.md`'s metrics list (and, if it is Typha's, in the list in
 //!    `tests/metrics.rs`).
+
+mod labels;
 
 use std::sync::Arc;
 
@@ -32,108 +38,11 @@ use typha_service::metrics::{
     register, summary,
 };
 
+pub use labels::{DropReason, FrameKind, ResumeKind};
+
 /// The `syncer` label value of Typha's per-cache metrics: the one syncer type this server
 /// serves ([`typha_protocol::message::SyncerType::Felix`]'s wire name).
 pub const SYNCER: &str = "felix";
-
-/// Kinds of frames the server encodes.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum FrameKind {
-    /// One breadcrumb's deltas.
-    delta,
-    /// A coalesced span of breadcrumbs for lagging clients.
-    span,
-    /// A chunk (or marker) of a full snapshot.
-    snapshot,
-    /// A chunk of a digest bucket.
-    bucket,
-}
-
-impl FrameKind {
-    const ALL: [FrameKind; 4] = [Self::delta, Self::span, Self::snapshot, Self::bucket];
-
-    fn label(self) -> &'static str {
-        match self {
-            Self::delta => "delta",
-            Self::span => "span",
-            Self::snapshot => "snapshot",
-            Self::bucket => "bucket",
-        }
-    }
-}
-
-/// How a connecting client was brought up to date.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum ResumeKind {
-    /// Only the missed deltas (same epoch, inside the history window).
-    deltas,
-    /// Only the digest buckets that differ.
-    digest,
-    /// A full snapshot.
-    snapshot,
-}
-
-impl ResumeKind {
-    const ALL: [ResumeKind; 3] = [Self::deltas, Self::digest, Self::snapshot];
-
-    fn label(self) -> &'static str {
-        match self {
-            Self::deltas => "deltas",
-            Self::digest => "digest",
-            Self::snapshot => "snapshot",
-        }
-    }
-}
-
-/// Why a connection was closed by the server.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum DropReason {
-    /// Over the connection limit.
-    too_many_connections,
-    /// Handshake failed or timed out.
-    handshake,
-    /// Client certificate not allowed.
-    tls_identity,
-    /// No pong in time.
-    ping_timeout,
-    /// A write stalled past the write timeout.
-    write_timeout,
-    /// Past the fall-behind limit.
-    fell_behind,
-    /// Malformed or unexpected input.
-    protocol_error,
-    /// Shutting down.
-    shutdown,
-}
-
-impl DropReason {
-    const ALL: [DropReason; 8] = [
-        Self::too_many_connections,
-        Self::handshake,
-        Self::tls_identity,
-        Self::ping_timeout,
-        Self::write_timeout,
-        Self::fell_behind,
-        Self::protocol_error,
-        Self::shutdown,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            Self::too_many_connections => "too_many_connections",
-            Self::handshake => "handshake",
-            Self::tls_identity => "tls_identity",
-            Self::ping_timeout => "ping_timeout",
-            Self::write_timeout => "write_timeout",
-            Self::fell_behind => "fell_behind",
-            Self::protocol_error => "protocol_error",
-            Self::shutdown => "shutdown",
-        }
-    }
-}
 
 /// Every metric the server exports. Typha's first (their exposed names in the field docs),
 /// then ours.
