@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
 use ipnet::Ipv4Net;
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use tokio::sync::oneshot;
 use typha_agent::dataplane::linux::{LinuxConfig, LinuxDataplane};
 use typha_agent::dataplane::{ApplyStats, Dataplane, DataplaneError, Desired, Dirty, Recording};
@@ -241,7 +241,7 @@ async fn measure(
                 .enable_all()
                 .build()?;
             rt.block_on(async move {
-                let shared = Shared::new(AgentMetrics::new(&mut Registry::default()));
+                let shared = Shared::new(AgentMetrics::new(&Registry::new()));
                 let shutdown = async {
                     let _ = stop_rx.await;
                 };

@@ -97,7 +97,8 @@ impl Http {
     }
 }
 
-/// Samples of a Prometheus/OpenMetrics text exposition, keyed by series (`name{labels}`).
+/// Samples of a Prometheus text exposition (format 0.0.4, as the server serves it), keyed by
+/// series (`name{labels}`, labels as the server writes them).
 pub(crate) fn parse_metrics(text: &str) -> HashMap<String, f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
@@ -117,10 +118,12 @@ mod tests {
     #[test]
     fn parses_series_with_and_without_labels() {
         let m = parse_metrics(
-            "# TYPE typha_bytes_sent counter\ntypha_bytes_sent_total 1234\ntypha_frames_encoded_total{kind=\"delta\"} 7\n# EOF\n",
+            "# HELP typha_bytes_sent_total Bytes written to clients.\n# TYPE typha_bytes_sent_total counter\ntypha_bytes_sent_total 1234\n# TYPE typha_frames_encoded_total counter\ntypha_frames_encoded_total{kind=\"delta\"} 7\n# TYPE typha_ping_latency summary\ntypha_ping_latency{syncer=\"felix\",quantile=\"0.5\"} NaN\ntypha_ping_latency_count{syncer=\"felix\"} 0\n",
         );
         assert_eq!(m["typha_bytes_sent_total"], 1234.0);
         assert_eq!(m["typha_frames_encoded_total{kind=\"delta\"}"], 7.0);
-        assert_eq!(m.len(), 2);
+        assert!(m["typha_ping_latency{syncer=\"felix\",quantile=\"0.5\"}"].is_nan());
+        assert_eq!(m["typha_ping_latency_count{syncer=\"felix\"}"], 0.0);
+        assert_eq!(m.len(), 4);
     }
 }

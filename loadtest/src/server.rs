@@ -253,22 +253,26 @@ impl Server {
     pub(crate) async fn state(&mut self) -> anyhow::Result<serde_json::Value> {
         let mut v = self.http.get_json("/status").await?;
         let m = self.http.get_metrics().await?;
-        let get = |series: &str| m.get(series).copied().unwrap_or(0.0) as u64;
+        // A series that is not there is an error, not a zero: a renamed metric must not
+        // quietly report nothing.
+        let get = |series: &str| -> anyhow::Result<u64> {
+            m.get(series)
+                .map(|v| *v as u64)
+                .with_context(|| format!("{}: no series {series} in /metrics", self.name))
+        };
         let frames = |kind: &str| get(&format!("typha_frames_encoded_total{{kind=\"{kind}\"}}"));
         let resumes = |kind: &str| get(&format!("typha_resumes_total{{kind=\"{kind}\"}}"));
+        let felix = |name: &str| get(&format!("{name}{{syncer=\"felix\"}}"));
         if let Some(o) = v.as_object_mut() {
             for (k, n) in [
-                ("delta_frames", frames("delta")),
-                ("span_frames", frames("span")),
-                ("bytes_sent", get("typha_bytes_sent_total")),
-                (
-                    "snapshots_generated",
-                    get("typha_snapshots_generated_total"),
-                ),
-                ("snapshots_reused", get("typha_snapshots_reused_total")),
-                ("resumes_deltas", resumes("deltas")),
-                ("resumes_digest", resumes("digest")),
-                ("resumes_snapshot", resumes("snapshot")),
+                ("delta_frames", frames("delta")?),
+                ("span_frames", frames("span")?),
+                ("bytes_sent", get("typha_bytes_sent_total")?),
+                ("snapshots_generated", felix("typha_snapshots_generated")?),
+                ("snapshots_reused", felix("typha_snapshots_reused")?),
+                ("resumes_deltas", resumes("deltas")?),
+                ("resumes_digest", resumes("digest")?),
+                ("resumes_snapshot", resumes("snapshot")?),
             ] {
                 o.insert(k.into(), json!(n));
             }

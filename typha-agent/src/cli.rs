@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use tokio::sync::{oneshot, watch};
 use tracing::{error, info, warn};
 use typha_client::SyncClient;
@@ -154,9 +154,9 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let mut registry = Registry::default();
-    let client_metrics = ClientMetrics::new(&mut registry);
-    let shared = Arc::new(Shared::new(AgentMetrics::new(&mut registry)));
+    let registry = Registry::new();
+    let client_metrics = ClientMetrics::new(&registry);
+    let shared = Arc::new(Shared::new(AgentMetrics::new(&registry)));
     let registry = Arc::new(registry);
     let client = match SyncClient::new(client_cfg, client_metrics) {
         Ok(c) => c,

@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 
 use crate::run::Shared;
 

@@ -1,10 +1,10 @@
 //! The agent's metrics, under Felix's names where Felix has one (`felix_active_local_endpoints`,
-//! `felix_int_dataplane_apply_time_seconds`, ...) so existing dashboards work.
+//! `felix_int_dataplane_apply_time_seconds`, ...) so existing dashboards work. Served in the
+//! Prometheus text format 0.0.4 (`typha_service::metrics`); counters are registered with the
+//! `_total` names they were exposed under in the OpenMetrics form before.
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus::{Histogram, IntCounter as Counter, IntGauge as Gauge, Registry};
+use typha_service::metrics::{counter, gauge, histogram};
 
 use crate::calc::Counts;
 use crate::dataplane::ApplyStats;
@@ -27,19 +27,19 @@ pub struct AgentMetrics {
     pub resync_state: Gauge,
     /// `felix_int_dataplane_apply_time_seconds`.
     pub apply_seconds: Histogram,
-    /// `felix_int_dataplane_failures`.
+    /// `felix_int_dataplane_failures_total`.
     pub failures: Counter,
-    /// `typha_agent_applies`.
+    /// `typha_agent_applies_total`.
     pub applies: Counter,
-    /// `typha_agent_iptables_restore_bytes`.
+    /// `typha_agent_iptables_restore_bytes_total`.
     pub iptables_bytes: Counter,
-    /// `typha_agent_ipset_restore_bytes`.
+    /// `typha_agent_ipset_restore_bytes_total`.
     pub ipset_bytes: Counter,
-    /// `typha_agent_ipset_members_changed`.
+    /// `typha_agent_ipset_members_changed_total`.
     pub ipset_members: Counter,
-    /// `typha_agent_route_changes`.
+    /// `typha_agent_route_changes_total`.
     pub route_changes: Counter,
-    /// `typha_agent_invalid_updates`.
+    /// `typha_agent_invalid_updates_total`.
     pub invalid_updates: Counter,
     /// `typha_agent_unsupported_rules`.
     pub unsupported_rules: Gauge,
@@ -50,109 +50,81 @@ pub struct AgentMetrics {
 
 impl AgentMetrics {
     /// Registers the metrics.
-    pub fn new(registry: &mut Registry) -> Self {
-        let m = Self {
-            local_endpoints: Gauge::default(),
-            active_policies: Gauge::default(),
-            ipsets: Gauge::default(),
-            chains: Gauge::default(),
-            routes: Gauge::default(),
-            resync_state: Gauge::default(),
-            apply_seconds: Histogram::new([
-                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            failures: Counter::default(),
-            applies: Counter::default(),
-            iptables_bytes: Counter::default(),
-            ipset_bytes: Counter::default(),
-            ipset_members: Counter::default(),
-            route_changes: Counter::default(),
-            invalid_updates: Counter::default(),
-            unsupported_rules: Gauge::default(),
-            programmed_after_ms: Gauge::default(),
-        };
+    pub fn new(registry: &Registry) -> Self {
         let r = registry;
-        r.register(
-            "felix_active_local_endpoints",
-            "This node's workload endpoints",
-            m.local_endpoints.clone(),
-        );
-        r.register(
-            "felix_active_local_policies",
-            "Policies that select at least one of this node's endpoints",
-            m.active_policies.clone(),
-        );
-        r.register(
-            "felix_ipsets_calico",
-            "ipsets the agent programs",
-            m.ipsets.clone(),
-        );
-        r.register(
-            "felix_iptables_chains",
-            "cali-* chains the agent programs",
-            m.chains.clone(),
-        );
-        r.register(
-            "typha_agent_routes",
-            "Routes the agent programs",
-            m.routes.clone(),
-        );
-        r.register(
-            "felix_resync_state",
-            "Sync state: 1 waiting for the datastore, 2 resync in progress, 3 in sync",
-            m.resync_state.clone(),
-        );
-        r.register(
-            "felix_int_dataplane_apply_time_seconds",
-            "Time to bring the dataplane to the calculated state",
-            m.apply_seconds.clone(),
-        );
-        r.register(
-            "felix_int_dataplane_failures",
-            "Dataplane applies that failed (retried with the kernel state re-read)",
-            m.failures.clone(),
-        );
-        r.register(
-            "typha_agent_applies",
-            "Dataplane applies",
-            m.applies.clone(),
-        );
-        r.register(
-            "typha_agent_iptables_restore_bytes",
-            "Bytes written to iptables-restore",
-            m.iptables_bytes.clone(),
-        );
-        r.register(
-            "typha_agent_ipset_restore_bytes",
-            "Bytes written to ipset restore",
-            m.ipset_bytes.clone(),
-        );
-        r.register(
-            "typha_agent_ipset_members_changed",
-            "ipset members added or removed",
-            m.ipset_members.clone(),
-        );
-        r.register(
-            "typha_agent_route_changes",
-            "Routes added, replaced or removed",
-            m.route_changes.clone(),
-        );
-        r.register(
-            "typha_agent_invalid_updates",
-            "Updates that failed validation and were applied as deletions",
-            m.invalid_updates.clone(),
-        );
-        r.register(
-            "typha_agent_unsupported_rules",
-            "Rules this dataplane cannot fully enforce (left out if they allow, kept broader if they deny)",
-            m.unsupported_rules.clone(),
-        );
-        r.register(
-            "typha_agent_in_sync_to_programmed_milliseconds",
-            "Milliseconds from the first InSync to the first fully programmed dataplane",
-            m.programmed_after_ms.clone(),
-        );
-        m
+        Self {
+            local_endpoints: gauge(
+                r,
+                "felix_active_local_endpoints",
+                "This node's workload endpoints",
+            ),
+            active_policies: gauge(
+                r,
+                "felix_active_local_policies",
+                "Policies that select at least one of this node's endpoints",
+            ),
+            ipsets: gauge(r, "felix_ipsets_calico", "ipsets the agent programs"),
+            chains: gauge(
+                r,
+                "felix_iptables_chains",
+                "cali-* chains the agent programs",
+            ),
+            routes: gauge(r, "typha_agent_routes", "Routes the agent programs"),
+            resync_state: gauge(
+                r,
+                "felix_resync_state",
+                "Sync state: 1 waiting for the datastore, 2 resync in progress, 3 in sync",
+            ),
+            apply_seconds: histogram(
+                r,
+                "felix_int_dataplane_apply_time_seconds",
+                "Time to bring the dataplane to the calculated state",
+                vec![
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ],
+            ),
+            failures: counter(
+                r,
+                "felix_int_dataplane_failures_total",
+                "Dataplane applies that failed (retried with the kernel state re-read)",
+            ),
+            applies: counter(r, "typha_agent_applies_total", "Dataplane applies"),
+            iptables_bytes: counter(
+                r,
+                "typha_agent_iptables_restore_bytes_total",
+                "Bytes written to iptables-restore",
+            ),
+            ipset_bytes: counter(
+                r,
+                "typha_agent_ipset_restore_bytes_total",
+                "Bytes written to ipset restore",
+            ),
+            ipset_members: counter(
+                r,
+                "typha_agent_ipset_members_changed_total",
+                "ipset members added or removed",
+            ),
+            route_changes: counter(
+                r,
+                "typha_agent_route_changes_total",
+                "Routes added, replaced or removed",
+            ),
+            invalid_updates: counter(
+                r,
+                "typha_agent_invalid_updates_total",
+                "Updates that failed validation and were applied as deletions",
+            ),
+            unsupported_rules: gauge(
+                r,
+                "typha_agent_unsupported_rules",
+                "Rules this dataplane cannot fully enforce (left out if they allow, kept broader if they deny)",
+            ),
+            programmed_after_ms: gauge(
+                r,
+                "typha_agent_in_sync_to_programmed_milliseconds",
+                "Milliseconds from the first InSync to the first fully programmed dataplane",
+            ),
+        }
     }
 
     /// Records the calc graph's sizes.

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd::EtcdServer;
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use serde_json::{Value, json};
 use typha_agent::dataplane::{ApplyStats, Dataplane, DataplaneError, Desired, Dirty};
 use typha_agent::metrics::AgentMetrics;
@@ -103,9 +103,9 @@ async fn the_agent_keeps_its_dataplane_while_the_servers_view_is_stale() {
         .unwrap();
 
     // The agent as typha-agent runs it: sync client → feeder → loop → dataplane; HTTP beside.
-    let mut registry = Registry::default();
-    let client_metrics = ClientMetrics::new(&mut registry);
-    let shared = Arc::new(Shared::new(AgentMetrics::new(&mut registry)));
+    let registry = Registry::new();
+    let client_metrics = ClientMetrics::new(&registry);
+    let shared = Arc::new(Shared::new(AgentMetrics::new(&registry)));
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http_addr = http.local_addr().unwrap();
     let router = typha_agent::http::router(shared.clone(), Arc::new(registry));

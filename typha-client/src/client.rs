@@ -77,7 +77,7 @@ impl SyncClient {
             };
             let mut synced = false;
             for t in &targets {
-                let tls = self.tls.as_mut().map(TlsSource::current);
+                let tls = self.tls.as_mut().map(|t| t.current(&self.metrics));
                 let end = {
                     let attempt = session(
                         t,

@@ -1,4 +1,4 @@
-//! Client metrics (prometheus-client): whether connected, reconnects, resumes by kind, bytes
+//! Client metrics (the `prometheus` crate): whether connected, reconnects, resumes by kind, bytes
 //! received, and staleness (time since the last message from a server: the signal Typha's
 //! users lacked when a stale server kept them quiet).
 
@@ -6,122 +6,162 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus::core::Collector;
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use tokio::time::Instant;
 use typha_protocol::message::Staleness;
 
 use crate::store::ResumeKind;
 
-/// Label value for [`ResumeKind`].
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Kind {
-    /// By deltas.
-    deltas,
-    /// By digest buckets.
-    digest,
-    /// By snapshot.
-    snapshot,
-}
-
-/// Labels for resumes.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    /// The kind.
-    pub kind: Kind,
-}
-
-/// The client's metrics.
+/// The client's metrics. Exposed in the Prometheus text format 0.0.4 by the program that
+/// serves them (`typha_service::metrics`): counters under the names below, which end in
+/// `_total`, as they did in the OpenMetrics form before.
 #[derive(Debug)]
 pub struct ClientMetrics {
     /// `typha_client_connected`: 1 while connected to a server (clients sharing one set of
     /// metrics add up).
-    pub connected: Gauge,
-    /// `typha_client_reconnects`: connections established after the first.
-    pub reconnects: Counter,
-    /// `typha_client_resumes{kind}`: how each connection brought the state up to date.
-    pub resumes: Family<KindLabels, Counter>,
-    /// `typha_client_bytes_received`.
-    pub bytes_received: Counter,
+    pub connected: IntGauge,
+    /// `typha_client_reconnects_total`: connections established after the first.
+    pub reconnects: IntCounter,
+    /// `typha_client_resumes_total{kind}` (`deltas`, `digest`, `snapshot`): how each
+    /// connection brought the state up to date, in [`ResumeKind`] order.
+    resumes: [IntCounter; 3],
+    /// `typha_client_bytes_received_total`.
+    pub bytes_received: IntCounter,
     /// `typha_client_staleness_seconds`: time since the last message from a server.
-    pub staleness: Gauge<f64, AtomicU64>,
+    pub staleness: Gauge,
     /// `typha_client_server_view_stale`: 1 while the server says its view of the datastore is
     /// stale (it lost its datastore; what this client has may be old).
-    pub server_view_stale: Gauge,
+    pub server_view_stale: IntGauge,
     /// `typha_client_server_view_age_seconds`: while stale, how long ago the server's view
     /// was last confirmed current (its report plus the time since); 0 otherwise.
-    pub server_view_age: Gauge<f64, AtomicU64>,
+    pub server_view_age: Gauge,
     /// When the server's last stale report came (ms since `origin`) and the age it gave.
     stale_report: std::sync::Mutex<Option<(u64, u64)>>,
+    /// `typha_client_tls_certificate_expiry_timestamp_seconds{certificate}` (`client`, `ca`):
+    /// when the certificate in use expires (the earliest of a CA bundle), Unix seconds.
+    pub tls_expiry: [Gauge; 2],
+    /// `typha_client_tls_reloads_total{result}` (`success`, `failure`): changed TLS files
+    /// taken, or refused (the old ones kept).
+    pub tls_reloads: [IntCounter; 2],
     origin: Instant,
     last_message_ms: AtomicU64,
     sessions: AtomicU64,
 }
 
+/// Registers `c`; a second registration of the same name (two clients given one registry) is
+/// logged and the metric, unexposed, still counts.
+fn register<C: Collector + Clone + 'static>(r: &Registry, c: C) -> C {
+    if let Err(e) = r.register(Box::new(c.clone())) {
+        tracing::warn!(error = %e, "a client metric could not be registered; it is not exposed");
+    }
+    c
+}
+
+// The metrics below have literal names and help texts that the exposition format accepts
+// (this module's tests encode them): creating them cannot fail.
+#[allow(clippy::expect_used)]
 impl ClientMetrics {
     /// Creates the metrics and registers them.
-    pub fn new(registry: &mut Registry) -> Arc<Self> {
-        let m = ClientMetrics {
-            connected: Gauge::default(),
-            reconnects: Counter::default(),
-            resumes: Family::default(),
-            bytes_received: Counter::default(),
-            staleness: Gauge::default(),
-            server_view_stale: Gauge::default(),
-            server_view_age: Gauge::default(),
+    pub fn new(registry: &Registry) -> Arc<Self> {
+        let r = registry;
+        let resumes = register(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    "typha_client_resumes_total",
+                    "How each connection brought the state up to date",
+                ),
+                &["kind"],
+            )
+            .expect("valid metric"),
+        );
+        Arc::new(ClientMetrics {
+            connected: register(
+                r,
+                IntGauge::new("typha_client_connected", "1 while connected to a server")
+                    .expect("valid metric"),
+            ),
+            reconnects: register(
+                r,
+                IntCounter::new(
+                    "typha_client_reconnects_total",
+                    "Connections established after the first",
+                )
+                .expect("valid metric"),
+            ),
+            // Every kind exists from the start, at zero.
+            resumes: ["deltas", "digest", "snapshot"].map(|k| resumes.with_label_values(&[k])),
+            bytes_received: register(
+                r,
+                IntCounter::new(
+                    "typha_client_bytes_received_total",
+                    "Bytes received from servers",
+                )
+                .expect("valid metric"),
+            ),
+            staleness: register(
+                r,
+                Gauge::new(
+                    "typha_client_staleness_seconds",
+                    "Seconds since the last message from a server",
+                )
+                .expect("valid metric"),
+            ),
+            server_view_stale: register(
+                r,
+                IntGauge::new(
+                    "typha_client_server_view_stale",
+                    "1 while the server says its view of the datastore is stale",
+                )
+                .expect("valid metric"),
+            ),
+            server_view_age: register(
+                r,
+                Gauge::new(
+                    "typha_client_server_view_age_seconds",
+                    "While the server's view is stale, seconds since it was last confirmed current",
+                )
+                .expect("valid metric"),
+            ),
             stale_report: std::sync::Mutex::new(None),
+            tls_expiry: {
+                let v = register(
+                    r,
+                    prometheus::GaugeVec::new(
+                        Opts::new(
+                            "typha_client_tls_certificate_expiry_timestamp_seconds",
+                            "When the certificate in use expires (Unix seconds; the earliest of a CA bundle)",
+                        ),
+                        &["certificate"],
+                    )
+                    .expect("valid metric"),
+                );
+                ["client", "ca"].map(|c| v.with_label_values(&[c]))
+            },
+            tls_reloads: {
+                let v = register(
+                    r,
+                    IntCounterVec::new(
+                        Opts::new(
+                            "typha_client_tls_reloads_total",
+                            "Changed TLS files taken (success) or refused, the old ones kept (failure)",
+                        ),
+                        &["result"],
+                    )
+                    .expect("valid metric"),
+                );
+                ["success", "failure"].map(|c| v.with_label_values(&[c]))
+            },
             origin: Instant::now(),
             last_message_ms: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
-        };
-        for kind in [Kind::deltas, Kind::digest, Kind::snapshot] {
-            let _ = m.resumes.get_or_create(&KindLabels { kind });
-        }
-        registry.register(
-            "typha_client_connected",
-            "1 while connected to a server",
-            m.connected.clone(),
-        );
-        registry.register(
-            "typha_client_reconnects",
-            "Connections established after the first",
-            m.reconnects.clone(),
-        );
-        registry.register(
-            "typha_client_resumes",
-            "How each connection brought the state up to date",
-            m.resumes.clone(),
-        );
-        registry.register(
-            "typha_client_bytes_received",
-            "Bytes received from servers",
-            m.bytes_received.clone(),
-        );
-        registry.register(
-            "typha_client_staleness_seconds",
-            "Seconds since the last message from a server",
-            m.staleness.clone(),
-        );
-        registry.register(
-            "typha_client_server_view_stale",
-            "1 while the server says its view of the datastore is stale",
-            m.server_view_stale.clone(),
-        );
-        registry.register(
-            "typha_client_server_view_age_seconds",
-            "While the server's view is stale, seconds since it was last confirmed current",
-            m.server_view_age.clone(),
-        );
-        Arc::new(m)
+        })
     }
 
     /// Metrics registered nowhere.
     pub fn unregistered() -> Arc<Self> {
-        Self::new(&mut Registry::default())
+        Self::new(&Registry::new())
     }
 
     /// Records an established session (every one after the first is a reconnect).
@@ -178,21 +218,56 @@ impl ClientMetrics {
 
     /// Counts a resume.
     pub fn resumed(&self, kind: ResumeKind) {
-        let kind = match kind {
-            ResumeKind::Deltas => Kind::deltas,
-            ResumeKind::Digest => Kind::digest,
-            ResumeKind::Snapshot => Kind::snapshot,
-        };
-        self.resumes.get_or_create(&KindLabels { kind }).inc();
+        self.resume(kind).inc();
     }
 
     /// Resumes of a kind so far.
     pub fn resume_count(&self, kind: ResumeKind) -> u64 {
-        let kind = match kind {
-            ResumeKind::Deltas => Kind::deltas,
-            ResumeKind::Digest => Kind::digest,
-            ResumeKind::Snapshot => Kind::snapshot,
-        };
-        self.resumes.get_or_create(&KindLabels { kind }).get()
+        self.resume(kind).get()
+    }
+
+    fn resume(&self, kind: ResumeKind) -> &IntCounter {
+        let [deltas, digest, snapshot] = &self.resumes;
+        match kind {
+            ResumeKind::Deltas => deltas,
+            ResumeKind::Digest => digest,
+            ResumeKind::Snapshot => snapshot,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use prometheus::Encoder;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn names_are_what_they_were_in_the_openmetrics_form() {
+        let r = Registry::new();
+        let m = ClientMetrics::new(&r);
+        m.session_started();
+        m.session_started();
+        m.resumed(ResumeKind::Digest);
+        m.bytes_received.inc_by(10);
+        let mut text = Vec::new();
+        prometheus::TextEncoder::new()
+            .encode(&r.gather(), &mut text)
+            .unwrap();
+        let text = String::from_utf8(text).unwrap();
+        for line in [
+            "typha_client_connected 2",
+            "typha_client_reconnects_total 1",
+            "typha_client_resumes_total{kind=\"deltas\"} 0",
+            "typha_client_resumes_total{kind=\"digest\"} 1",
+            "typha_client_resumes_total{kind=\"snapshot\"} 0",
+            "typha_client_bytes_received_total 10",
+            "typha_client_staleness_seconds 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert_eq!(m.resume_count(ResumeKind::Digest), 1);
     }
 }

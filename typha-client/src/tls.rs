@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::WebPkiServerVerifier;
+
+use crate::metrics::ClientMetrics;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
@@ -100,6 +102,25 @@ pub fn client_config(t: &ClientTls) -> Result<Arc<rustls::ClientConfig>, TlsErro
     Ok(Arc::new(cfg))
 }
 
+/// The `notAfter` of the first certificate in a PEM file (`first_only`: a leaf with its
+/// chain) or the earliest of them all (a CA bundle), in Unix seconds.
+pub fn earliest_expiry(path: &Path, first_only: bool) -> Option<i64> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .ok()?
+        .filter_map(Result::ok)
+        .collect();
+    let take = if first_only { 1 } else { certs.len() };
+    certs
+        .iter()
+        .take(take)
+        .filter_map(|c| {
+            x509_parser::parse_x509_certificate(c.as_ref())
+                .ok()
+                .map(|(_, x)| x.validity().not_after.timestamp())
+        })
+        .min()
+}
+
 /// Fingerprint of files' contents (through symlinks, so a kubelet Secret volume's `..data`
 /// swap shows): equal fingerprints, same material. An unreadable file counts as its error.
 pub fn fingerprint(paths: &[&Path]) -> u64 {
@@ -145,8 +166,22 @@ impl TlsSource {
         })
     }
 
-    /// The configuration to dial with: re-read first if the files changed since.
-    pub fn current(&mut self) -> Arc<rustls::ClientConfig> {
+    /// The configuration to dial with: re-read first if the files changed since (recorded in
+    /// `m`: reloads, and the certificates' expiry).
+    pub fn current(&mut self, m: &ClientMetrics) -> Arc<rustls::ClientConfig> {
+        let before = (self.reloads, self.failures);
+        let cfg = self.check();
+        let [ok, failed] = &m.tls_reloads;
+        ok.inc_by(self.reloads - before.0);
+        failed.inc_by(self.failures - before.1);
+        let [client, ca] = &m.tls_expiry;
+        let s = &self.settings;
+        client.set(earliest_expiry(&s.cert_file, true).unwrap_or(0) as f64);
+        ca.set(earliest_expiry(&s.ca_file, false).unwrap_or(0) as f64);
+        cfg
+    }
+
+    fn check(&mut self) -> Arc<rustls::ClientConfig> {
         let s = &self.settings;
         let now = fingerprint(&[&s.ca_file, &s.cert_file, &s.key_file]);
         if now != self.loaded && self.failed != Some(now) {

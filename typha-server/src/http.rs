@@ -1,4 +1,4 @@
-//! HTTP: `/liveness`, `/readiness` and `/metrics` (axum + prometheus-client).
+//! HTTP: `/liveness`, `/readiness` and `/metrics` (axum; the Prometheus text format 0.0.4).
 //!
 //! Liveness means the sync listener's accept loop and the cache writer are both making
 //! progress: each beats a [`Heartbeat`] at least once a second, idle or not, and liveness fails
@@ -17,7 +17,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use typha_protocol::model::SyncStatus;
 
 use crate::cache::Cache;

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -191,13 +191,13 @@ pub async fn start_with(
     cfg: Config,
     feed: impl for<'a> FnOnce(FeedContext<'a>) -> BoxFuture<'static, ()>,
 ) -> Result<RunningServer, StartError> {
-    let mut registry = Registry::default();
-    let metrics = Metrics::new(&mut registry);
+    let registry = Registry::new();
+    let metrics = Metrics::new(&registry);
     let (tx, rx) = mpsc::channel(1024);
     let freshness = Freshness::new(cfg.stale_threshold);
     let feed = feed(FeedContext {
         tx,
-        registry: &mut registry,
+        registry: &registry,
         freshness: freshness.clone(),
     });
     let registry = Arc::new(registry);
@@ -207,18 +207,35 @@ pub async fn start_with(
     let mut background = vec![
         tokio::spawn(feed),
         tokio::spawn(writer.run(rx, writer_hb.clone())),
-        tokio::spawn(freshness.clone().monitor(|_| {})),
+        tokio::spawn(freshness.clone().monitor({
+            let m = metrics.clone();
+            move |v| {
+                m.upstream_connected.set(i64::from(v.connected));
+                m.upstream_stale.set(i64::from(v.stale));
+                m.upstream_confirmed_age
+                    .set(v.confirmed_age.map_or(0.0, |a| a.as_secs_f64()));
+            }
+        })),
     ];
 
     let tls = match &cfg.tls {
         Some(t) => {
             let source = Arc::new(tls::ServerTls::load(t.clone())?);
-            let s2 = source.clone();
+            let (s2, m) = (source.clone(), metrics.clone());
             background.push(tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     tick.tick().await;
-                    s2.reload();
+                    let [ok, failed] = &m.tls_reloads;
+                    match s2.reload() {
+                        tls::Reloaded::Unchanged => {}
+                        tls::Reloaded::Reloaded => ok.inc(),
+                        tls::Reloaded::Failed => failed.inc(),
+                    }
+                    let (leaf, ca) = s2.expiry();
+                    let [leaf_gauge, ca_gauge] = &m.tls_expiry;
+                    leaf_gauge.set(leaf.unwrap_or(0) as f64);
+                    ca_gauge.set(ca.unwrap_or(0) as f64);
                 }
             }));
             Some(source)

@@ -161,6 +161,15 @@ impl ServerTls {
         self.current.load_full()
     }
 
+    /// When the server certificate and the CA in use expire (Unix seconds; the earliest of a
+    /// CA bundle), as far as the files on disk can be read.
+    pub fn expiry(&self) -> (Option<i64>, Option<i64>) {
+        (
+            earliest_expiry(&self.cfg.cert_file, true),
+            earliest_expiry(&self.cfg.ca_file, false),
+        )
+    }
+
     /// Re-reads the files if they changed.
     pub fn reload(&self) -> Reloaded {
         let now = fingerprint(&self.cfg);
@@ -183,6 +192,25 @@ impl ServerTls {
             }
         }
     }
+}
+
+/// The `notAfter` of the first certificate in a PEM file (`first_only`, a leaf with its
+/// chain), or the earliest of all of them (a CA bundle), in Unix seconds.
+pub fn earliest_expiry(path: &Path, first_only: bool) -> Option<i64> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .ok()?
+        .filter_map(Result::ok)
+        .collect();
+    let take = if first_only { 1 } else { certs.len() };
+    certs
+        .iter()
+        .take(take)
+        .filter_map(|c| {
+            x509_parser::parse_x509_certificate(c.as_ref())
+                .ok()
+                .map(|(_, x)| x.validity().not_after.timestamp())
+        })
+        .min()
 }
 
 /// Fingerprint of the three files' contents, read through symlinks; an unreadable file counts

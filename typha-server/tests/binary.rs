@@ -136,7 +136,7 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
         "typha_connections_active",
         "typha_connections_dropped",
         "typha_breadcrumb_seq_number",
-        "typha_updates",
+        "typha_updates_total",
         "typha_updates_skipped",
         "typha_cache_size",
         "typha_snapshots_generated",
@@ -147,9 +147,9 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
         "typha_client_latency_secs",
         "typha_ping_latency",
         "typha_kvs_per_msg",
-        "typha_frames_encoded",
-        "typha_resumes",
-        "typha_bytes_sent",
+        "typha_frames_encoded_total",
+        "typha_resumes_total",
+        "typha_bytes_sent_total",
         "typha_client_ack_lag_secs",
     ] {
         assert!(
@@ -157,7 +157,10 @@ async fn serves_the_sample_cluster_reports_health_and_exits_cleanly_on_sigterm()
             "metric {name} missing"
         );
     }
-    assert!(text.contains("typha_cache_size "), "{text}");
+    assert!(
+        text.contains("typha_cache_size{syncer=\"felix\"} "),
+        "{text}"
+    );
 
     // SIGTERM: the client is told, the process exits 0.
     assert!(

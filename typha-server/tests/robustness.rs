@@ -57,7 +57,7 @@ async fn pings_are_answered_and_a_silent_client_is_dropped() {
         1,
         "only the silent one"
     );
-    assert!(common::metric(&srv, "typha_ping_latency_count") > 3.0);
+    assert!(common::metric(&srv, "typha_ping_latency_count{syncer=\"felix\"}") > 3.0);
     srv.shutdown().await;
 }
 

@@ -170,6 +170,14 @@ async fn check_stale(srv: &RunningServer, c: &Consumer, error_says: &str, connec
     );
     let error = d["last_error"].as_str().unwrap_or_default();
     assert!(error.contains(error_says), "{d}");
+    // The gauges say the same (the monitor updates them four times a second).
+    common::eventually("the gauges to follow", || {
+        common::metric(srv, "typha_upstream_stale") == 1.0
+            && common::metric(srv, "typha_upstream_connected") == f64::from(u8::from(connected))
+            && common::metric(srv, "typha_upstream_confirmed_age_seconds")
+                >= THRESHOLD.as_secs_f64()
+    })
+    .await;
     // Ready still (off by default), but saying so.
     let (code, body) = get(srv, "/readiness").await;
     assert_eq!(code, 200, "{body}");
@@ -191,6 +199,11 @@ async fn check_stale(srv: &RunningServer, c: &Consumer, error_says: &str, connec
 async fn check_current(srv: &RunningServer, c: &Consumer) {
     let d = until_stale(srv, false).await;
     assert_eq!(d["connected"], true, "{d}");
+    common::eventually("the gauges to follow", || {
+        common::metric(srv, "typha_upstream_stale") == 0.0
+            && common::metric(srv, "typha_upstream_connected") == 1.0
+    })
+    .await;
     assert!(d["last_error"].is_null(), "{d}");
     let (code, body) = get(srv, "/readiness").await;
     assert_eq!(code, 200);

@@ -4,10 +4,12 @@
 //! - [`cli`]: parsing flags and environment variables, one line naming a bad setting.
 //! - [`exit`]: exit codes (64 for a bad setting, named in one line; 69 for a peer that cannot be
 //!   used) and [`exit::SettingError`], the error that names a setting.
-//! - [`logging`]: the `tracing` subscriber, text or JSON lines.
+//! - [`logging`]: the `tracing` subscriber, text or JSON lines, counting write errors.
 //! - [`runtime`]: building the tokio runtime a program runs on.
 //! - [`signal`]: the shutdown signal (SIGTERM or SIGINT).
-//! - [`metrics`]: the `/metrics` response for a Prometheus registry.
+//! - [`metrics`]: the `/metrics` response for a Prometheus registry (the text format 0.0.4,
+//!   names exactly as registered), the summary the `prometheus` crate lacks, and helpers that
+//!   create and register a metric in one call.
 //! - [`hostname`]: this machine's name.
 //!
 //! No program logic lives here; nothing here reads configuration.

@@ -1,8 +1,27 @@
 //! The `tracing` subscriber every program installs once, first thing in `main`.
+//!
+//! Lines are written as they are made (a blocked output blocks the logging thread; none is
+//! dropped). Write errors are counted in [`errors`], which the server exposes as Typha's
+//! `typha_log_errors`.
 
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal, Write};
+use std::sync::LazyLock;
 
+use prometheus::IntCounter;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+
+/// Log lines that could not be written (the output was closed or failed), since start.
+#[allow(clippy::expect_used)] // A literal, valid name and help text.
+static ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
+    IntCounter::new("typha_log_errors", "Errors encountered while writing logs.")
+        .expect("valid metric name")
+});
+
+/// The counter of log write errors (`typha_log_errors`), to register in a program's registry.
+pub fn errors() -> IntCounter {
+    ERRORS.clone()
+}
 
 /// Where log lines go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +56,59 @@ pub fn init(filter: &str, json: bool, output: Output) {
         .with_ansi(!json && output.is_terminal());
     // try_init: a second call (a program embedded in another, as loadtest runs the server)
     // keeps the first subscriber instead of failing.
-    let _ = match (json, output) {
-        (false, Output::Stdout) => builder.try_init(),
-        (false, Output::Stderr) => builder.with_writer(std::io::stderr).try_init(),
-        (true, Output::Stdout) => builder.json().try_init(),
-        (true, Output::Stderr) => builder.json().with_writer(std::io::stderr).try_init(),
+    let builder = builder.with_writer(Counted(output));
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
     };
+}
+
+/// Makes writers to `Output` that count write errors.
+#[derive(Debug, Clone, Copy)]
+struct Counted(Output);
+
+impl<'a> MakeWriter<'a> for Counted {
+    type Writer = Writer;
+
+    fn make_writer(&'a self) -> Writer {
+        match self.0 {
+            Output::Stdout => Writer::Stdout(io::stdout()),
+            Output::Stderr => Writer::Stderr(io::stderr()),
+        }
+    }
+}
+
+/// Standard output or error; a failed write is counted in [`errors`].
+#[derive(Debug)]
+enum Writer {
+    Stdout(io::Stdout),
+    Stderr(io::Stderr),
+}
+
+impl Writer {
+    fn counted<T>(r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r
+            && e.kind() != io::ErrorKind::Interrupted
+        {
+            ERRORS.inc();
+        }
+        r
+    }
+}
+
+impl Write for Writer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Self::counted(match self {
+            Writer::Stdout(w) => w.write(buf),
+            Writer::Stderr(w) => w.write(buf),
+        })
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Self::counted(match self {
+            Writer::Stdout(w) => w.flush(),
+            Writer::Stderr(w) => w.flush(),
+        })
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use typha_protocol::model::{
     EncodedValue, Key, KeyPath, Revision, UpdateKind, Value, WorkloadEndpoint, WorkloadEndpointKey,
 };
@@ -65,7 +65,7 @@ fn routed(d: &Desired, ip: &str) -> bool {
 #[tokio::test]
 async fn while_the_server_is_stale_the_dataplane_stays_as_it_is() {
     let log = Log::default();
-    let shared = Arc::new(Shared::new(AgentMetrics::new(&mut Registry::default())));
+    let shared = Arc::new(Shared::new(AgentMetrics::new(&Registry::new())));
     let (mut feeder, rx) = Feeder::new();
     let task = {
         let (mut dp, shared) = (log.clone(), shared.clone());

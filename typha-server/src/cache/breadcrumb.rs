@@ -102,6 +102,7 @@ impl Breadcrumb {
                         latest.insert(u.key.clone(), u.clone());
                     }
                 }
+                m.kvs_per_msg.observe(latest.len() as f64);
                 let msg = Message::Deltas(Deltas {
                     from_seq: from,
                     seq: self.seq,

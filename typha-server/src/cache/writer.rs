@@ -137,6 +137,9 @@ impl CacheWriter {
         let mut batch_bytes = 0;
         let n = changes.len();
         for (i, c) in changes.into_iter().enumerate() {
+            // Typha's `typha_updates_total` counts every update the cache receives, including
+            // those it then skips.
+            m.updates.inc();
             let old = self.map.get(&c.key);
             let kind = match (&c.value, old) {
                 (None, None) => continue,
@@ -169,7 +172,6 @@ impl CacheWriter {
                 }
             }
             self.revision = self.revision.max(c.revision);
-            m.updates.inc();
             batch.push(Update {
                 key: c.key,
                 value: c.value,
@@ -233,6 +235,7 @@ impl CacheWriter {
             .set(i64::try_from(self.seq).unwrap_or(i64::MAX));
         m.cache_size
             .set(i64::try_from(self.map.len()).unwrap_or(i64::MAX));
+        m.in_sync.set(i64::from(status == SyncStatus::InSync));
         debug!(seq = self.seq, updates = crumb.deltas.len(), %status, "breadcrumb");
         if status == SyncStatus::InSync {
             self.cache

@@ -155,6 +155,30 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     Ok(snap.crumb.clone())
 }
 
+/// How a streaming client follows the breadcrumbs, between rounds of [`catch_up`]: its grace
+/// period, and what Typha's metrics need to know.
+#[derive(Debug)]
+pub(super) struct Following {
+    /// End of the extra fall-behind allowance after the initial sync.
+    grace_until: Instant,
+    /// The grace period has been needed once (`typha_connections_grace_used` counts it).
+    grace_used: bool,
+    /// The last round found nothing to send: the next breadcrumb is one the client waited for
+    /// (`typha_breadcrumb_block`), not one already there (`typha_breadcrumb_non_block`).
+    caught_up: bool,
+}
+
+impl Following {
+    /// A client whose initial sync just ended, with a grace period until `grace_until`.
+    pub(super) fn new(grace_until: Instant) -> Self {
+        Following {
+            grace_until,
+            grace_used: false,
+            caught_up: false,
+        }
+    }
+}
+
 /// Sends what the client has not seen, as few shared frames as the history allows. A client
 /// whose position has left the window gets a fresh snapshot in-band.
 pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
@@ -162,12 +186,13 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     cursor: &mut Arc<Breadcrumb>,
     sent_status: &mut SyncStatus,
     compress: bool,
-    grace_until: Instant,
+    follow: &mut Following,
     out: &mut Out<W>,
 ) -> Result<(), ConnError> {
     let cache = &ctx.cache;
     let latest = cache.latest();
     if latest.seq <= cursor.seq {
+        follow.caught_up = true;
         return Ok(());
     }
     let Some(next) = cache.get(Seq(cursor.seq.0 + 1)) else {
@@ -185,18 +210,28 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
         return Ok(());
     };
     let now = Instant::now();
+    let in_grace = now < follow.grace_until;
     let allowance = ctx.cfg.max_fall_behind
-        + if now < grace_until {
+        + if in_grace {
             ctx.cfg.new_client_grace
         } else {
             Duration::ZERO
         };
-    if now.duration_since(next.created) > allowance {
+    let behind = now.saturating_duration_since(next.created);
+    if behind > allowance {
         out.goodbye(GoodbyeReason::FellBehind, "fell too far behind")
             .await;
         return Err(ConnError::Closed(GoodbyeReason::FellBehind));
     }
     let m = &cache.metrics;
+    if in_grace && behind > ctx.cfg.max_fall_behind && !follow.grace_used {
+        // Only the grace period kept this client connected.
+        follow.grace_used = true;
+        m.connections_grace_used.inc();
+    }
+    // A client more than one breadcrumb behind is catching up, not following: the time each
+    // of its steps takes to get is Typha's `typha_next_breadcrumb_latency_secs`.
+    let catching_up = latest.seq.0 - cursor.seq.0 > 1;
     // Bound one round so reads and pings are served between rounds.
     let mut budget = 256;
     for step in plan(cursor.seq, latest.seq) {
@@ -204,6 +239,8 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
             break;
         }
         budget -= 1;
+        // The clock is read only for the figure that needs it.
+        let started = catching_up.then(Instant::now);
         let span = match step {
             Step::Crumb(_) => None,
             Step::Span { end, stride } => cache
@@ -219,6 +256,21 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
                 None => break,
             },
         };
+        if let Some(t) = started {
+            m.next_breadcrumb_latency_secs
+                .observe(t.elapsed().as_secs_f64());
+        }
+        if std::mem::take(&mut follow.caught_up) {
+            m.breadcrumb_block.inc();
+        } else {
+            m.breadcrumb_non_block.inc();
+        }
+        m.client_latency_secs.observe(
+            latest
+                .created
+                .saturating_duration_since(reached.created)
+                .as_secs_f64(),
+        );
         out.queue(frame)?;
         *cursor = reached;
         send_status(cursor, sent_status, out)?;
@@ -227,8 +279,6 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
             break;
         }
     }
-    m.client_latency_secs
-        .observe(cursor.created.elapsed().as_secs_f64());
     Ok(())
 }
 

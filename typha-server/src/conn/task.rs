@@ -16,7 +16,7 @@ use typha_protocol::handshake::{ServerHandshake, Session};
 use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Ping};
 
 use super::out::{Out, jitter, scopeguard};
-use super::sync::{catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
+use super::sync::{Following, catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::fanout::encode;
@@ -139,7 +139,7 @@ where
     let m = &ctx.cache.metrics;
     m.client_snapshot_send_secs
         .observe(sync_started.elapsed().as_secs_f64());
-    let grace_until = Instant::now() + ctx.cfg.new_client_grace;
+    let mut follow = Following::new(Instant::now() + ctx.cfg.new_client_grace);
     m.connections_streaming.inc();
     let _streaming = scopeguard(|| {
         ctx.cache.metrics.connections_streaming.dec();
@@ -164,7 +164,7 @@ where
             &mut cursor,
             &mut sent_status,
             compress,
-            grace_until,
+            &mut follow,
             &mut out,
         )
         .await?;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::StreamExt;
-use prometheus_client::registry::Registry;
+use prometheus::Registry;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 use typha_protocol::model::{Revision, SyncStatus, Update};
@@ -46,7 +46,7 @@ pub struct FeedContext<'a> {
     /// The cache writer's channel; the feed runs until it closes.
     pub tx: mpsc::Sender<SyncerEvent>,
     /// The server's metrics registry.
-    pub registry: &'a mut Registry,
+    pub registry: &'a Registry,
     /// When the view was last confirmed current, and the last failure.
     pub freshness: Arc<Freshness>,
 }

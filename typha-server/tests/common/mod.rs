@@ -422,8 +422,7 @@ impl Peer {
 /// A sample's value from the server's /metrics text (the first sample named `name`, with any
 /// labels given inside `name`, e.g. `typha_resumes_total{kind="deltas"}`).
 pub fn metric(srv: &RunningServer, name: &str) -> f64 {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &srv.registry).unwrap();
+    let text = typha_service::metrics::encode(&srv.registry).unwrap();
     text.lines()
         .find_map(|l| {
             l.strip_prefix(name)
