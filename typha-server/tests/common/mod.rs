@@ -24,6 +24,7 @@ use typha_server::server::{RunningServer, start};
 
 pub mod etcd;
 pub mod k8s_fixture;
+pub mod kube;
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -133,6 +134,8 @@ pub struct Peer {
     pub delta_frames: u64,
     pub updates_seen: Vec<(KeyPath, Option<EncodedValue>)>,
     pub first_after_hello: Option<&'static str>,
+    /// The last Staleness message (the server sends them to clients that offered the feature).
+    pub staleness: Option<typha_protocol::message::Staleness>,
     snap: Option<Snap>,
 }
 
@@ -175,6 +178,7 @@ impl Peer {
             delta_frames: 0,
             updates_seen: Vec::new(),
             first_after_hello: None,
+            staleness: None,
             snap: None,
         }
     }
@@ -250,7 +254,10 @@ impl Peer {
 
     /// Applies a message, checking invariants; answers pings.
     pub async fn apply(&mut self, m: Message) -> Result<(), String> {
-        if self.first_after_hello.is_none() {
+        // Staleness news and pings may come at any moment; the first *data* message counts.
+        if self.first_after_hello.is_none()
+            && !matches!(m, Message::Staleness(_) | Message::Ping(_))
+        {
             self.first_after_hello = Some(match &m {
                 Message::SnapshotBegin(b) if b.scope == SnapshotScope::Full => "snapshot",
                 Message::SnapshotBegin(_) => "digest",
@@ -362,6 +369,7 @@ impl Peer {
                         .await;
                 }
             }
+            Message::Staleness(s) => self.staleness = Some(s),
             Message::Goodbye(g) => {
                 self.goodbye = Some(g.clone());
                 return Err(format!("goodbye: {} ({})", g.reason, g.message));
