@@ -353,15 +353,14 @@ async fn kubernetes_binary(
     u16,
     std::sync::mpsc::Receiver<String>,
 ) {
-    let admin = cp.admin().unwrap();
-    common::kube::grant(
-        &admin,
+    cp.grant(
         common::kube::TYPHA_NAMESPACE,
         common::kube::TYPHA_ACCOUNT,
         common::kube::TYPHA_ACCOUNT,
         rules,
     )
-    .await;
+    .await
+    .unwrap();
     let token = cp
         .service_account_token(common::kube::TYPHA_NAMESPACE, common::kube::TYPHA_ACCOUNT)
         .await

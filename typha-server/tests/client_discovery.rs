@@ -90,7 +90,9 @@ async fn agent_kubeconfig(cp: &ControlPlane, ns: &str) -> std::path::PathBuf {
         "discovery.k8s.io".to_owned(),
         vec!["endpointslices".to_owned()],
     )];
-    common::kube::grant(&admin, ns, "calico-node", &format!("{ns}-node"), &rules).await;
+    cp.grant(ns, "calico-node", &format!("{ns}-node"), &rules)
+        .await
+        .unwrap();
     let token = cp.service_account_token(ns, "calico-node").await.unwrap();
     cp.write_kubeconfig(&format!("{ns}-node"), &token).unwrap()
 }

@@ -446,6 +446,21 @@ async fn kubernetes_network_policies_are_served_as_calicos() {
     run.srv.shutdown().await;
 }
 
+#[test]
+fn the_readme_lists_exactly_what_the_backend_reads() {
+    let mut readme: Vec<(String, String)> = common::kube::readme_rules()
+        .into_iter()
+        .flat_map(|(g, rs)| rs.into_iter().map(move |r| (g.clone(), r)))
+        .collect();
+    let mut read = Kubernetes::resources();
+    readme.sort();
+    read.sort();
+    assert_eq!(
+        readme, read,
+        "README's RBAC table vs what the backend lists and watches"
+    );
+}
+
 /// The API server's count of LIST requests for `resource` (from its own /metrics).
 async fn lists_served(admin: &kube::Client, resource: &str) -> f64 {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();

@@ -34,6 +34,38 @@ pub fn crd_dir() -> Result<PathBuf, ControlPlaneError> {
     }
 }
 
+/// A Calico v3 resource as Calico's Kubernetes datastore stores it: its CRD object in
+/// `crd.projectcalico.org/v1` with the v3 spec. An IPAM block gets the fields Calico's IPAM
+/// always writes and the CRD requires (`strictAffinity`, `unallocated`, `attributes`), which
+/// the felix syncer does not carry.
+pub fn crd_object(r: &crate::calico::v3::Resource) -> Value {
+    let mut doc = r.to_json();
+    if let Some(o) = doc.as_object_mut() {
+        o.insert("apiVersion".into(), format!("{CRD_GROUP}/v1").into());
+        o.insert("kind".into(), r.kind().as_str().into());
+    }
+    if r.kind() == crate::calico::v3::Kind::IpamBlock
+        && let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        let free: Vec<usize> = spec
+            .get("allocations")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.is_null())
+                    .map(|(i, _)| i)
+                    .collect()
+            })
+            .unwrap_or_default();
+        spec.insert("unallocated".into(), free.into());
+        spec.insert("strictAffinity".into(), false.into());
+        spec.insert("attributes".into(), Value::Array(Vec::new()));
+        spec.entry("deleted").or_insert(false.into());
+    }
+    doc
+}
+
 fn crd_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),

@@ -18,11 +18,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
+use serde_json::{Value, json};
 
-pub use crds::{CALICO_MODULE, crd_dir};
+pub use crds::{CALICO_MODULE, crd_dir, crd_object};
 use process::{Proc, free_port};
 
 /// Where `peers/build` puts its programs, unless `TYPHA_PEERS_DIR` says otherwise.
@@ -327,6 +329,74 @@ impl ControlPlane {
         resp.status.map(|s| s.token).ok_or_else(|| {
             ControlPlaneError::Crds("a TokenRequest answered without a token".into())
         })
+    }
+
+    /// Grants ServiceAccount `namespace/account` (created if missing) get, list and watch on
+    /// `rules` ((API group, resources) pairs) through ClusterRole and ClusterRoleBinding
+    /// `name`, replacing what that role granted before.
+    pub async fn grant(
+        &self,
+        namespace: &str,
+        account: &str,
+        name: &str,
+        rules: &[(String, Vec<String>)],
+    ) -> Result<(), ControlPlaneError> {
+        let admin = self.admin()?;
+        let rules: Vec<Value> = rules
+            .iter()
+            .map(|(group, resources)| {
+                json!({"apiGroups": [group], "resources": resources,
+                       "verbs": ["get", "list", "watch"]})
+            })
+            .collect();
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": account, "namespace": namespace}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": name}, "rules": rules}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": name},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": name},
+                   "subjects": [{"kind": "ServiceAccount", "name": account,
+                                 "namespace": namespace}]}),
+        ];
+        for (object, plural) in
+            objects
+                .iter()
+                .zip(["serviceaccounts", "clusterroles", "clusterrolebindings"])
+        {
+            let gvk = GroupVersionKind::gvk(
+                if plural == "serviceaccounts" {
+                    ""
+                } else {
+                    "rbac.authorization.k8s.io"
+                },
+                "v1",
+                object
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            );
+            let res = ApiResource::from_gvk_with_plural(&gvk, plural);
+            let api: Api<DynamicObject> = if plural == "serviceaccounts" {
+                Api::namespaced_with(admin.clone(), namespace, &res)
+            } else {
+                Api::all_with(admin.clone(), &res)
+            };
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            api.patch(
+                name,
+                &PatchParams::apply("typha-control-plane").force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .map_err(ControlPlaneError::kube(format!("granting {name}")))?;
+        }
+        Ok(())
     }
 
     /// Starts etcd (again, on the same data and ports) and waits until it answers.

@@ -201,6 +201,34 @@ impl Kubernetes {
         sources
     }
 
+    /// What this backend reads, as (API group, plural) pairs (`""` for the core group): the
+    /// resources its ServiceAccount needs get, list and watch on.
+    pub fn resources() -> Vec<(String, String)> {
+        Self::sources()
+            .into_iter()
+            .map(|s| (s.resource.group, s.resource.plural))
+            .collect()
+    }
+
+    /// The collection path of each resource this backend reads (`/api/v1/pods`,
+    /// `/apis/crd.projectcalico.org/v1/ippools`): what a client that lists and watches for
+    /// itself, as Felix does without Typha, asks for.
+    pub fn collection_paths() -> Vec<String> {
+        Self::sources()
+            .into_iter()
+            .map(|s| {
+                if s.resource.group.is_empty() {
+                    format!("/api/{}/{}", s.resource.version, s.resource.plural)
+                } else {
+                    format!(
+                        "/apis/{}/{}/{}",
+                        s.resource.group, s.resource.version, s.resource.plural
+                    )
+                }
+            })
+            .collect()
+    }
+
     /// Lists in pages of `n` objects instead of [`PAGE_SIZE`].
     pub fn with_page_size(mut self, n: u32) -> Self {
         self.page_size = n.max(1);

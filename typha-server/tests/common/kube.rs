@@ -138,34 +138,10 @@ pub async fn namespace(client: &kube::Client, name: &str) {
     .await;
 }
 
-/// Writes a Calico v3 resource as Calico's Kubernetes datastore stores it: its CRD in
-/// `crd.projectcalico.org/v1` with the v3 spec. An IPAM block gets the fields Calico's IPAM
-/// always writes and the CRD requires (`strictAffinity`, `unallocated`, `attributes`), which
-/// the felix syncer does not carry.
+/// Writes a Calico v3 resource as Calico's Kubernetes datastore stores it (its CRD object,
+/// `typha_server::control_plane::crd_object`).
 pub async fn put_crd(client: &kube::Client, r: &Resource) -> DynamicObject {
-    let mut doc = r.to_json();
-    doc["apiVersion"] = format!("{CRD_GROUP}/v1").into();
-    doc["kind"] = r.kind().as_str().into();
-    if r.kind().as_str() == "IPAMBlock" {
-        let spec = &mut doc["spec"];
-        let free: Vec<usize> = spec["allocations"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.is_null())
-                    .map(|(i, _)| i)
-                    .collect()
-            })
-            .unwrap_or_default();
-        spec["unallocated"] = json!(free);
-        spec["strictAffinity"] = json!(false);
-        spec["attributes"] = json!([]);
-        if spec["deleted"].is_null() {
-            spec["deleted"] = json!(false);
-        }
-    }
-    apply(client, doc).await
+    apply(client, typha_server::control_plane::crd_object(r)).await
 }
 
 /// Every Calico CRD object stored, as the v3 resource it holds (name, namespace, labels and
@@ -293,53 +269,6 @@ pub fn readme_rules() -> Vec<(String, Vec<String>)> {
     rules
 }
 
-/// A ClusterRole `name` granting get, list and watch on `rules`, bound to ServiceAccount
-/// `namespace/account` (created if missing).
-pub async fn grant(
-    client: &kube::Client,
-    namespace: &str,
-    account: &str,
-    name: &str,
-    rules: &[(String, Vec<String>)],
-) {
-    apply(
-        client,
-        json!({"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": account, "namespace": namespace}}),
-    )
-    .await;
-    let rules: Vec<Value> = rules
-        .iter()
-        .map(|(group, resources)| {
-            json!({"apiGroups": [group], "resources": resources, "verbs": ["get", "list", "watch"]})
-        })
-        .collect();
-    let rbac = "rbac.authorization.k8s.io/v1";
-    let role = json!({"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": name},
-                      "rules": rules});
-    let binding = json!({"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]});
-    let roles = resource(rbac, "ClusterRole", "clusterroles");
-    let bindings = resource(rbac, "ClusterRoleBinding", "clusterrolebindings");
-    Api::<DynamicObject>::all_with(client.clone(), &roles)
-        .patch(
-            name,
-            &PatchParams::apply("typha-tests").force(),
-            &Patch::Apply(&role),
-        )
-        .await
-        .unwrap();
-    Api::<DynamicObject>::all_with(client.clone(), &bindings)
-        .patch(
-            name,
-            &PatchParams::apply("typha-tests").force(),
-            &Patch::Apply(&binding),
-        )
-        .await
-        .unwrap();
-}
-
 /// Removes the ClusterRoleBinding `name` (the account loses what the role granted).
 pub async fn revoke(client: &kube::Client, name: &str) {
     let rbac = "rbac.authorization.k8s.io/v1";
@@ -354,15 +283,14 @@ pub async fn revoke(client: &kube::Client, name: &str) {
 /// README's rules; a client for it (a minted token, kube's retries off as typha-server has
 /// them) and the token.
 pub async fn typha_identity(cp: &ControlPlane) -> (kube::Client, String) {
-    let admin = cp.admin().unwrap();
-    grant(
-        &admin,
+    cp.grant(
         TYPHA_NAMESPACE,
         TYPHA_ACCOUNT,
         TYPHA_ACCOUNT,
         &readme_rules(),
     )
-    .await;
+    .await
+    .unwrap();
     let token = cp
         .service_account_token(TYPHA_NAMESPACE, TYPHA_ACCOUNT)
         .await
