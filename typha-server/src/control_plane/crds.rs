@@ -10,7 +10,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use super::{ControlPlaneError, peers_dir};
+use super::peers::{ControlPlaneError, peers_dir};
 use crate::datastore::kubernetes::{CRD_GROUP, CRD_KINDS};
 
 /// The only version of Calico's module the Go module proxy serves (a commit of its

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::ControlPlaneError;
+use super::peers::ControlPlaneError;
 
 /// A running program: SIGKILLed and reaped when dropped. A watchdog (a shell loop) kills it,
 /// and removes its folder if asked, should this process end without dropping it: a control
