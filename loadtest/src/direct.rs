@@ -1,22 +1,42 @@
-//! The `direct` scenario: the baseline this product exists to beat. A real etcd (Debian's
-//! `etcd-server`) holds the generated cluster in Calico's layout. The same N nodes and the same
-//! churn run twice in one invocation: first every node lists and watches etcd itself, as Felix
-//! does without Typha; then every node connects to our server, which holds the one watch on
-//! that etcd. Reports etcd's CPU seconds and memory, the nodes' latency and the time until all
-//! are in sync for both, and the ratios. Fails unless both sides deliver every update to every
-//! node and every node ends at etcd's final revision (direct) or the server's exact digest.
+//! The `direct` scenario: the baseline this product exists to beat. A real datastore holds the
+//! generated cluster: etcd (Debian's `etcd-server`) in Calico's layout, or, with `--datastore
+//! kubernetes`, a real kube-apiserver over etcd 3.6 (built by `peers/build`) holding it as
+//! Kubernetes objects and Calico's CRDs (`kube.rs`). The same N nodes and the same churn run
+//! twice in one invocation: first every node lists and watches the datastore itself, as Felix
+//! does without Typha; then every node connects to our server, which holds the one watch.
+//! Reports the datastore's CPU seconds and peak memory (for Kubernetes, kube-apiserver's and
+//! the etcd under it), the nodes' latency and the time until all are in sync for both, and the
+//! ratios. Fails unless both sides deliver every update to every node and every node ends at
+//! the datastore's final revision (direct) or the server's exact digest.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::etcd::{self, EtcdProc};
 use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir, mib};
+use crate::kube::KubeCluster;
 use crate::procstat::usage;
+
+/// Which datastore the nodes (and then our server) read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum DirectStore {
+    /// etcd v3 in Calico's layout (Debian's etcd-server).
+    Etcd,
+    /// A real kube-apiserver over etcd 3.6 (peers/build).
+    Kubernetes,
+}
 
 /// Settings of a direct run.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct DirectArgs {
+    /// The datastore: `etcd`, or `kubernetes` (a real kube-apiserver over etcd 3.6, from
+    /// peers/build).
+    #[arg(long, value_enum, default_value = "etcd")]
+    pub(crate) datastore: DirectStore,
     /// Simulated nodes (the generated cluster has as many).
     #[arg(long, default_value_t = 1000)]
     pub(crate) nodes: usize,
@@ -38,12 +58,17 @@ pub(crate) struct DirectArgs {
 pub(crate) struct Side {
     /// Seconds until every node was in sync.
     pub(crate) sync_secs: f64,
-    /// etcd CPU seconds from the first node's start until all were in sync.
-    pub(crate) etcd_cpu_sync_secs: f64,
-    /// etcd CPU seconds during the churn phase.
-    pub(crate) etcd_cpu_churn_secs: f64,
-    /// etcd's highest RSS during this side, bytes.
-    pub(crate) etcd_rss_peak: u64,
+    /// The datastore's CPU seconds (etcd, or kube-apiserver) from the first node's start until
+    /// all were in sync.
+    pub(crate) datastore_cpu_sync_secs: f64,
+    /// The datastore's CPU seconds during the churn phase.
+    pub(crate) datastore_cpu_churn_secs: f64,
+    /// The datastore's highest RSS during this side, bytes.
+    pub(crate) datastore_rss_peak: u64,
+    /// Kubernetes: the etcd under the API server, CPU seconds until all were in sync.
+    pub(crate) etcd_under_cpu_sync_secs: Option<f64>,
+    /// Kubernetes: the etcd under the API server, CPU seconds during the churn.
+    pub(crate) etcd_under_cpu_churn_secs: Option<f64>,
     /// Write-to-receipt latency, milliseconds.
     pub(crate) latency_ms: Percentiles,
     /// (node, update) pairs delivered.
@@ -52,6 +77,8 @@ pub(crate) struct Side {
     pub(crate) deliveries_expected: u64,
     /// Our server's CPU seconds during the churn (through the server only).
     pub(crate) server_cpu_churn_secs: f64,
+    /// Our server's CPU seconds until all nodes were in sync (through the server only).
+    pub(crate) server_cpu_sync_secs: f64,
     /// Nodes that ended exact.
     pub(crate) nodes_exact: usize,
 }
@@ -59,9 +86,11 @@ pub(crate) struct Side {
 /// What a direct run measured.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DirectResult {
+    /// The datastore.
+    pub(crate) datastore: DirectStore,
     /// Nodes.
     pub(crate) nodes: usize,
-    /// Resources in etcd.
+    /// Resources (etcd) or objects (Kubernetes) in the datastore.
     pub(crate) resources: usize,
     /// TLS between nodes and our server.
     pub(crate) tls: bool,
@@ -71,43 +100,79 @@ pub(crate) struct DirectResult {
     pub(crate) via_server: Side,
 }
 
-/// One side, once its nodes are started: waits until all are in sync, then churns etcd and
-/// waits for every delivery. `cpu_before` is etcd's CPU when the side started. The server's
-/// CPU (side 2) and the exact count are the caller's.
+/// The processes a side measures: the datastore the nodes talk to (etcd, or kube-apiserver),
+/// and for Kubernetes the etcd under it.
+struct Watched {
+    datastore: u32,
+    etcd_under: Option<u32>,
+}
+
+/// Samples a process's RSS every 100 ms until dropped; the highest.
+struct RssPeak {
+    max: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RssPeak {
+    fn start(pid: u32) -> Self {
+        let max = Arc::new(AtomicU64::new(0));
+        let m = max.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Some(u) = usage(pid) {
+                    m.fetch_max(u.rss, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Self { max, task }
+    }
+
+    fn stop(self) -> u64 {
+        self.task.abort();
+        self.max.load(Ordering::Relaxed)
+    }
+}
+
+/// One side, once its nodes are started: waits until all are in sync, then starts the
+/// store's churn and waits for every delivery. `cpu_before` is the datastore's CPU when
+/// the side started (and the etcd under it). The server's CPU (side 2) and the exact count are
+/// the caller's.
 async fn side(
-    e: &EtcdProc,
+    store: &Store,
     wd: &Workdir,
+    rss: RssPeak,
     a: &DirectArgs,
     swarms: &mut [crate::child::Child],
-    cpu_before: f64,
+    cpu_before: (f64, f64),
     what: &str,
 ) -> anyhow::Result<(Side, hdrhistogram::Histogram<u64>)> {
     let n = a.nodes as u64;
-    let etcd_cpu = || harness::cpu(&[e.pid()]);
+    let w = store.watched();
+    let ds_cpu = || harness::cpu(&[w.datastore]);
+    let etcd_cpu = || w.etcd_under.map(|p| harness::cpu(&[p]));
+    // Ten minutes: the limit the issue sets for the direct side to list, at any node count.
     let sync_secs =
-        harness::wait_for(swarms, "in_sync", n, "in sync", Duration::from_secs(1800)).await?;
-    let etcd_cpu_sync_secs = etcd_cpu() - cpu_before;
+        harness::wait_for(swarms, "in_sync", n, "in sync", Duration::from_secs(600)).await?;
+    let datastore_cpu_sync_secs = ds_cpu() - cpu_before.0;
+    let etcd_under_cpu_sync_secs = etcd_cpu().map(|c| c - cpu_before.1);
     harness::phase_histogram(swarms).await?;
-    let cpu = etcd_cpu();
-    let (phase, latency) = harness::churn_phase(
-        e.pid(),
-        etcd::churn(e.endpoint.clone(), wd.shape(), a.rate, a.secs),
-        swarms,
-        a.nodes,
-        a.rate,
-        a.secs,
-        what,
-    )
-    .await?;
+    let (cpu, ecpu) = (ds_cpu(), etcd_cpu());
+    let churn = store.churn(wd, a)?;
+    let (phase, latency) =
+        harness::churn_phase(w.datastore, churn, swarms, a.nodes, a.rate, a.secs, what).await?;
     let side = Side {
         sync_secs,
-        etcd_cpu_sync_secs,
-        etcd_cpu_churn_secs: etcd_cpu() - cpu,
-        etcd_rss_peak: usage(e.pid()).map_or(phase.rss_max, |u| u.rss.max(phase.rss_max)),
+        datastore_cpu_sync_secs,
+        datastore_cpu_churn_secs: ds_cpu() - cpu,
+        datastore_rss_peak: rss.stop().max(phase.rss_max),
+        etcd_under_cpu_sync_secs,
+        etcd_under_cpu_churn_secs: etcd_cpu().zip(ecpu).map(|(b, a)| b - a),
         latency_ms: phase.latency_ms,
         deliveries: phase.deliveries,
         deliveries_expected: phase.updates * n,
         server_cpu_churn_secs: 0.0,
+        server_cpu_sync_secs: 0.0,
         nodes_exact: 0,
     };
     Ok((side, latency))
@@ -121,47 +186,144 @@ fn ratio(ours: f64, theirs: f64) -> String {
     }
 }
 
+/// The datastore of a run, started and seeded.
+enum Store {
+    Etcd(EtcdProc),
+    Kube(KubeCluster, Arc<AtomicU64>),
+}
+
+impl Store {
+    fn watched(&self) -> Watched {
+        match self {
+            Store::Etcd(e) => Watched {
+                datastore: e.pid(),
+                etcd_under: None,
+            },
+            Store::Kube(k, _) => Watched {
+                datastore: k.apiserver_pid(),
+                etcd_under: Some(k.etcd_pid()),
+            },
+        }
+    }
+
+    fn cpu(&self) -> (f64, f64) {
+        let w = self.watched();
+        (
+            harness::cpu(&[w.datastore]),
+            w.etcd_under.map_or(0.0, |p| harness::cpu(&[p])),
+        )
+    }
+
+    fn churn(&self, wd: &Workdir, a: &DirectArgs) -> anyhow::Result<crate::server::Churn> {
+        Ok(match self {
+            Store::Etcd(e) => etcd::churn(e.endpoint.clone(), wd.shape(), a.rate, a.secs),
+            Store::Kube(k, last) => {
+                crate::kube::churn(k, wd.shape(), a.rate, a.secs, last.clone())?
+            }
+        })
+    }
+
+    /// The swarm arguments that make its nodes direct ones.
+    fn swarm_args(&self) -> (String, Vec<String>) {
+        match self {
+            Store::Etcd(e) => (
+                e.endpoint.clone(),
+                vec!["--etcd".into(), e.endpoint.clone()],
+            ),
+            Store::Kube(k, _) => (
+                k.url(),
+                vec![
+                    "--kube".into(),
+                    k.url(),
+                    "--kube-ca".into(),
+                    k.ca_file().display().to_string(),
+                    "--kube-token".into(),
+                    k.node_token.clone(),
+                ],
+            ),
+        }
+    }
+
+    /// What every direct node must end at: etcd's revision, or the last churn write's pod
+    /// resourceVersion.
+    async fn final_mark(&self) -> anyhow::Result<String> {
+        Ok(match self {
+            Store::Etcd(e) => {
+                let rev = e
+                    .client()
+                    .await?
+                    .get("/", None)
+                    .await?
+                    .header()
+                    .map_or(0, |h| h.revision());
+                format!("rev-{rev}")
+            }
+            Store::Kube(_, last) => format!("rv-{}", last.load(Ordering::Relaxed)),
+        })
+    }
+
+    async fn server(&self, wd: &Workdir) -> anyhow::Result<crate::server::Server> {
+        match self {
+            Store::Etcd(e) => wd.etcd_server("server", &e.endpoint).await,
+            Store::Kube(k, _) => wd.kube_server("server", &k.typha_kubeconfig).await,
+        }
+    }
+
+    fn names(&self) -> (&'static str, &'static str) {
+        match self {
+            Store::Etcd(_) => ("etcd", "etcd"),
+            Store::Kube(..) => ("kube-apiserver", "the API server"),
+        }
+    }
+}
+
 pub(crate) async fn run(a: DirectArgs) -> anyhow::Result<Outcome> {
     a.common.own_server_only("direct")?;
     let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
-    let e = EtcdProc::start(wd.path()).await?;
-    let resources = etcd::seed(&e, wd.shape()).await?;
+    let (store, resources) = match a.datastore {
+        DirectStore::Etcd => {
+            let e = EtcdProc::start(wd.path()).await?;
+            let n = etcd::seed(&e, wd.shape()).await?;
+            (Store::Etcd(e), n)
+        }
+        DirectStore::Kubernetes => {
+            let k = KubeCluster::start(wd.path()).await?;
+            let seeding = std::time::Instant::now();
+            let n = crate::kube::seed(&k, wd.shape()).await?;
+            eprintln!(
+                "seeded {n} objects through the API in {:.0} s",
+                seeding.elapsed().as_secs_f64()
+            );
+            (Store::Kube(k, Arc::new(AtomicU64::new(0))), n)
+        }
+    };
     let timeline = Timeline::start();
-    timeline.add_server(e.pid());
-    let etcd_cpu = || harness::cpu(&[e.pid()]);
+    let w = store.watched();
+    timeline.add_server(w.datastore);
 
-    // Side 1: every node lists and watches etcd.
-    let cpu0 = etcd_cpu();
-    let endpoint = e.endpoint.clone();
-    let mut swarms = wd.swarms(
-        &[&endpoint],
-        a.nodes,
-        0,
-        &a.common,
-        &["--etcd".into(), endpoint.clone()],
-    )?;
+    // Side 1: every node lists and watches the datastore.
+    let cpu0 = store.cpu();
+    let (endpoint, extra) = store.swarm_args();
+    let rss = RssPeak::start(w.datastore);
+    let mut swarms = wd.swarms(&[&endpoint], a.nodes, 0, &a.common, &extra)?;
     timeline.add_swarms(&swarms);
-    let (mut direct, _) = side(&e, &wd, &a, &mut swarms, cpu0, "direct").await?;
-    let revision = e
-        .client()
-        .await?
-        .get("/", None)
-        .await?
-        .header()
-        .map_or(0, |h| h.revision());
-    let done = harness::finish(swarms, &format!("rev-{revision}")).await?;
+    let (mut direct, _) = side(&store, &wd, rss, &a, &mut swarms, cpu0, "direct").await?;
+    let mark = store.final_mark().await?;
+    let done = harness::finish(swarms, &mark).await?;
     direct.nodes_exact = done.exact;
     let direct_ok = done.nodes == a.nodes && done.exact == a.nodes;
 
     // Side 2: the same nodes through our server, which holds the one watch.
-    let cpu1 = etcd_cpu();
-    let mut server = wd.etcd_server("server", &endpoint).await?;
+    let cpu1 = store.cpu();
+    let rss = RssPeak::start(w.datastore);
+    let mut server = store.server(&wd).await?;
     timeline.add_server(server.pid());
+    let scpu0 = harness::cpu(&[server.pid()]);
     let mut swarms = wd.swarms(&[&server.addr], a.nodes, 0, &a.common, &[])?;
     timeline.add_swarms(&swarms);
+    let (mut via, latency) = side(&store, &wd, rss, &a, &mut swarms, cpu1, "via server").await?;
     let scpu = harness::cpu(&[server.pid()]);
-    let (mut via, latency) = side(&e, &wd, &a, &mut swarms, cpu1, "via server").await?;
-    via.server_cpu_churn_secs = harness::cpu(&[server.pid()]) - scpu;
+    via.server_cpu_churn_secs = (scpu - scpu0).max(0.0);
     let state = server.state().await?;
     let digest = state["digest"].as_str().unwrap_or_default().to_owned();
     let done_via = harness::finish(swarms, &digest).await?;
@@ -173,42 +335,78 @@ pub(crate) async fn run(a: DirectArgs) -> anyhow::Result<Outcome> {
         && direct.deliveries >= direct.deliveries_expected
         && via.deliveries >= via.deliveries_expected;
     let r = DirectResult {
+        datastore: a.datastore,
         nodes: a.nodes,
         resources,
         tls: !a.common.plain,
         direct,
         via_server: via,
     };
+    let (name, the) = store.names();
+    let table = table(&r, &a, name, the, &mark, ok);
+    Ok(Outcome {
+        name: "direct",
+        table,
+        json: serde_json::to_value(&r)?,
+        ok,
+        timeline: timeline.stop(),
+        latency: Some(latency),
+    })
+}
+
+/// The Markdown table of a run.
+fn table(r: &DirectResult, a: &DirectArgs, name: &str, the: &str, mark: &str, ok: bool) -> String {
     let (d, v) = (&r.direct, &r.via_server);
-    let table = format!(
-        "direct: {} nodes, {} resources in etcd, {} updates/s for {} s per side\n\
-         | measure | every node watches etcd | through typha-server ({}) | ratio |\n|---|---|---|---|\n\
+    let mut rows = format!(
+        "direct ({}): {} nodes, {} {} in {the}, {} updates/s for {} s per side\n\
+         | measure | every node watches {the} | through typha-server ({}) | ratio |\n|---|---|---|---|\n\
          | all nodes in sync after | {:.1} s | {:.1} s | {} |\n\
-         | etcd CPU until all in sync | {:.2} s | {:.2} s | {} |\n\
-         | etcd CPU during churn | {:.2} s | {:.2} s | {} |\n\
-         | etcd peak RSS | {:.1} MiB | {:.1} MiB | {} |\n\
-         | latency p50 / p90 / p99 / max | {} | {} | p99 {} |\n\
-         | deliveries / expected | {} / {} | {} / {} | |\n\
-         | typha-server CPU during churn | | {:.2} s | |\n\
-         | nodes ending exact | {} of {} (etcd revision {revision}) | {} of {} (server digest) | |\n\
-         {}",
+         | {name} CPU until all in sync | {:.2} s | {:.2} s | {} |\n\
+         | {name} CPU during churn | {:.2} s | {:.2} s | {} |\n\
+         | {name} peak RSS | {:.1} MiB | {:.1} MiB | {} |\n",
+        name,
         r.nodes,
         r.resources,
+        if a.datastore == DirectStore::Etcd {
+            "resources"
+        } else {
+            "objects"
+        },
         a.rate,
         a.secs,
         if r.tls { "mutual TLS" } else { "plaintext" },
         d.sync_secs,
         v.sync_secs,
         ratio(v.sync_secs, d.sync_secs),
-        d.etcd_cpu_sync_secs,
-        v.etcd_cpu_sync_secs,
-        ratio(v.etcd_cpu_sync_secs, d.etcd_cpu_sync_secs),
-        d.etcd_cpu_churn_secs,
-        v.etcd_cpu_churn_secs,
-        ratio(v.etcd_cpu_churn_secs, d.etcd_cpu_churn_secs),
-        mib(d.etcd_rss_peak),
-        mib(v.etcd_rss_peak),
-        ratio(v.etcd_rss_peak as f64, d.etcd_rss_peak as f64),
+        d.datastore_cpu_sync_secs,
+        v.datastore_cpu_sync_secs,
+        ratio(v.datastore_cpu_sync_secs, d.datastore_cpu_sync_secs),
+        d.datastore_cpu_churn_secs,
+        v.datastore_cpu_churn_secs,
+        ratio(v.datastore_cpu_churn_secs, d.datastore_cpu_churn_secs),
+        mib(d.datastore_rss_peak),
+        mib(v.datastore_rss_peak),
+        ratio(v.datastore_rss_peak as f64, d.datastore_rss_peak as f64),
+    );
+    if let (Some(ds), Some(vs), Some(dc), Some(vc)) = (
+        d.etcd_under_cpu_sync_secs,
+        v.etcd_under_cpu_sync_secs,
+        d.etcd_under_cpu_churn_secs,
+        v.etcd_under_cpu_churn_secs,
+    ) {
+        rows.push_str(&format!(
+            "| etcd (under it) CPU until all in sync | {ds:.2} s | {vs:.2} s | {} |\n\
+             | etcd (under it) CPU during churn | {dc:.2} s | {vc:.2} s | {} |\n",
+            ratio(vs, ds),
+            ratio(vc, dc),
+        ));
+    }
+    rows.push_str(&format!(
+        "| latency p50 / p90 / p99 / max | {} | {} | p99 {} |\n\
+         | deliveries / expected | {} / {} | {} / {} | |\n\
+         | typha-server CPU during churn | | {:.2} s | |\n\
+         | nodes ending exact | {} of {} ({mark}) | {} of {} (server digest) | |\n\
+         {}",
         d.latency_ms.cells(),
         v.latency_ms.cells(),
         ratio(v.latency_ms.p99, d.latency_ms.p99),
@@ -226,13 +424,6 @@ pub(crate) async fn run(a: DirectArgs) -> anyhow::Result<Outcome> {
         } else {
             "LOST: deliveries missing or nodes diverged"
         },
-    );
-    Ok(Outcome {
-        name: "direct",
-        table,
-        json: serde_json::to_value(&r)?,
-        ok,
-        timeline: timeline.stop(),
-        latency: Some(latency),
-    })
+    ));
+    rows
 }

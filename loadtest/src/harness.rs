@@ -107,6 +107,7 @@ impl Workdir {
             log_dir: &self.path,
             bin: self.server_bin.as_deref(),
             etcd: None,
+            kubeconfig: None,
         })
         .await
     }
@@ -120,6 +121,25 @@ impl Workdir {
             log_dir: &self.path,
             bin: self.server_bin.as_deref(),
             etcd: Some(etcd),
+            kubeconfig: None,
+        })
+        .await
+    }
+
+    /// Our server over the Kubernetes API server this kubeconfig names.
+    pub(crate) async fn kube_server(
+        &self,
+        name: &str,
+        kubeconfig: &Path,
+    ) -> anyhow::Result<Server> {
+        Server::spawn(Spawn {
+            name,
+            manifests: &self.manifests,
+            tls: self.tls.as_deref(),
+            log_dir: &self.path,
+            bin: self.server_bin.as_deref(),
+            etcd: None,
+            kubeconfig: Some(kubeconfig),
         })
         .await
     }

@@ -25,6 +25,7 @@ mod etcd;
 mod failover;
 mod harness;
 mod http;
+mod kube;
 mod procstat;
 mod raw;
 mod report;
@@ -84,7 +85,9 @@ fn main() -> ExitCode {
     } else {
         Cli::parse()
     };
-    let filter = std::env::var("LOADTEST_LOG").unwrap_or_else(|_| "warn".into());
+    // kube's client logs every 5xx at error; waiting for a starting kube-apiserver's /readyz
+    // makes dozens, none of them news.
+    let filter = std::env::var("LOADTEST_LOG").unwrap_or_else(|_| "warn,kube_client=off".into());
     typha_service::logging::init(&filter, false, typha_service::logging::Output::Stderr);
     let rt = match typha_service::runtime::multi_thread("loadtest", None) {
         Ok(rt) => rt,

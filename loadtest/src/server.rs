@@ -81,6 +81,8 @@ pub(crate) struct Spawn<'a> {
     pub(crate) bin: Option<&'a Path>,
     /// Serve from this etcd (client URL) instead of the embedded datastore.
     pub(crate) etcd: Option<&'a str>,
+    /// Serve from the Kubernetes API server this kubeconfig names instead.
+    pub(crate) kubeconfig: Option<&'a Path>,
 }
 
 /// A free TCP port on the loopback.
@@ -112,6 +114,7 @@ const OWNED: &[&str] = &[
     "TYPHA_ETCDCAFILE",
     "TYPHA_ETCDCERTFILE",
     "TYPHA_ETCDKEYFILE",
+    "TYPHA_K8SAPIENDPOINT",
 ];
 
 /// Defaults for a load test that the caller's environment may override.
@@ -145,14 +148,18 @@ impl Server {
         }
         let http = format!("127.0.0.1:{http_port}");
         let api = format!("127.0.0.1:{api_port}");
-        match s.etcd {
-            None => cmd
+        match (s.etcd, s.kubeconfig) {
+            (Some(endpoint), _) => cmd
+                .env("TYPHA_DATASTORETYPE", "etcdv3")
+                .env("TYPHA_ETCDENDPOINTS", endpoint),
+            (None, Some(kubeconfig)) => cmd
+                .env("TYPHA_DATASTORETYPE", "kubernetes")
+                .env("KUBECONFIG", kubeconfig)
+                .env_remove("KUBERNETES_SERVICE_HOST"),
+            (None, None) => cmd
                 .env("TYPHA_DATASTORETYPE", "embedded")
                 .env("TYPHA_EMBEDDEDDIR", s.manifests)
                 .env("TYPHA_EMBEDDEDAPIADDR", &api),
-            Some(endpoint) => cmd
-                .env("TYPHA_DATASTORETYPE", "etcdv3")
-                .env("TYPHA_ETCDENDPOINTS", endpoint),
         };
         cmd.env("TYPHA_SERVERHOST", "127.0.0.1")
             .env("TYPHA_SERVERPORT", port.to_string())

@@ -58,13 +58,23 @@ pub(crate) struct SwarmArgs {
     /// Every node lists and watches this etcd (client URL) itself, not a typha-client.
     #[arg(long)]
     pub(crate) etcd: Option<String>,
+    /// Every node lists and watches this Kubernetes API server (URL) itself, not a
+    /// typha-client (with `--kube-ca` and `--kube-token`).
+    #[arg(long)]
+    pub(crate) kube: Option<String>,
+    /// The CA of the API server's certificate.
+    #[arg(long)]
+    pub(crate) kube_ca: Option<PathBuf>,
+    /// The nodes' bearer token (a throwaway ServiceAccount's, on a loopback API server).
+    #[arg(long)]
+    pub(crate) kube_token: Option<String>,
 }
 
 const SHARDS: usize = 16;
 
 struct Shared {
     in_sync: AtomicUsize,
-    /// Direct (etcd) nodes connected.
+    /// Direct (etcd or Kubernetes) nodes connected.
     direct_connected: AtomicU64,
     updates: AtomicU64,
     churn_updates: AtomicU64,
@@ -195,8 +205,28 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     } else {
         a.nodes.saturating_sub(a.stalled)
     };
+    let mut kube_tasks = Vec::new();
+    if let Some(url) = &a.kube {
+        let ca = a.kube_ca.as_deref().context("--kube needs --kube-ca")?;
+        let token = a.kube_token.clone().context("--kube needs --kube-token")?;
+        let tls = crate::kube::node_tls(ca)?;
+        for i in 0..a.nodes {
+            kube_tasks.push(tokio::spawn(direct_kube(
+                url.clone(),
+                tls.clone(),
+                token.clone(),
+                shared.clone(),
+                i % SHARDS,
+                stop_rx.clone(),
+            )));
+        }
+    }
     // Direct nodes replace the typha-clients (and stalled or raw ones).
-    let simulated = if a.etcd.is_some() { 0 } else { a.nodes };
+    let simulated = if a.etcd.is_some() || a.kube.is_some() {
+        0
+    } else {
+        a.nodes
+    };
     for i in 0..simulated {
         let name = format!("sim-{}", a.first + i);
         if i >= real {
@@ -283,6 +313,15 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         };
         *digests.entry(d).or_default() += 1;
     }
+    // A direct Kubernetes node's: the highest pod resourceVersion it saw.
+    for t in kube_tasks {
+        let d = match t.await {
+            Ok(Ok(r)) => format!("rv-{}", r.pods_rv),
+            Ok(Err(e)) => format!("error: {e:#}"),
+            Err(e) => format!("error: {e}"),
+        };
+        *digests.entry(d).or_default() += 1;
+    }
     let mut full_digests: BTreeMap<String, usize> = BTreeMap::new();
     for (i, t) in tasks.into_iter().enumerate() {
         if let Ok((_, store)) = t.await {
@@ -309,6 +348,45 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         })
     );
     Ok(())
+}
+
+/// A node watching the Kubernetes API server itself; latency and counts go where a
+/// typha-client node's do.
+async fn direct_kube(
+    url: String,
+    tls: Arc<rustls::ClientConfig>,
+    token: String,
+    shared: Arc<Shared>,
+    shard: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<crate::kube::KubeReport> {
+    shared.direct_connected.fetch_add(1, Ordering::Relaxed);
+    let s2 = shared.clone();
+    crate::kube::direct_node(
+        url,
+        tls,
+        token,
+        move |listed| {
+            s2.updates.fetch_add(listed as u64, Ordering::Relaxed);
+            s2.in_sync.fetch_add(1, Ordering::Relaxed);
+        },
+        |line| {
+            shared.updates.fetch_add(1, Ordering::Relaxed);
+            let Some(sent) = crate::etcd::sent_ns_json(line) else {
+                return;
+            };
+            let us = u64::try_from(now_ns().saturating_sub(sent) / 1000).unwrap_or(u64::MAX);
+            shared.churn_updates.fetch_add(1, Ordering::Relaxed);
+            shared.churn_frames.fetch_add(1, Ordering::Relaxed);
+            if let Some(h) = shared.latency.get(shard) {
+                h.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .saturating_record(us);
+            }
+        },
+        stop,
+    )
+    .await
 }
 
 /// A node watching etcd itself; latency and counts go where a typha-client node's do.

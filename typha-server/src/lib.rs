@@ -19,13 +19,16 @@
 //! `TYPHA_*` environment variables into it and is the whole `typha-server` program.
 //!
 //! With the `test-support` feature (tests, benchmarks and loadtest; never the release binary):
-//! [`pki`], a small certificate authority, and [`sample`], generated clusters.
+//! [`pki`], a small certificate authority, [`sample`], generated clusters, and
+//! [`control_plane`], a real etcd 3.6 and kube-apiserver (built by `peers/build`).
 
 pub mod cache;
 pub mod calico;
 pub mod cli;
 pub mod config;
 pub mod conn;
+#[cfg(feature = "test-support")]
+pub mod control_plane;
 pub mod datastore;
 pub mod fanout;
 pub mod governor;

@@ -4,13 +4,16 @@
 //! state digest equal to a fold of what the datastore holds, read back from the datastore
 //! itself, and to the test's own record of what it wrote: nothing lost, nothing left over.
 //!
-//! Kubernetes is covered through the fixture API server (`common::k8s_fixture`): there is no
-//! kube-apiserver binary on the machine, so the backend's real kube `Client` talks HTTP to a fake
-//! that lists, watches, compacts (410 Gone) and goes down as the real one does. The suite
-//! writes Calico resources to it as their `crd.projectcalico.org/v1` CRDs, so it tests only the
-//! kinds stored as CRDs ([`Backend::supports`]): Profiles, WorkloadEndpoints and Nodes come
-//! from namespaces, service accounts, pods and nodes there, and `tests/kubernetes.rs` covers
-//! those conversions.
+//! Kubernetes runs against a real kube-apiserver over a real etcd 3.6 (`common::kube`, built by
+//! `peers/build`), each test with its own, as ServiceAccount `kube-system/calico-typha` with
+//! exactly the README's RBAC rules. The suite writes Calico resources as their
+//! `crd.projectcalico.org/v1` objects through the API (validated against Calico's own CRD
+//! schemas), so it tests the kinds stored as CRDs ([`Backend::supports`]); Profiles,
+//! WorkloadEndpoints and Nodes come from namespaces, service accounts, pods and nodes there,
+//! and `tests/kubernetes.rs` covers those. The API server runs with `--watch-cache=false`, so
+//! lists and watches go to etcd: a compaction of etcd reaches the watch as 410 Gone from the
+//! API server, and a watch resumes from etcd's history after an outage, as the suite asserts for
+//! every backend (with the watch cache, tests/kubernetes.rs covers the same outage).
 //!
 //! A backend is a [`Backend`]: how to write to it as its users do, read it back, compact it
 //! and take it away, and which kinds it can be written. Adding one is an impl and one line of
@@ -27,7 +30,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::etcd::EtcdServer;
-use common::k8s_fixture::ApiServer;
 use common::{Peer, digest_of};
 use futures_util::future::BoxFuture;
 use futures_util::stream::StreamExt;
@@ -37,9 +39,10 @@ use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus};
 use typha_protocol::sample::Rng;
 use typha_server::calico::v3::{Kind, Resource, ResourceId};
 use typha_server::config::Config;
+use typha_server::control_plane::{ControlPlane, Options};
 use typha_server::datastore::embedded::Embedded;
 use typha_server::datastore::etcd::{Etcd, key_value_of};
-use typha_server::datastore::kubernetes::{CRD_GROUP, CRD_KINDS, Kubernetes};
+use typha_server::datastore::kubernetes::{CRD_KINDS, Kubernetes};
 use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
 use typha_server::server::{RunningServer, start};
 
@@ -51,8 +54,9 @@ trait Backend: Sized {
     fn supports(_kind: Kind) -> bool {
         true
     }
-    /// A fresh, empty datastore.
-    async fn new() -> Self;
+    /// A fresh, empty datastore (`None`: it cannot run here and the test may skip, having said
+    /// why).
+    async fn new() -> Option<Self>;
     /// The backend under test, as the server uses it.
     fn datastore(&self) -> Arc<dyn Datastore>;
     /// Creates or replaces a resource.
@@ -62,13 +66,20 @@ trait Backend: Sized {
     /// Every resource stored, read from the datastore directly (not through the backend
     /// under test).
     async fn contents(&mut self) -> Vec<Resource>;
+    /// What a fresh datastore already holds that the test did not write (Kubernetes: the
+    /// profiles of its namespaces).
+    async fn ambient(&mut self) -> Vec<Resource> {
+        Vec::new()
+    }
+    /// How many different outages [`Backend::stop`] can make (numbered from 0).
+    const OUTAGES: usize = 1;
     /// Drops the change history up to now: a watch from before must relist.
     async fn compact(&mut self);
-    /// The datastore goes away: connections break, requests fail. Nothing is written until
-    /// [`Backend::start`].
-    async fn stop(&mut self);
-    /// The datastore comes back, with its data.
-    async fn start(&mut self);
+    /// The datastore goes away (outage number `outage`): connections break, requests fail.
+    /// Nothing is written until [`Backend::start`].
+    async fn stop(&mut self, outage: usize);
+    /// The datastore comes back from outage `outage`, with its data.
+    async fn start(&mut self, outage: usize);
 }
 
 /// The embedded store. It runs in-process, so its outage is a [`Switch`]: listings and
@@ -79,10 +90,10 @@ struct EmbeddedBackend {
 }
 
 impl Backend for EmbeddedBackend {
-    async fn new() -> Self {
+    async fn new() -> Option<Self> {
         let store = Embedded::new();
         let outage = Switch::new(Arc::new(store.clone()));
-        Self { store, outage }
+        Some(Self { store, outage })
     }
     fn datastore(&self) -> Arc<dyn Datastore> {
         self.outage.clone()
@@ -99,10 +110,10 @@ impl Backend for EmbeddedBackend {
     async fn compact(&mut self) {
         self.store.compact();
     }
-    async fn stop(&mut self) {
+    async fn stop(&mut self, _: usize) {
         self.outage.set(false);
     }
-    async fn start(&mut self) {
+    async fn start(&mut self, _: usize) {
         self.outage.set(true);
     }
 }
@@ -120,16 +131,16 @@ struct EtcdBackend {
 }
 
 impl Backend for EtcdBackend {
-    async fn new() -> Self {
+    async fn new() -> Option<Self> {
         let etcd = EtcdServer::start().await;
         let client = etcd.client().await;
         let ds = Arc::new(Etcd::connect(&[etcd.endpoint()], None).await.unwrap());
-        Self {
+        Some(Self {
             etcd,
             client,
             ds,
             keys: BTreeMap::new(),
-        }
+        })
     }
     fn datastore(&self) -> Arc<dyn Datastore> {
         self.ds.clone()
@@ -149,25 +160,23 @@ impl Backend for EtcdBackend {
     async fn compact(&mut self) {
         common::etcd::compact(&mut self.client).await;
     }
-    async fn stop(&mut self) {
+    async fn stop(&mut self, _: usize) {
         self.etcd.kill();
     }
-    async fn start(&mut self) {
+    async fn start(&mut self, _: usize) {
         self.etcd.restart().await;
         self.client = self.etcd.client().await;
     }
 }
 
-/// The fixture API server (there is no kube-apiserver binary here), written to as Calico's
-/// CRDs; its outage is the fixture going down (503 to every request, watches end).
+/// A real kube-apiserver over a real etcd 3.6, written to through the API as Calico's CRDs
+/// (as the admin), read by the backend as typha-server's ServiceAccount. Its outages: kube-
+/// apiserver killed (connections refused) and restarted, then etcd killed (the API server
+/// answers errors) and restarted.
 struct KubernetesBackend {
-    api: ApiServer,
+    cp: ControlPlane,
+    admin: kube::Client,
     ds: Arc<Kubernetes>,
-}
-
-/// The apiVersion of Calico's CRDs.
-fn crd_api_version() -> String {
-    format!("{CRD_GROUP}/v1")
 }
 
 impl Backend for KubernetesBackend {
@@ -176,49 +185,64 @@ impl Backend for KubernetesBackend {
     fn supports(kind: Kind) -> bool {
         CRD_KINDS.contains(&kind)
     }
-    async fn new() -> Self {
-        let api = ApiServer::start().await;
-        // kube's default client retries a 503 for minutes; the outage must reach the backend.
-        let ds = Arc::new(Kubernetes::new(api.client_without_retries()).await);
-        Self { api, ds }
+    async fn new() -> Option<Self> {
+        let cp = common::kube::start(Options {
+            watch_cache: false,
+            ..Options::default()
+        })
+        .await?;
+        let admin = cp.admin().unwrap();
+        // The namespaces the suite's namespaced resources live in.
+        let mut namespaces: Vec<String> = (0..10).map(typha_server::sample::namespace).collect();
+        namespaces.extend(["ns-0".to_owned(), "ns-1".to_owned()]);
+        for ns in &namespaces {
+            common::kube::namespace(&admin, ns).await;
+        }
+        let (client, _) = common::kube::typha_identity(&cp).await;
+        let ds = Arc::new(Kubernetes::new(client).await);
+        Some(Self { cp, admin, ds })
     }
     fn datastore(&self) -> Arc<dyn Datastore> {
         self.ds.clone()
     }
     async fn put(&mut self, r: &Resource) {
         assert!(Self::supports(r.kind()), "{} is not a CRD", r.kind());
-        let mut crd = r.to_json();
-        crd["apiVersion"] = crd_api_version().into();
-        crd["kind"] = r.kind().as_str().into();
-        self.api.put(r.kind().plural(), crd);
+        common::kube::put_crd(&self.admin, r).await;
     }
     async fn delete(&mut self, id: &ResourceId) {
         let ns = id.namespace.clone().unwrap_or_default();
-        self.api
-            .delete(&crd_api_version(), id.kind.plural(), &ns, &id.name);
+        common::kube::delete(
+            &self.admin,
+            "crd.projectcalico.org/v1",
+            id.kind.as_str(),
+            &ns,
+            &id.name,
+        )
+        .await;
     }
     async fn contents(&mut self) -> Vec<Resource> {
-        // Read back from the fixture, undoing what `put` did: the v3 resources written.
-        let mut out = Vec::new();
-        for kind in CRD_KINDS {
-            for mut o in self.api.objects(&crd_api_version(), kind.plural()) {
-                o["apiVersion"] = "projectcalico.org/v3".into();
-                if let Some(m) = o["metadata"].as_object_mut() {
-                    m.remove("resourceVersion");
-                }
-                out.push(Resource::from_json(o).unwrap());
-            }
-        }
+        let mut out = common::kube::calico_resources(&self.admin).await;
+        out.extend(common::kube::profiles(&self.admin).await);
         out
     }
+    async fn ambient(&mut self) -> Vec<Resource> {
+        common::kube::profiles(&self.admin).await
+    }
     async fn compact(&mut self) {
-        self.api.compact();
+        self.cp.compact_etcd().await.unwrap();
     }
-    async fn stop(&mut self) {
-        self.api.set_down(true);
+    const OUTAGES: usize = 2;
+    async fn stop(&mut self, outage: usize) {
+        match outage {
+            0 => self.cp.kill_apiserver(),
+            _ => self.cp.kill_etcd(),
+        }
     }
-    async fn start(&mut self) {
-        self.api.set_down(false);
+    async fn start(&mut self, outage: usize) {
+        match outage {
+            0 => self.cp.start_apiserver().await.unwrap(),
+            _ => self.cp.start_etcd().await.unwrap(),
+        }
     }
 }
 
@@ -408,22 +432,23 @@ struct Run<B> {
 }
 
 impl<B: Backend> Run<B> {
-    /// Writes `seed`, then starts the server.
-    async fn new(seed: &[Resource]) -> Self {
-        let mut b = B::new().await;
-        let mut model = BTreeMap::new();
+    /// Writes `seed`, then starts the server (`None`: the backend cannot run here).
+    async fn new(seed: &[Resource]) -> Option<Self> {
+        let mut b = B::new().await?;
+        let mut model: BTreeMap<ResourceId, Resource> =
+            b.ambient().await.into_iter().map(|r| (r.id(), r)).collect();
         for r in seed {
             b.put(r).await;
             model.insert(r.id(), r.clone());
         }
         let switch = Switch::new(b.datastore());
         let srv = start(Config::for_tests(), switch.clone()).await.unwrap();
-        Self {
+        Some(Self {
             b,
             switch,
             srv,
             model,
-        }
+        })
     }
 
     async fn put(&mut self, r: Resource) {
@@ -485,7 +510,9 @@ impl<B: Backend> Run<B> {
 }
 
 async fn initial_sync_equals_the_datastore<B: Backend>() {
-    let mut run = Run::<B>::new(&seed::<B>(3)).await;
+    let Some(mut run) = Run::<B>::new(&seed::<B>(3)).await else {
+        return;
+    };
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
     assert_eq!(p.first_after_hello, Some("snapshot"));
@@ -493,7 +520,9 @@ async fn initial_sync_equals_the_datastore<B: Backend>() {
 }
 
 async fn every_kind_is_created_updated_and_deleted<B: Backend>() {
-    let mut run = Run::<B>::new(&seed::<B>(1)).await;
+    let Some(mut run) = Run::<B>::new(&seed::<B>(1)).await else {
+        return;
+    };
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
     for kind in kinds::<B>() {
@@ -527,7 +556,9 @@ async fn every_kind_is_created_updated_and_deleted<B: Backend>() {
 }
 
 async fn compaction_while_behind_resyncs_without_lost_or_phantom_keys<B: Backend>() {
-    let mut run = Run::<B>::new(&seed::<B>(3)).await;
+    let Some(mut run) = Run::<B>::new(&seed::<B>(3)).await else {
+        return;
+    };
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
 
@@ -561,7 +592,9 @@ async fn compaction_while_behind_resyncs_without_lost_or_phantom_keys<B: Backend
 }
 
 async fn seeded_churn_ends_exact<B: Backend>() {
-    let mut run = Run::<B>::new(&seed::<B>(2)).await;
+    let Some(mut run) = Run::<B>::new(&seed::<B>(2)).await else {
+        return;
+    };
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
     run.churn(&mut Rng::new(0x5eed), 300).await;
@@ -574,39 +607,49 @@ async fn seeded_churn_ends_exact<B: Backend>() {
 }
 
 async fn outage_and_recovery_end_exact<B: Backend>() {
-    let mut run = Run::<B>::new(&seed::<B>(2)).await;
+    let Some(mut run) = Run::<B>::new(&seed::<B>(2)).await else {
+        return;
+    };
     let mut p = run.peer("node-a").await;
     run.converge(&mut p, "the initial sync").await;
     run.churn(&mut Rng::new(1), 50).await;
     run.converge(&mut p, "before the outage").await;
     let lists = run.switch.lists();
 
-    run.b.stop().await;
     let ds = run.b.datastore();
-    let r = tokio::time::timeout(Duration::from_secs(15), ds.list())
-        .await
-        .expect("a listing while the datastore is down fails instead of hanging");
-    // Unreachable, or (an API server in front of the stopped store) answering with an error.
-    assert!(
-        matches!(
-            r,
-            Err(DatastoreError::Unavailable { .. } | DatastoreError::Refused { .. })
-        ),
-        "{r:?}"
-    );
-
-    run.b.start().await;
-    let deadline = tokio::time::Instant::now() + common::WAIT;
-    while tokio::time::timeout(Duration::from_secs(15), ds.list())
-        .await
-        .expect("a listing does not hang")
-        .is_err()
-    {
+    for outage in 0..B::OUTAGES {
+        run.b.stop(outage).await;
+        let r = tokio::time::timeout(Duration::from_secs(15), ds.list())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("outage {outage}: a listing while the datastore is down hangs")
+            });
+        // Unreachable, or (an API server in front of the stopped store) answering with an error.
         assert!(
-            tokio::time::Instant::now() < deadline,
-            "the datastore is back but listing still fails"
+            matches!(
+                r,
+                Err(DatastoreError::Unavailable { .. } | DatastoreError::Refused { .. })
+            ),
+            "outage {outage}: {r:?}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+
+        run.b.start(outage).await;
+        let deadline = tokio::time::Instant::now() + common::WAIT;
+        while tokio::time::timeout(Duration::from_secs(15), ds.list())
+            .await
+            .expect("a listing does not hang")
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the datastore is back from outage {outage} but listing still fails"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The listings above were the test's own, not the server's.
+        run.churn(&mut Rng::new(10 + outage as u64), 20).await;
+        run.converge(&mut p, &format!("after outage {outage}"))
+            .await;
     }
     run.churn(&mut Rng::new(2), 50).await;
     run.converge(&mut p, "after the outage").await;

@@ -1,9 +1,16 @@
-//! The Kubernetes backend through the real server to a raw protocol client, against a fixture
-//! API server (`common::k8s_fixture`: there is no kube-apiserver binary here, so the API server
-//! is a fake that speaks list and watch as the real one does, with one revision counter,
-//! compaction with 410 Gone, and bookmarks). The backend uses kube's real `Client` over HTTP.
-//! Expected states are written by hand as Calico v3 resources, independently of the backend's
-//! conversion.
+//! The Kubernetes backend through the real server to a raw protocol client, against a real
+//! kube-apiserver over a real etcd 3.6 (`common::kube`, built by `peers/build`), as the
+//! ServiceAccount `kube-system/calico-typha` with exactly the README's RBAC rules. Pods,
+//! Namespaces, ServiceAccounts, Nodes and NetworkPolicies are written through the API, so their
+//! defaulting and validation are the API server's (a namespace gains its
+//! `kubernetes.io/metadata.name` label, a pod its defaulted fields); Calico's resources are
+//! written as their CRDs and validated against Calico's own schemas. The API server runs as
+//! clusters run it, with its watch cache. Expected states are written by hand as Calico v3
+//! resources, independently of the backend's conversion.
+//!
+//! Bookmarks are the one thing left on the fixture API server (`common::k8s_fixture`, at the
+//! end of this file): the real one sends a bookmark on its own schedule (about once a minute
+//! per watch), and a test cannot ask it for one at the moment it needs.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -14,22 +21,23 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::k8s_fixture::ApiServer;
+use common::kube::{apply, delete, set_status};
 use common::{Peer, digest_of, eventually, metric};
-use futures_util::StreamExt;
 use serde_json::{Value, json};
-use typha_protocol::model::{Revision, SyncStatus};
-use typha_server::calico::v3::{Resource, ResourceId};
+use typha_protocol::model::SyncStatus;
+use typha_server::calico::v3::{Kind, Resource, ResourceId};
 use typha_server::config::Config;
+use typha_server::control_plane::ControlPlane;
+use typha_server::datastore::Datastore;
 use typha_server::datastore::kubernetes::Kubernetes;
-use typha_server::datastore::{Datastore, WatchEvent};
 use typha_server::server::{RunningServer, start};
 
 const CRD: &str = "crd.projectcalico.org/v1";
 
-/// The API server, the server over the backend, and what the client must end up with.
+/// The control plane, the server over the backend, and what the client must end up with.
 struct Run {
-    api: ApiServer,
+    cp: ControlPlane,
+    admin: kube::Client,
     srv: RunningServer,
     want: BTreeMap<ResourceId, Resource>,
 }
@@ -73,90 +81,95 @@ fn host_endpoint(i: usize) -> Value {
     )
 }
 
-fn plural(doc: &Value) -> String {
-    let kind = doc["kind"].as_str().unwrap();
-    match kind {
-        "NetworkPolicy" => "networkpolicies".into(),
-        "GlobalNetworkPolicy" => "globalnetworkpolicies".into(),
-        _ => format!("{}s", kind.to_lowercase()),
-    }
+/// The profile Calico makes of a service account.
+fn sa_profile(ns: &str, name: &str, labels: &BTreeMap<String, String>) -> Resource {
+    common::kube::service_account_profile(ns, name, labels)
 }
 
 impl Run {
-    async fn new() -> Run {
-        let api = ApiServer::start().await;
-        let ds = Kubernetes::new(api.client()).await;
+    /// A control plane, typha's identity, and the server over the backend; `None` when the
+    /// peers are missing and skipping is allowed.
+    async fn new() -> Option<Run> {
+        let cp = common::kube::default().await?;
+        let admin = cp.admin().unwrap();
+        let (client, _) = common::kube::typha_identity(&cp).await;
+        // What the cluster holds before the test writes anything: the profiles of the API
+        // server's own namespaces and of typha-server's account.
+        let want = common::kube::profiles(&admin)
+            .await
+            .into_iter()
+            .map(|r| (r.id(), r))
+            .collect();
+        let ds = Kubernetes::new(client).await;
         let srv = start(Config::for_tests(), Arc::new(ds)).await.unwrap();
-        Run {
-            api,
+        Some(Run {
+            cp,
+            admin,
             srv,
-            want: BTreeMap::new(),
-        }
+            want,
+        })
     }
 
     /// Writes a Calico resource as its CRD.
-    fn put(&mut self, doc: Value) {
-        let r = Resource::from_json(doc.clone()).unwrap();
-        let mut crd = doc.clone();
-        crd["apiVersion"] = CRD.into();
-        self.api.put(&plural(&doc), crd);
+    async fn put(&mut self, doc: Value) {
+        let r = Resource::from_json(doc).unwrap();
+        common::kube::put_crd(&self.admin, &r).await;
         self.want.insert(r.id(), r);
     }
 
-    fn delete(&mut self, doc: Value) {
-        let r = Resource::from_json(doc.clone()).unwrap();
+    async fn delete(&mut self, doc: Value) {
+        let r = Resource::from_json(doc).unwrap();
         let ns = r.metadata.namespace.clone().unwrap_or_default();
-        self.api.delete(CRD, &plural(&doc), &ns, &r.metadata.name);
+        delete(&self.admin, CRD, r.kind().as_str(), &ns, &r.metadata.name).await;
         self.want.remove(&r.id());
     }
 
-    /// Writes a namespace, and the profile it must become.
-    fn namespace(&mut self, name: &str, labels: Value) {
-        self.api.put(
-            "namespaces",
+    /// Writes a namespace, and the profile it must become (with the label the API server adds).
+    async fn namespace(&mut self, name: &str, labels: Value) {
+        let stored = apply(
+            &self.admin,
             json!({"apiVersion": "v1", "kind": "Namespace",
                    "metadata": {"name": name, "labels": labels}}),
+        )
+        .await;
+        let mut want: BTreeMap<String, String> = serde_json::from_value(labels).unwrap();
+        want.insert("kubernetes.io/metadata.name".into(), name.into());
+        assert_eq!(
+            stored.metadata.labels.clone().unwrap_or_default(),
+            want,
+            "the API server's defaulting of a namespace's labels"
         );
-        let mut apply = json!({"pcns.projectcalico.org/name": name});
-        for (k, v) in labels.as_object().unwrap() {
-            apply[format!("pcns.{k}")] = v.clone();
-        }
-        let doc = v3(
-            "Profile",
-            json!({"name": format!("kns.{name}")}),
-            json!({"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
-                   "labelsToApply": apply}),
-        );
-        let r = Resource::from_json(doc).unwrap();
+        let r = common::kube::namespace_profile(name, &want);
         self.want.insert(r.id(), r);
     }
 
     /// Writes a service account, and the profile it must become.
-    fn service_account(&mut self, ns: &str, name: &str) {
-        self.api.put(
-            "serviceaccounts",
+    async fn service_account(&mut self, ns: &str, name: &str) {
+        apply(
+            &self.admin,
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
                    "metadata": {"name": name, "namespace": ns, "labels": {"tier": "db"}}}),
-        );
-        let doc = v3(
-            "Profile",
-            json!({"name": format!("ksa.{ns}.{name}")}),
-            json!({"labelsToApply": {"pcsa.projectcalico.org/name": name, "pcsa.tier": "db"}}),
-        );
-        let r = Resource::from_json(doc).unwrap();
+        )
+        .await;
+        let labels = BTreeMap::from([("tier".to_owned(), "db".to_owned())]);
+        let r = sa_profile(ns, name, &labels);
         self.want.insert(r.id(), r);
     }
 
-    /// Writes a node, and the Calico node it must become.
-    fn node(&mut self, name: &str, ip: &str) {
-        self.api.put(
-            "nodes",
-            json!({"apiVersion": "v1", "kind": "Node",
-                   "metadata": {"name": name, "labels": {"zone": "a"},
-                                "annotations": {"projectcalico.org/IPv4Address": format!("{ip}/24")}},
-                   "status": {"addresses": [{"type": "InternalIP", "address": ip},
-                                            {"type": "Hostname", "address": name}]}}),
-        );
+    /// Writes a node (its addresses through the status subresource, as a kubelet reports
+    /// them), and the Calico node it must become.
+    async fn node(&mut self, name: &str, ip: &str) {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": name, "labels": {"zone": "a"},
+                            "annotations": {"projectcalico.org/IPv4Address": format!("{ip}/24")}}});
+        apply(&self.admin, node.clone()).await;
+        set_status(
+            &self.admin,
+            &node,
+            json!({"addresses": [{"type": "InternalIP", "address": ip},
+                                 {"type": "Hostname", "address": name}]}),
+        )
+        .await;
         let doc = v3(
             "Node",
             json!({"name": name, "labels": {"zone": "a"}}),
@@ -168,16 +181,16 @@ impl Run {
         self.want.insert(r.id(), r);
     }
 
-    fn seed(&mut self) {
-        self.node("node-1", "172.16.0.5");
-        self.namespace("web", json!({"team": "a"}));
-        self.service_account("web", "api");
+    async fn seed(&mut self) {
+        self.node("node-1", "172.16.0.5").await;
+        self.namespace("web", json!({"team": "a"})).await;
+        self.service_account("web", "api").await;
         for i in 0..3 {
-            self.put(global_set(i, 0));
-            self.put(policy(i, 0));
+            self.put(global_set(i, 0)).await;
+            self.put(policy(i, 0)).await;
         }
-        self.put(pool(0));
-        self.put(host_endpoint(0));
+        self.put(pool(0)).await;
+        self.put(host_endpoint(0)).await;
     }
 
     async fn peer(&self) -> Peer {
@@ -204,8 +217,10 @@ impl Run {
 
 #[tokio::test]
 async fn initial_sync_serves_calico_crds_and_profiles() {
-    let mut run = Run::new().await;
-    run.seed();
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
     let mut p = run.peer().await;
     run.converge(&mut p, "the initial sync").await;
     assert_eq!(p.first_after_hello, Some("snapshot"));
@@ -215,168 +230,110 @@ async fn initial_sync_serves_calico_crds_and_profiles() {
 
 #[tokio::test]
 async fn creates_updates_and_deletes_arrive() {
-    let mut run = Run::new().await;
-    run.seed();
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
     let mut p = run.peer().await;
     run.converge(&mut p, "the initial sync").await;
 
-    run.put(global_set(7, 1));
+    run.put(global_set(7, 1)).await;
     run.converge(&mut p, "a set created").await;
-    run.put(global_set(7, 2));
-    run.put(policy(1, 5));
+    run.put(global_set(7, 2)).await;
+    run.put(policy(1, 5)).await;
     run.converge(&mut p, "a set and a policy updated").await;
-    run.delete(global_set(7, 2));
-    run.delete(pool(0));
+    run.delete(global_set(7, 2)).await;
+    run.delete(pool(0)).await;
     run.converge(&mut p, "a set and a pool deleted").await;
-    run.namespace("web", json!({"team": "b", "env": "prod"}));
-    run.service_account("web", "worker");
+    run.namespace("web", json!({"team": "b", "env": "prod"}))
+        .await;
+    run.service_account("web", "worker").await;
     run.converge(&mut p, "namespace relabelled, service account added")
         .await;
-    run.node("node-1", "172.16.0.9");
+    run.node("node-1", "172.16.0.9").await;
     run.converge(&mut p, "node readdressed").await;
-    run.api.delete("v1", "serviceaccounts", "web", "api");
-    run.want.remove(&ResourceId::global(
-        typha_server::calico::v3::Kind::Profile,
-        "ksa.web.api",
-    ));
+    delete(&run.admin, "v1", "ServiceAccount", "web", "api").await;
+    run.want
+        .remove(&ResourceId::global(Kind::Profile, "ksa.web.api"));
     run.converge(&mut p, "service account deleted").await;
+    delete(&run.admin, "v1", "Node", "", "node-1").await;
+    run.want.remove(&ResourceId::global(Kind::Node, "node-1"));
+    run.converge(&mut p, "node deleted").await;
     run.srv.shutdown().await;
 }
 
 #[tokio::test]
-async fn gone_relists_with_no_lost_and_no_phantom_keys() {
-    let mut run = Run::new().await;
-    run.seed();
+async fn an_apiserver_restart_with_its_watch_cache_ends_exact() {
+    // A restarted API server's watch cache starts at the current revision: a watch resumed from
+    // before it is "too old" (410) unless nothing it holds changed, so the server relists or
+    // resumes; either way, nothing is lost and nothing is left over.
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
     let mut p = run.peer().await;
     run.converge(&mut p, "the initial sync").await;
-    let lists = run.api.lists();
-
-    // While the watches are cut, things change and the history is compacted away.
-    run.api.set_down(true);
-    run.put(global_set(9, 3));
-    run.put(policy(0, 8));
-    run.delete(policy(2, 0));
-    run.delete(global_set(1, 0));
-    run.api.compact();
-    run.api.set_down(false);
-
-    run.converge(&mut p, "after the relist").await;
-    assert!(run.api.lists() > lists, "410 made the backend list again");
-
-    // And the watch after the relist works.
-    run.put(global_set(10, 1));
-    run.converge(&mut p, "a change after the relist").await;
+    run.put(global_set(3, 1)).await;
+    run.converge(&mut p, "before the restart").await;
+    run.cp.kill_apiserver();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    run.cp.start_apiserver().await.unwrap();
+    run.put(global_set(9, 3)).await;
+    run.put(policy(0, 8)).await;
+    run.delete(policy(2, 0)).await;
+    run.delete(global_set(1, 0)).await;
+    run.converge(&mut p, "after the restart").await;
+    run.put(global_set(10, 1)).await;
+    run.converge(&mut p, "a change after that").await;
     run.srv.shutdown().await;
-}
-
-/// Only sets change (every other type's watch stays at the listing's revision), then,
-/// with or without a bookmark to move every type's watch along, history is compacted and the
-/// API server drops the watches. Returns the run and its listing count before the outage,
-/// once a change after it has arrived.
-async fn outage_after_compaction(bookmark: bool) -> (Run, usize) {
-    let mut run = Run::new().await;
-    run.seed();
-    let mut p = run.peer().await;
-    run.converge(&mut p, "the initial sync").await;
-    for g in 1..5 {
-        run.put(global_set(0, g));
-    }
-    run.converge(&mut p, "sets changed").await;
-    if bookmark {
-        run.api.bookmark();
-        // The resume point is internal; give the bookmark time to be read.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    let lists = run.api.lists();
-    run.api.compact();
-    run.api.set_down(true);
-    run.api.set_down(false);
-    run.put(global_set(1, 9));
-    run.converge(&mut p, "a change after the outage").await;
-    (run, lists)
-}
-
-#[tokio::test]
-async fn bookmarks_move_the_revision_past_a_compaction() {
-    let (run, lists) = outage_after_compaction(true).await;
-    assert_eq!(
-        run.api.lists(),
-        lists,
-        "resumed after the bookmark: no 410, no relist"
-    );
-    run.srv.shutdown().await;
-}
-
-#[tokio::test]
-async fn without_a_bookmark_a_resume_after_compaction_relists() {
-    // The control for the test above: the same steps without the bookmark do relist.
-    let (run, lists) = outage_after_compaction(false).await;
-    eventually("a relist", || run.api.lists() > lists).await;
-    run.srv.shutdown().await;
-}
-
-#[tokio::test]
-async fn the_watch_reports_bookmarks_as_progress() {
-    let api = ApiServer::start().await;
-    let ds = Kubernetes::new(api.client()).await;
-    let listing = ds.list().await.unwrap();
-    assert_eq!(listing.revision, Revision(api.revision()));
-    let mut w = ds.watch(Revision(listing.revision.0 + 1)).await.unwrap();
-    let rev = api.put("globalnetworksets", {
-        let mut d = global_set(0, 0);
-        d["apiVersion"] = CRD.into();
-        d
-    });
-    match w.next().await.unwrap().unwrap() {
-        // Every other type is still at the listing's revision.
-        WatchEvent::Put { revision, item } => {
-            assert_eq!(revision, listing.revision);
-            assert_eq!(item.unwrap().metadata.name, "gset-0");
-        }
-        other => panic!("{other:?}"),
-    }
-    api.bookmark();
-    assert_eq!(
-        w.next().await.unwrap().unwrap(),
-        WatchEvent::Progress(Revision(rev))
-    );
 }
 
 #[tokio::test]
 async fn an_object_that_does_not_convert_is_invalid_and_the_rest_is_served() {
-    let mut run = Run::new().await;
-    run.seed();
-    run.api.put(
-        "globalnetworksets",
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
+    // Calico's CRD schema takes any string as a net; the conversion does not.
+    apply(
+        &run.admin,
         json!({"apiVersion": CRD, "kind": "GlobalNetworkSet",
-               "metadata": {"name": "bad"}, "spec": {"nets": 5}}),
-    );
+               "metadata": {"name": "bad"}, "spec": {"nets": ["not-a-cidr"]}}),
+    )
+    .await;
     let mut p = run.peer().await;
     run.converge(&mut p, "the initial sync without the bad set")
         .await;
     assert!(metric(&run.srv, "typha_updates_invalid_total") >= 1.0);
 
     // A bad update to a good object removes it; fixing it brings it back.
-    run.api.put(
-        "globalnetworksets",
+    apply(
+        &run.admin,
         json!({"apiVersion": CRD, "kind": "GlobalNetworkSet",
-               "metadata": {"name": "gset-0"}, "spec": {"nets": "nope"}}),
-    );
+               "metadata": {"name": "gset-0", "labels": {"gen": "0"}},
+               "spec": {"nets": ["10.0.0.0/33"]}}),
+    )
+    .await;
     let gone = Resource::from_json(global_set(0, 0)).unwrap().id();
     run.want.remove(&gone);
     run.converge(&mut p, "the set made invalid is gone").await;
-    run.put(global_set(0, 4));
+    run.put(global_set(0, 4)).await;
     run.converge(&mut p, "the set fixed").await;
     run.srv.shutdown().await;
 }
 
-fn pod(name: &str, ip: Option<&str>, host_network: bool) -> Value {
-    let ips: Vec<Value> = ip.iter().map(|ip| json!({"ip": ip})).collect();
+/// A pod of namespace `web` on node-1 as a user writes it (the API server fills in the rest).
+fn pod(name: &str, host_network: bool) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": "web", "labels": {"app": "api"}},
            "spec": {"nodeName": "node-1", "serviceAccountName": "api", "hostNetwork": host_network,
-                    "containers": [{"name": "c"}]},
-           "status": {"phase": "Running", "podIPs": ips}})
+                    "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}})
+}
+
+/// A pod's status as a kubelet reports it: running, with this address (or none yet).
+fn running(ip: Option<&str>) -> Value {
+    let ips: Vec<Value> = ip.iter().map(|ip| json!({"ip": ip})).collect();
+    json!({"phase": "Running", "podIP": ip, "podIPs": if ips.is_empty() { Value::Null } else { json!(ips) }})
 }
 
 /// The workload endpoint the pod named `name` on node-1 must become (interface name from
@@ -398,45 +355,60 @@ fn endpoint(name: &str, ip: &str, interface: &str) -> Resource {
 
 #[tokio::test]
 async fn pods_become_workload_endpoints_once_they_have_an_address() {
-    let mut run = Run::new().await;
-    run.seed();
-    run.api.put("pods", pod("api-1", None, false));
-    run.api
-        .put("pods", pod("host-agent", Some("192.0.2.10"), true));
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
+    let api_1 = pod("api-1", false);
+    let host_agent = pod("host-agent", true);
+    apply(&run.admin, api_1.clone()).await;
+    apply(&run.admin, host_agent.clone()).await;
+    set_status(&run.admin, &host_agent, running(Some("192.0.2.10"))).await;
     let mut p = run.peer().await;
     run.converge(&mut p, "pending and host-networked pods are not endpoints")
         .await;
 
-    run.api.put("pods", pod("api-1", Some("10.0.0.7"), false));
+    set_status(&run.admin, &api_1, running(Some("10.0.0.7"))).await;
     let wep = endpoint("api-1", "10.0.0.7", "cali81deba30cdc");
     run.want.insert(wep.id(), wep.clone());
     run.converge(&mut p, "the pod got its address").await;
 
-    run.api.put("pods", pod("api-1", None, false));
+    set_status(&run.admin, &api_1, running(None)).await;
     run.want.remove(&wep.id());
     run.converge(&mut p, "the pod lost its address").await;
 
-    run.api.put("pods", pod("api-1", Some("10.0.0.8"), false));
+    set_status(&run.admin, &api_1, running(Some("10.0.0.8"))).await;
     let wep = endpoint("api-1", "10.0.0.8", "cali81deba30cdc");
     run.want.insert(wep.id(), wep.clone());
     run.converge(&mut p, "and got another").await;
 
-    run.api.delete("v1", "pods", "web", "api-1");
+    set_status(
+        &run.admin,
+        &api_1,
+        json!({"phase": "Succeeded", "podIP": "10.0.0.8", "podIPs": [{"ip": "10.0.0.8"}]}),
+    )
+    .await;
     run.want.remove(&wep.id());
+    run.converge(&mut p, "a finished pod is no endpoint").await;
+
+    delete(&run.admin, "v1", "Pod", "web", "api-1").await;
     run.converge(&mut p, "the pod deleted").await;
     run.srv.shutdown().await;
 }
 
 #[tokio::test]
 async fn kubernetes_network_policies_are_served_as_calicos() {
-    let mut run = Run::new().await;
-    run.seed();
-    run.api.put(
-        "networkpolicies",
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
+    apply(
+        &run.admin,
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                "metadata": {"name": "deny-all", "namespace": "web"},
                "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}),
-    );
+    )
+    .await;
     let knp = Resource::from_json(v3(
         "KubernetesNetworkPolicy",
         json!({"name": "knp.default.deny-all", "namespace": "web"}),
@@ -448,34 +420,212 @@ async fn kubernetes_network_policies_are_served_as_calicos() {
     let mut p = run.peer().await;
     run.converge(&mut p, "the policy served").await;
 
-    run.api
-        .delete("networking.k8s.io/v1", "networkpolicies", "web", "deny-all");
+    // The API server rejects what Kubernetes does not allow: nothing reaches the cache.
+    let bad = common::kube::try_create(
+        &run.admin,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+               "metadata": {"name": "bad", "namespace": "web"},
+               "spec": {"podSelector": {}, "policyTypes": ["Sideways"]}}),
+    )
+    .await;
+    assert!(
+        matches!(&bad, Err(kube::Error::Api(s)) if s.code == 422),
+        "{bad:?}"
+    );
+
+    delete(
+        &run.admin,
+        "networking.k8s.io/v1",
+        "NetworkPolicy",
+        "web",
+        "deny-all",
+    )
+    .await;
     run.want.remove(&knp.id());
     run.converge(&mut p, "the policy deleted").await;
     run.srv.shutdown().await;
 }
 
+#[test]
+fn the_readme_lists_exactly_what_the_backend_reads() {
+    let mut readme: Vec<(String, String)> = common::kube::readme_rules()
+        .into_iter()
+        .flat_map(|(g, rs)| rs.into_iter().map(move |r| (g.clone(), r)))
+        .collect();
+    let mut read = Kubernetes::resources();
+    readme.sort();
+    read.sort();
+    assert_eq!(
+        readme, read,
+        "README's RBAC table vs what the backend lists and watches"
+    );
+}
+
+/// The API server's count of LIST requests for `resource` (from its own /metrics).
+async fn lists_served(admin: &kube::Client, resource: &str) -> f64 {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = admin.request_text(req).await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| l.contains(&format!("resource=\"{resource}\"")) && l.contains("verb=\"LIST\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 #[tokio::test]
 async fn lists_are_paged() {
-    let api = ApiServer::start().await;
+    let Some(cp) = common::kube::default().await else {
+        return;
+    };
+    let admin = cp.admin().unwrap();
     let mut want = BTreeMap::new();
     for i in 0..25 {
-        let mut d = global_set(i, 0);
-        let r = Resource::from_json(d.clone()).unwrap();
+        let r = Resource::from_json(global_set(i, 0)).unwrap();
+        common::kube::put_crd(&admin, &r).await;
         want.insert(r.id(), r);
-        d["apiVersion"] = CRD.into();
-        api.put("globalnetworksets", d);
     }
-    let ds = Kubernetes::new(api.client()).await.with_page_size(4);
+    let (client, _) = common::kube::typha_identity(&cp).await;
+    let before = lists_served(&admin, "globalnetworksets").await;
+    let ds = Kubernetes::new(client).await.with_page_size(4);
     let listing = ds.list().await.unwrap();
-    assert!(api.continued() >= 6, "25 sets in pages of 4");
+    let pages = lists_served(&admin, "globalnetworksets").await - before;
+    assert!(pages >= 7.0, "25 sets in pages of 4: {pages} requests");
     let got: BTreeMap<ResourceId, Resource> = listing
         .items
         .into_iter()
-        .map(|i| {
-            let r = i.unwrap();
-            (r.id(), r)
-        })
+        .map(|i| i.unwrap())
+        .filter(|r| r.kind() == Kind::GlobalNetworkSet)
+        .map(|r| (r.id(), r))
         .collect();
     assert_eq!(digest_of(got.values()), digest_of(want.values()));
+}
+
+// ---- Bookmarks: the fixture API server ------------------------------------------------------
+
+mod bookmarks {
+    //! On the fixture API server (`common::k8s_fixture`), which sends a bookmark when the test
+    //! asks: the real one sends them on its own schedule.
+
+    use super::*;
+    use common::k8s_fixture::ApiServer;
+    use futures_util::StreamExt;
+    use typha_protocol::model::Revision;
+    use typha_server::datastore::WatchEvent;
+
+    struct FixtureRun {
+        api: ApiServer,
+        srv: RunningServer,
+        want: BTreeMap<ResourceId, Resource>,
+    }
+
+    fn plural(doc: &Value) -> String {
+        common::kube::plural_of(doc["kind"].as_str().unwrap())
+    }
+
+    impl FixtureRun {
+        async fn new() -> FixtureRun {
+            let api = ApiServer::start().await;
+            let ds = Kubernetes::new(api.client()).await;
+            let srv = start(Config::for_tests(), Arc::new(ds)).await.unwrap();
+            let mut run = FixtureRun {
+                api,
+                srv,
+                want: BTreeMap::new(),
+            };
+            for i in 0..3 {
+                run.put(global_set(i, 0));
+                run.put(policy(i, 0));
+            }
+            run
+        }
+
+        fn put(&mut self, doc: Value) {
+            let r = Resource::from_json(doc.clone()).unwrap();
+            let mut crd = doc.clone();
+            crd["apiVersion"] = CRD.into();
+            self.api.put(&plural(&doc), crd);
+            self.want.insert(r.id(), r);
+        }
+
+        async fn converge(&self, p: &mut Peer, what: &str) {
+            let want = digest_of(self.want.values());
+            p.until(what, |p| {
+                p.digest.combined() == want.0 && p.status == Some(SyncStatus::InSync)
+            })
+            .await;
+        }
+    }
+
+    /// Only sets change (every other type's watch stays at the listing's revision), then,
+    /// with or without a bookmark to move every type's watch along, history is compacted and
+    /// the API server drops the watches. Returns the run and its listing count before the
+    /// outage, once a change after it has arrived.
+    async fn outage_after_compaction(bookmark: bool) -> (FixtureRun, usize) {
+        let mut run = FixtureRun::new().await;
+        let mut p = Peer::connect(run.srv.addr).await;
+        p.hello(Peer::offer("node-a", None)).await.unwrap();
+        run.converge(&mut p, "the initial sync").await;
+        for g in 1..5 {
+            run.put(global_set(0, g));
+        }
+        run.converge(&mut p, "sets changed").await;
+        if bookmark {
+            run.api.bookmark();
+            // The resume point is internal; give the bookmark time to be read.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let lists = run.api.lists();
+        run.api.compact();
+        run.api.set_down(true);
+        run.api.set_down(false);
+        run.put(global_set(1, 9));
+        run.converge(&mut p, "a change after the outage").await;
+        (run, lists)
+    }
+
+    #[tokio::test]
+    async fn bookmarks_move_the_revision_past_a_compaction() {
+        let (run, lists) = outage_after_compaction(true).await;
+        assert_eq!(
+            run.api.lists(),
+            lists,
+            "resumed after the bookmark: no 410, no relist"
+        );
+        run.srv.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn without_a_bookmark_a_resume_after_compaction_relists() {
+        // The control for the test above: the same steps without the bookmark do relist.
+        let (run, lists) = outage_after_compaction(false).await;
+        eventually("a relist", || run.api.lists() > lists).await;
+        run.srv.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn the_watch_reports_bookmarks_as_progress() {
+        let api = ApiServer::start().await;
+        let ds = Kubernetes::new(api.client()).await;
+        let listing = ds.list().await.unwrap();
+        assert_eq!(listing.revision, Revision(api.revision()));
+        let mut w = ds.watch(Revision(listing.revision.0 + 1)).await.unwrap();
+        let rev = api.put("globalnetworksets", {
+            let mut d = global_set(0, 0);
+            d["apiVersion"] = CRD.into();
+            d
+        });
+        match w.next().await.unwrap().unwrap() {
+            // Every other type is still at the listing's revision.
+            WatchEvent::Put { revision, item } => {
+                assert_eq!(revision, listing.revision);
+                assert_eq!(item.unwrap().metadata.name, "gset-0");
+            }
+            other => panic!("{other:?}"),
+        }
+        api.bookmark();
+        assert_eq!(
+            w.next().await.unwrap().unwrap(),
+            WatchEvent::Progress(Revision(rev))
+        );
+    }
 }

@@ -1,8 +1,9 @@
 //! A datastore outage is announced, not silent: the server's view goes stale past its
 //! threshold (on `/status`, `/readiness`, in metrics, and to clients that understand it), a
 //! tier passes its upstream's staleness on, and recovery is one resume back to current with
-//! nothing lost. Against a real etcd (killed and restarted), the Kubernetes backend (refused
-//! connections; a 403 after an RBAC change), and a datastore switched off under a tier.
+//! nothing lost. Against a real etcd (killed and restarted), a real kube-apiserver (killed:
+//! refused connections; its ClusterRoleBinding deleted: 403 Forbidden), and a datastore
+//! switched off under a tier.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -16,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::etcd::EtcdServer;
-use common::k8s_fixture::ApiServer;
 use common::{Peer, cluster};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
@@ -264,13 +264,13 @@ async fn etcd_down_is_announced_and_its_return_loses_nothing() {
 
 #[tokio::test]
 async fn kubernetes_refused_or_forbidden_is_announced() {
-    let api = ApiServer::start().await;
-    api.put(
-        "globalnetworksets",
-        json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
-               "metadata": {"name": "a"}, "spec": {"nets": ["10.1.0.0/24"]}}),
-    );
-    let backend = Kubernetes::new(api.client_without_retries()).await;
+    let Some(mut cp) = common::kube::default().await else {
+        return;
+    };
+    let admin = cp.admin().unwrap();
+    common::kube::put_crd(&admin, &network_set("a", "10.1.0.0/24")).await;
+    let (client, _) = common::kube::typha_identity(&cp).await;
+    let backend = Kubernetes::new(client).await;
     let srv = start(config(), Arc::new(backend)).await.unwrap();
     let consumer = consumer(srv.addr);
     common::eventually("the consumer in sync and told it is current", || {
@@ -279,16 +279,18 @@ async fn kubernetes_refused_or_forbidden_is_announced() {
     })
     .await;
 
-    // The API server goes away: connections refused.
-    api.set_refusing(true).await;
+    // kube-apiserver is killed: connections refused.
+    cp.kill_apiserver();
     check_stale(&srv, &consumer, "kubernetes API", false).await;
-    api.set_refusing(false).await;
+    cp.start_apiserver().await.unwrap();
     check_current(&srv, &consumer).await;
 
-    // An RBAC change takes our permission away: 403 on every new request.
-    api.set_forbidden(true);
+    // An RBAC change takes our permission away: 403 on every new request (the watches already
+    // open go on; the probe is refused).
+    let admin = cp.admin().unwrap();
+    common::kube::revoke(&admin, common::kube::TYPHA_ACCOUNT).await;
     check_stale(&srv, &consumer, "403 Forbidden", false).await;
-    api.set_forbidden(false);
+    common::kube::typha_identity(&cp).await;
     check_current(&srv, &consumer).await;
     srv.shutdown().await;
 }

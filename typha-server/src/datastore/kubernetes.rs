@@ -52,8 +52,9 @@
 //! but its rules are not merged by protocol as Calico's are (same effect, more rules).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{self, BoxFuture};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy as K8sNetworkPolicy;
@@ -91,6 +92,11 @@ pub const CRD_KINDS: [Kind; 10] = [
 /// Objects per list page (what Calico's Kubernetes driver asks for too).
 pub const PAGE_SIZE: u32 = 500;
 
+/// The longest one request (a list page, the start of a watch) may take: an API server whose
+/// etcd is gone holds a request for its own timeout (a minute) before it answers 504, and the
+/// view should be known unconfirmed well before that. The etcd backend's deadline too.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Server-side watch timeout: the API server ends a watch after this long, and the syncer
 /// resumes it.
 const WATCH_TIMEOUT_SECS: u32 = 290;
@@ -119,6 +125,18 @@ struct Source {
     conversion: Conversion,
 }
 
+impl Source {
+    /// Its name as RBAC rules and the API server's messages say it: `pods`,
+    /// `networkpolicies.networking.k8s.io`.
+    fn name(&self) -> String {
+        if self.resource.group.is_empty() {
+            self.resource.plural.clone()
+        } else {
+            format!("{}.{}", self.resource.plural, self.resource.group)
+        }
+    }
+}
+
 /// The Kubernetes backend.
 pub struct Kubernetes {
     client: Client,
@@ -139,6 +157,18 @@ impl std::fmt::Debug for Kubernetes {
 impl Kubernetes {
     /// A backend reading through `client`. Nothing is requested until the first listing.
     pub async fn new(client: Client) -> Self {
+        let sources = Self::sources();
+        let marks = Arc::new(Mutex::new(vec![0; sources.len()]));
+        Self {
+            client,
+            sources: sources.into(),
+            marks,
+            page_size: PAGE_SIZE,
+        }
+    }
+
+    /// Every source read, in order.
+    fn sources() -> Vec<Source> {
         let mut sources: Vec<Source> = CRD_KINDS
             .into_iter()
             .map(|kind| Source {
@@ -168,13 +198,35 @@ impl Kubernetes {
                 conversion,
             }),
         );
-        let marks = Arc::new(Mutex::new(vec![0; sources.len()]));
-        Self {
-            client,
-            sources: sources.into(),
-            marks,
-            page_size: PAGE_SIZE,
-        }
+        sources
+    }
+
+    /// What this backend reads, as (API group, plural) pairs (`""` for the core group): the
+    /// resources its ServiceAccount needs get, list and watch on.
+    pub fn resources() -> Vec<(String, String)> {
+        Self::sources()
+            .into_iter()
+            .map(|s| (s.resource.group, s.resource.plural))
+            .collect()
+    }
+
+    /// The collection path of each resource this backend reads (`/api/v1/pods`,
+    /// `/apis/crd.projectcalico.org/v1/ippools`): what a client that lists and watches for
+    /// itself, as Felix does without Typha, asks for.
+    pub fn collection_paths() -> Vec<String> {
+        Self::sources()
+            .into_iter()
+            .map(|s| {
+                if s.resource.group.is_empty() {
+                    format!("/api/{}/{}", s.resource.version, s.resource.plural)
+                } else {
+                    format!(
+                        "/apis/{}/{}/{}",
+                        s.resource.group, s.resource.version, s.resource.plural
+                    )
+                }
+            })
+            .collect()
     }
 
     /// Lists in pages of `n` objects instead of [`PAGE_SIZE`].
@@ -192,28 +244,41 @@ impl Kubernetes {
         self.marks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    async fn list_all(&self) -> Result<Listing, DatastoreError> {
+    /// One source's complete list: its objects as items, and its resourceVersion.
+    async fn list_one(&self, s: &Source) -> Result<(Vec<Item>, u64), DatastoreError> {
+        // Pages after the first are served at the first one's resourceVersion: one consistent
+        // list per type.
+        let api = self.api(s);
+        let mut params = ListParams::default().limit(self.page_size);
+        let mut rv = None;
         let mut items = Vec::new();
-        let mut revs = Vec::with_capacity(self.sources.len());
-        for s in self.sources.iter() {
-            // Pages after the first are served at the first one's resourceVersion: one
-            // consistent list per type.
-            let api = self.api(s);
-            let mut params = ListParams::default().limit(self.page_size);
-            let mut rv = None;
-            loop {
-                let page = api.list(&params).await.map_err(|e| error(e, Revision(0)))?;
-                if rv.is_none() {
-                    let v = page.metadata.resource_version.as_deref().unwrap_or("");
-                    rv = Some(parse_rv(v)?);
-                }
-                items.extend(page.items.iter().filter_map(|o| convert(s.conversion, o).1));
-                match page.metadata.continue_.as_deref() {
-                    Some(token) if !token.is_empty() => params = params.continue_token(token),
-                    _ => break,
-                }
+        loop {
+            let page = deadline("list", s, api.list(&params))
+                .await?
+                .map_err(|e| error(e, Revision(0), "list", s))?;
+            if rv.is_none() {
+                let v = page.metadata.resource_version.as_deref().unwrap_or("");
+                rv = Some(parse_rv(v)?);
             }
-            revs.push(rv.unwrap_or(0));
+            items.extend(page.items.iter().filter_map(|o| convert(s.conversion, o).1));
+            match page.metadata.continue_.as_deref() {
+                Some(token) if !token.is_empty() => params = params.continue_token(token),
+                _ => break,
+            }
+        }
+        Ok((items, rv.unwrap_or(0)))
+    }
+
+    async fn list_all(&self) -> Result<Listing, DatastoreError> {
+        // Every type at once: a restarted API server builds each type's watch cache when it is
+        // first asked for it (answering 429 "storage is (re)initializing" meanwhile), so asking
+        // one type after the other costs a back-off per type; at once, one for all.
+        let lists = future::try_join_all(self.sources.iter().map(|s| self.list_one(s))).await?;
+        let mut items = Vec::new();
+        let mut revs = Vec::with_capacity(lists.len());
+        for (its, rv) in lists {
+            items.extend(its);
+            revs.push(rv);
         }
         let revision = revs.iter().copied().min().unwrap_or(0);
         *self.marks() = revs;
@@ -237,20 +302,28 @@ impl Kubernetes {
         };
         // Bookmarks are on by default.
         let wp = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
-        let mut streams = Vec::with_capacity(self.sources.len());
-        for (i, (s, mark)) in self.sources.iter().zip(&marks).enumerate() {
-            let events = self
-                .api(s)
-                .watch(&wp, &mark.to_string())
-                .await
-                .map_err(|e| error(e, from))?;
-            // Tagged with the source, and ended with `None` so that the end of one watch ends
-            // the merged stream (the syncer then resumes all of them).
-            let tagged = events
-                .map(move |e| (i, Some(e)))
-                .chain(stream::once(async move { (i, None) }));
-            streams.push(tagged.boxed());
-        }
+        // Every type's watch at once, for the reason `list_all` gives.
+        let opened = future::try_join_all(self.sources.iter().zip(&marks).map(|(s, mark)| {
+            let wp = &wp;
+            async move {
+                deadline("watch", s, self.api(s).watch(wp, &mark.to_string()))
+                    .await?
+                    .map_err(|e| error(e, from, "watch", s))
+            }
+        }))
+        .await?;
+        let streams: Vec<Tagged> = opened
+            .into_iter()
+            .enumerate()
+            .map(|(i, events)| {
+                // Tagged with the source, and ended with `None` so that the end of one watch
+                // ends the merged stream (the syncer then resumes all of them).
+                events
+                    .map(move |e| (i, Some(e)))
+                    .chain(stream::once(async move { (i, None) }))
+                    .boxed()
+            })
+            .collect();
         let merge = Merge {
             events: stream::select_all(streams),
             sources: self.sources.clone(),
@@ -317,7 +390,7 @@ impl Merge {
                     return None;
                 }
                 Some(Err(e)) => {
-                    let e = error(e, self.from);
+                    let e = error(e, self.from, "watch", source);
                     return self.fail(e);
                 }
                 Some(Ok(ev)) => ev,
@@ -363,7 +436,14 @@ impl Merge {
                     }
                 }
                 KubeEvent::Error(status) => {
-                    let e = status_error(status.code, &status.reason, &status.message, self.from);
+                    let e = status_error(
+                        status.code,
+                        &status.reason,
+                        &status.message,
+                        self.from,
+                        "watch",
+                        source,
+                    );
                     return self.fail(e);
                 }
             }
@@ -391,13 +471,29 @@ impl Datastore for Kubernetes {
             let Some(s) = self.sources.first() else {
                 return Ok(());
             };
-            self.api(s)
-                .list(&ListParams::default().limit(1))
-                .await
-                .map_err(|e| error(e, Revision(0)))?;
+            deadline("list", s, self.api(s).list(&ListParams::default().limit(1)))
+                .await?
+                .map_err(|e| error(e, Revision(0), "list", s))?;
             Ok(())
         })
     }
+}
+
+/// `request` (`verb` on source `s`), or Unavailable if it takes longer than
+/// [`REQUEST_TIMEOUT`].
+async fn deadline<T>(
+    verb: &str,
+    s: &Source,
+    request: impl std::future::Future<Output = T>,
+) -> Result<T, DatastoreError> {
+    tokio::time::timeout(REQUEST_TIMEOUT, request)
+        .await
+        .map_err(|_| {
+            DatastoreError::unavailable(
+                format!("kubernetes API, {verb} {}", s.name()),
+                format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()),
+            )
+        })
 }
 
 fn parse_rv(rv: &str) -> Result<u64, DatastoreError> {
@@ -415,15 +511,35 @@ fn object_rv(o: &DynamicObject) -> Result<u64, DatastoreError> {
     parse_rv(o.meta().resource_version.as_deref().unwrap_or(""))
 }
 
-fn status_error(code: u16, reason: &str, message: &str, from: Revision) -> DatastoreError {
+/// A status the API server answered `verb` on source `s` with. 410 is "too old"; 403 says
+/// which permission is missing, in the words of an RBAC rule, since an operator can do nothing
+/// with a bare "forbidden".
+fn status_error(
+    code: u16,
+    reason: &str,
+    message: &str,
+    from: Revision,
+    verb: &str,
+    s: &Source,
+) -> DatastoreError {
     if code == 410 || reason == "Expired" || reason == "Gone" {
         DatastoreError::TooOld {
             requested: from,
             oldest: from,
         }
+    } else if code == 403 {
+        DatastoreError::Refused {
+            what: format!(
+                "kubernetes API: may not {verb} {} (grant get, list and watch on it; the README lists the rules)",
+                s.name()
+            ),
+            code,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        }
     } else {
         DatastoreError::Refused {
-            what: "kubernetes API".into(),
+            what: format!("kubernetes API, {verb} {}", s.name()),
             code,
             reason: reason.to_owned(),
             message: message.to_owned(),
@@ -431,10 +547,10 @@ fn status_error(code: u16, reason: &str, message: &str, from: Revision) -> Datas
     }
 }
 
-fn error(e: kube::Error, from: Revision) -> DatastoreError {
+fn error(e: kube::Error, from: Revision, verb: &str, s: &Source) -> DatastoreError {
     match e {
-        kube::Error::Api(s) => status_error(s.code, &s.reason, &s.message, from),
-        other => DatastoreError::unavailable("kubernetes API", other),
+        kube::Error::Api(st) => status_error(st.code, &st.reason, &st.message, from, verb, s),
+        other => DatastoreError::unavailable(format!("kubernetes API, {verb} {}", s.name()), other),
     }
 }
 

@@ -1,7 +1,10 @@
-//! A fixture Kubernetes API server, for the Kubernetes backend's tests.
+//! A fixture Kubernetes API server, for the one thing the real one (`common::kube`) cannot be
+//! made to do: send a watch bookmark at the moment a test asks (kube-apiserver sends them on
+//! its own schedule, about once a minute per watch). Everything else about the Kubernetes
+//! backend is tested against a real kube-apiserver over etcd 3.6 (tests/kubernetes.rs,
+//! tests/conformance.rs, tests/staleness.rs, tests/binary.rs).
 //!
-//! There is no kube-apiserver binary here (nor an etcd-backed control plane to run one), so
-//! this is a fake, and only as much of one as the backend uses: `GET` of a collection
+//! It is a fake, and only as much of one as the backend uses: `GET` of a collection
 //! (`/apis/<group>/<version>/<plural>` or `/api/v1/<plural>`) returns a `*List` with
 //! `metadata.resourceVersion`, and `?watch=1&resourceVersion=N` streams newline-separated JSON
 //! watch events after revision N, as the real one does. One revision counter for every type,
@@ -43,16 +46,12 @@ struct Db {
     rev: u64,
     compacted: u64,
     down: bool,
-    /// Answer 403 Forbidden to new requests (an RBAC change); watches already open go on.
-    forbidden: bool,
     lists: usize,
     /// Current objects by collection path, namespace and name.
     objects: BTreeMap<String, BTreeMap<(String, String), Value>>,
     log: Vec<Event>,
     /// Paged lists in progress: the whole list at its first page, and its revision.
     snapshots: Vec<(u64, Vec<Value>)>,
-    /// Pages served after the first.
-    continued: usize,
 }
 
 /// The fixture API server. Dropping it stops it.
@@ -115,44 +114,10 @@ impl ApiServer {
         }
     }
 
-    /// Stops listening (connections are refused; watches in progress end), or listens again
-    /// on the same address.
-    pub async fn set_refusing(&self, refusing: bool) {
-        if refusing {
-            self.db.lock().unwrap().down = true;
-            self.notify();
-            self.task.lock().unwrap().abort();
-        } else {
-            let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
-            self.db.lock().unwrap().down = false;
-            let shared = Shared {
-                db: self.db.clone(),
-                changed: self.changed.clone(),
-            };
-            *self.task.lock().unwrap() = serve(listener, shared);
-        }
-    }
-
-    /// Answers 403 Forbidden to every new request (as after an RBAC change that took our
-    /// permissions away), or stops doing so.
-    pub fn set_forbidden(&self, forbidden: bool) {
-        self.db.lock().unwrap().forbidden = forbidden;
-    }
-
     /// A kube client for this server.
     pub fn client(&self) -> kube::Client {
         let url = format!("http://{}", self.addr).parse().unwrap();
         kube::Client::try_from(kube::Config::new(url)).unwrap()
-    }
-
-    /// A kube client for this server that does not retry 429/503/504 itself (kube's default
-    /// client does, with backoff growing to minutes, so a 503 from [`ApiServer::set_down`]
-    /// would reach the backend only after that): the backend sees the outage at once.
-    pub fn client_without_retries(&self) -> kube::Client {
-        let url = format!("http://{}", self.addr).parse().unwrap();
-        let mut config = kube::Config::new(url);
-        config.default_retry = false;
-        kube::Client::try_from(config).unwrap()
     }
 
     fn notify(&self) {
@@ -185,31 +150,6 @@ impl ApiServer {
         };
         self.notify();
         rev
-    }
-
-    /// Deletes an object of collection `plural` (`namespace` empty for cluster-scoped ones).
-    pub fn delete(&self, api_version: &str, plural: &str, namespace: &str, name: &str) {
-        {
-            let mut db = self.db.lock().unwrap();
-            let path = collection(api_version, plural);
-            let Some(mut object) = db
-                .objects
-                .get_mut(&path)
-                .and_then(|m| m.remove(&(namespace.to_string(), name.to_string())))
-            else {
-                panic!("no {path} {namespace}/{name} to delete");
-            };
-            db.rev += 1;
-            object["metadata"]["resourceVersion"] = db.rev.to_string().into();
-            let rev = db.rev;
-            db.log.push(Event {
-                rev,
-                path,
-                kind: "DELETED",
-                object,
-            });
-        }
-        self.notify();
     }
 
     /// Forgets the change log up to now: a watch from an earlier revision gets 410.
@@ -246,27 +186,9 @@ impl ApiServer {
         self.db.lock().unwrap().lists
     }
 
-    /// How many list pages after the first have been served.
-    pub fn continued(&self) -> usize {
-        self.db.lock().unwrap().continued
-    }
-
     /// The current revision.
     pub fn revision(&self) -> u64 {
         self.db.lock().unwrap().rev
-    }
-
-    /// Every object currently held in collection `plural` of `api_version`, as stored (with
-    /// the resourceVersion the fixture gave it).
-    pub fn objects(&self, api_version: &str, plural: &str) -> Vec<Value> {
-        let path = collection(api_version, plural);
-        self.db
-            .lock()
-            .unwrap()
-            .objects
-            .get(&path)
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
     }
 }
 
@@ -308,13 +230,6 @@ async fn handle(State(s): State<Shared>, uri: Uri) -> Response {
         let body = status(503, "ServiceUnavailable", "the fixture is down").to_string();
         return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
     }
-    if db.forbidden {
-        let message = format!(
-            "{path} is forbidden: User \"system:serviceaccount:kube-system:calico-typha\" cannot list resource"
-        );
-        let body = status(403, "Forbidden", &message).to_string();
-        return (StatusCode::FORBIDDEN, body).into_response();
-    }
     if !watching {
         db.lists += 1;
         let limit: usize = query
@@ -327,7 +242,6 @@ async fn handle(State(s): State<Shared>, uri: Uri) -> Response {
         let (snapshot, offset) = match query.get("continue") {
             Some(token) => {
                 let (id, offset) = token.split_once('-').unwrap();
-                db.continued += 1;
                 (
                     id.parse::<usize>().unwrap(),
                     offset.parse::<usize>().unwrap(),

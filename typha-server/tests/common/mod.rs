@@ -26,6 +26,7 @@ use typha_server::server::{RunningServer, start};
 
 pub mod etcd;
 pub mod k8s_fixture;
+pub mod kube;
 
 pub const WAIT: Duration = Duration::from_secs(20);
 
@@ -260,7 +261,8 @@ impl Peer {
             self.staleness = Some(st);
             return Ok(());
         }
-        if self.first_after_hello.is_none() {
+        // Pings may come at any moment; the first *data* message counts.
+        if self.first_after_hello.is_none() && !matches!(m, Message::Ping(_)) {
             self.first_after_hello = Some(match &m {
                 Message::SnapshotBegin(b) if b.scope == SnapshotScope::Full => "snapshot",
                 Message::SnapshotBegin(_) => "digest",

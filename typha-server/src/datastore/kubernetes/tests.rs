@@ -216,13 +216,45 @@ fn a_kubernetes_network_policy_becomes_calicos_knp() {
 
 #[test]
 fn gone_is_too_old_and_the_rest_refused() {
+    let k = Kubernetes::sources();
+    let pods = k
+        .iter()
+        .find(|s| matches!(s.conversion, Conversion::Pod))
+        .unwrap();
     assert!(matches!(
-        status_error(410, "Expired", "too old resource version", Revision(3)),
+        status_error(
+            410,
+            "Expired",
+            "too old resource version",
+            Revision(3),
+            "watch",
+            pods
+        ),
         DatastoreError::TooOld { .. }
     ));
     assert!(matches!(
-        status_error(500, "InternalError", "", Revision(3)),
+        status_error(500, "InternalError", "", Revision(3), "list", pods),
         DatastoreError::Refused { code: 500, .. }
     ));
     assert!(parse_rv("abc").is_err());
+}
+
+#[test]
+fn forbidden_names_the_resource_and_the_verb() {
+    let k = Kubernetes::sources();
+    let knp = k
+        .iter()
+        .find(|s| matches!(s.conversion, Conversion::NetworkPolicy))
+        .unwrap();
+    let e = status_error(403, "Forbidden", "no", Revision(0), "watch", knp).to_string();
+    assert!(
+        e.contains("may not watch networkpolicies.networking.k8s.io"),
+        "{e}"
+    );
+    let pods = k
+        .iter()
+        .find(|s| matches!(s.conversion, Conversion::Pod))
+        .unwrap();
+    let e = status_error(403, "Forbidden", "no", Revision(0), "list", pods).to_string();
+    assert!(e.contains("may not list pods "), "{e}");
 }

@@ -1,0 +1,147 @@
+//! Calico's CRDs (`crd.projectcalico.org/v1`), applied to the API server as a Calico install
+//! would. They are read at test time from the Calico module in the Go module cache, where
+//! `peers/build` downloads it (`go mod download`) and links its `libcalico-go/config/crd/`
+//! folder as `<peers>/calico-crds`; they are never part of this repository.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+
+use super::peers::{ControlPlaneError, peers_dir};
+use crate::datastore::kubernetes::{CRD_GROUP, CRD_KINDS};
+
+/// The only version of Calico's module the Go module proxy serves (a commit of its
+/// release-v3.28 line); `peers/build` downloads it.
+pub const CALICO_MODULE: &str =
+    "github.com/projectcalico/calico@v1.11.0-cni-plugin.0.20250813170300-a0db560f0520";
+
+/// How long the CRDs may take to be established and served.
+const ESTABLISH: Duration = Duration::from_secs(60);
+
+/// The folder of Calico's CRD manifests (`<peers>/calico-crds`).
+pub fn crd_dir() -> Result<PathBuf, ControlPlaneError> {
+    let dir = peers_dir().join("calico-crds");
+    if dir.is_dir() {
+        Ok(dir)
+    } else {
+        Err(ControlPlaneError::PeerMissing {
+            name: "calico-crds",
+            path: dir,
+        })
+    }
+}
+
+/// A Calico v3 resource as Calico's Kubernetes datastore stores it: its CRD object in
+/// `crd.projectcalico.org/v1` with the v3 spec. An IPAM block gets the fields Calico's IPAM
+/// always writes and the CRD requires (`strictAffinity`, `unallocated`, `attributes`), which
+/// the felix syncer does not carry.
+pub fn crd_object(r: &crate::calico::v3::Resource) -> Value {
+    let mut doc = r.to_json();
+    if let Some(o) = doc.as_object_mut() {
+        o.insert("apiVersion".into(), format!("{CRD_GROUP}/v1").into());
+        o.insert("kind".into(), r.kind().as_str().into());
+    }
+    if r.kind() == crate::calico::v3::Kind::IpamBlock
+        && let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        let free: Vec<usize> = spec
+            .get("allocations")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.is_null())
+                    .map(|(i, _)| i)
+                    .collect()
+            })
+            .unwrap_or_default();
+        spec.insert("unallocated".into(), free.into());
+        spec.insert("strictAffinity".into(), false.into());
+        spec.insert("attributes".into(), Value::Array(Vec::new()));
+        spec.entry("deleted").or_insert(false.into());
+    }
+    doc
+}
+
+fn crd_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    )
+}
+
+/// Creates every CRD in [`crd_dir`] and waits until the ones the Kubernetes backend reads are
+/// served. A CRD the backend does not read that the API server refuses is skipped, and said
+/// so; one it reads is an error.
+pub(super) async fn apply(client: &kube::Client) -> Result<(), ControlPlaneError> {
+    let dir = crd_dir()?;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(ControlPlaneError::io(dir.display().to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ControlPlaneError::Crds(format!(
+            "no CRD manifests in {}",
+            dir.display()
+        )));
+    }
+    let read: Vec<&str> = CRD_KINDS.iter().map(|k| k.plural()).collect();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &crd_resource());
+    for file in &files {
+        let text = std::fs::read_to_string(file)
+            .map_err(ControlPlaneError::io(file.display().to_string()))?;
+        let doc: Value = serde_norway::from_str(&text)
+            .map_err(|e| ControlPlaneError::Crds(format!("{}: {e}", file.display())))?;
+        let plural = doc
+            .pointer("/spec/names/plural")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let obj: DynamicObject = serde_json::from_value(doc)
+            .map_err(|e| ControlPlaneError::Crds(format!("{}: {e}", file.display())))?;
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) if !read.contains(&plural.as_str()) => {
+                // Test support: this goes to the test's output, where the reader needs it.
+                eprintln!(
+                    "control plane: skipped Calico CRD {} (typha-server does not read {plural}): the API server refused it: {e}",
+                    file.display()
+                );
+            }
+            Err(e) => {
+                return Err(ControlPlaneError::Kube {
+                    what: format!("creating the CRD in {}", file.display()),
+                    source: e,
+                });
+            }
+        }
+    }
+    // Established and served: a list of each kind the backend reads answers.
+    let deadline = tokio::time::Instant::now() + ESTABLISH;
+    for kind in CRD_KINDS {
+        let res = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(CRD_GROUP, "v1", kind.as_str()),
+            kind.plural(),
+        );
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &res);
+        loop {
+            match api.list(&ListParams::default().limit(1)).await {
+                Ok(_) => break,
+                Err(e) if tokio::time::Instant::now() > deadline => {
+                    return Err(ControlPlaneError::Kube {
+                        what: format!("waiting for {} to be served", kind.plural()),
+                        source: e,
+                    });
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,313 @@
+//! A real Kubernetes API server for tests: etcd 3.6 and kube-apiserver built by `peers/build`
+//! (`typha_server::control_plane`), Calico's CRDs applied, and helpers to write objects
+//! through the real API (so defaulting and validation are the API server's), to give
+//! typha-server exactly the RBAC rules the README lists, and to mint ServiceAccount tokens.
+//!
+//! Every test that converges on an exact state gets its own control plane: the Kubernetes
+//! backend reads the whole cluster, so another test's objects would be in its state.
+//!
+//! Without the peers a test fails, naming `peers/build`, unless `TYPHA_TEST_ALLOW_SKIP` is set
+//! (then it says it skipped and passes). CI never sets it.
+
+use std::collections::BTreeMap;
+
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::core::GroupVersionKind;
+use serde_json::{Value, json};
+use typha_server::calico::v3::Resource;
+use typha_server::control_plane::{ControlPlane, ControlPlaneError, Options};
+use typha_server::datastore::kubernetes::{CRD_GROUP, CRD_KINDS};
+
+/// Set (to anything) to let tests that cannot run here skip instead of failing.
+pub const ALLOW_SKIP: &str = "TYPHA_TEST_ALLOW_SKIP";
+
+/// The ServiceAccount typha-server runs as, as in Calico's manifests.
+pub const TYPHA_NAMESPACE: &str = "kube-system";
+pub const TYPHA_ACCOUNT: &str = "calico-typha";
+
+/// A control plane with these options, or `None` (after saying so) when the peers are not
+/// built and skipping is allowed. Any other failure to start panics with the reason.
+pub async fn start(opts: Options) -> Option<ControlPlane> {
+    match ControlPlane::start(opts).await {
+        Ok(cp) => Some(cp),
+        Err(e @ ControlPlaneError::PeerMissing { .. }) => {
+            if std::env::var_os(ALLOW_SKIP).is_some() {
+                eprintln!("skipped: {e}");
+                None
+            } else {
+                panic!("{e}. Or set {ALLOW_SKIP}=1 to skip the tests that need them.")
+            }
+        }
+        Err(e) => panic!("starting etcd and kube-apiserver: {e}"),
+    }
+}
+
+/// A control plane as clusters run it (watch cache on).
+pub async fn default() -> Option<ControlPlane> {
+    start(Options::default()).await
+}
+
+/// The API resource of `kind` in `api_version` (`v1`, `networking.k8s.io/v1`, ...).
+pub fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// The plural of a kind this suite writes.
+pub fn plural_of(kind: &str) -> String {
+    match kind {
+        "NetworkPolicy" => "networkpolicies".into(),
+        "GlobalNetworkPolicy" => "globalnetworkpolicies".into(),
+        "IPPool" => "ippools".into(),
+        "IPAMBlock" => "ipamblocks".into(),
+        "BlockAffinity" => "blockaffinities".into(),
+        other => format!("{}s", other.to_lowercase()),
+    }
+}
+
+fn api_for(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
+    let api_version = object["apiVersion"].as_str().expect("apiVersion");
+    let kind = object["kind"].as_str().expect("kind");
+    let res = resource(api_version, kind, &plural_of(kind));
+    match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &res),
+        None => Api::all_with(client.clone(), &res),
+    }
+}
+
+/// Creates or replaces `object` (apiVersion, kind, metadata, and the rest) through the API,
+/// as `kubectl create` / `kubectl replace` would: fields a CRD's schema does not declare are
+/// pruned, as for any client. What the API server stored.
+pub async fn apply(client: &kube::Client, object: Value) -> DynamicObject {
+    let api = api_for(client, &object);
+    let mut obj: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+    let name = obj.metadata.name.clone().expect("a name");
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(o) => return o,
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating {object}: {e}"),
+    }
+    loop {
+        let current = api.get(&name).await.unwrap();
+        obj.metadata.resource_version = current.metadata.resource_version;
+        match api.replace(&name, &PostParams::default(), &obj).await {
+            Ok(o) => return o,
+            // Someone else (a controller in the API server) wrote it in between: again.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("replacing {object}: {e}"),
+        }
+    }
+}
+
+/// Sets `status` of `object` (which names apiVersion, kind and metadata) through its status
+/// subresource, as a kubelet or controller would.
+pub async fn set_status(client: &kube::Client, object: &Value, status: Value) {
+    let name = object["metadata"]["name"].as_str().expect("a name");
+    let api = api_for(client, object);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("setting the status of {name}: {e}"));
+}
+
+/// Deletes an object at once (no grace period: there is no kubelet to finish a pod).
+pub async fn delete(client: &kube::Client, api_version: &str, kind: &str, ns: &str, name: &str) {
+    let object = if ns.is_empty() {
+        json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}})
+    } else {
+        json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": ns}})
+    };
+    api_for(client, &object)
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap_or_else(|e| panic!("deleting {kind} {ns}/{name}: {e}"));
+}
+
+/// Creates namespace `name` (and nothing else: there is no controller-manager to add a
+/// `default` ServiceAccount).
+pub async fn namespace(client: &kube::Client, name: &str) {
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .await;
+}
+
+/// Writes a Calico v3 resource as Calico's Kubernetes datastore stores it (its CRD object,
+/// `typha_server::control_plane::crd_object`).
+pub async fn put_crd(client: &kube::Client, r: &Resource) -> DynamicObject {
+    apply(client, typha_server::control_plane::crd_object(r)).await
+}
+
+/// Every Calico CRD object stored, as the v3 resource it holds (name, namespace, labels and
+/// spec), read through the API as the admin: the test's own reading, not the backend's.
+pub async fn calico_resources(client: &kube::Client) -> Vec<Resource> {
+    let mut out = Vec::new();
+    for kind in CRD_KINDS {
+        let res = resource(&format!("{CRD_GROUP}/v1"), kind.as_str(), kind.plural());
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &res);
+        for o in api.list(&ListParams::default()).await.unwrap().items {
+            let mut metadata = json!({"name": o.metadata.name});
+            if let Some(ns) = &o.metadata.namespace {
+                metadata["namespace"] = ns.clone().into();
+            }
+            if let Some(labels) = &o.metadata.labels {
+                metadata["labels"] = json!(labels);
+            }
+            let doc = json!({"apiVersion": "projectcalico.org/v3", "kind": kind.as_str(),
+                             "metadata": metadata, "spec": o.data["spec"]});
+            out.push(Resource::from_json(doc).unwrap());
+        }
+    }
+    out
+}
+
+/// The profile Calico makes of a namespace with these labels (as the API server stored them,
+/// `kubernetes.io/metadata.name` included).
+pub fn namespace_profile(name: &str, labels: &BTreeMap<String, String>) -> Resource {
+    let mut apply = json!({"pcns.projectcalico.org/name": name});
+    for (k, v) in labels {
+        apply[format!("pcns.{k}")] = v.clone().into();
+    }
+    Resource::from_json(json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "Profile",
+        "metadata": {"name": format!("kns.{name}")},
+        "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
+                 "labelsToApply": apply}}))
+    .unwrap()
+}
+
+/// The profiles of every namespace that exists now, read through the API as the admin.
+pub async fn namespace_profiles(client: &kube::Client) -> Vec<Resource> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|ns| {
+            let name = ns.metadata.name.clone().unwrap();
+            namespace_profile(&name, &ns.metadata.labels.clone().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The profile Calico makes of a service account with these labels.
+pub fn service_account_profile(
+    ns: &str,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Resource {
+    let mut apply = json!({"pcsa.projectcalico.org/name": name});
+    for (k, v) in labels {
+        apply[format!("pcsa.{k}")] = v.clone().into();
+    }
+    Resource::from_json(json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "Profile",
+        "metadata": {"name": format!("ksa.{ns}.{name}")},
+        "spec": {"labelsToApply": apply}}))
+    .unwrap()
+}
+
+/// The profiles of every namespace and service account that exist now (typha-server's own
+/// account among them), read through the API as the admin.
+pub async fn profiles(client: &kube::Client) -> Vec<Resource> {
+    let mut out = namespace_profiles(client).await;
+    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::all(client.clone());
+    for sa in api.list(&ListParams::default()).await.unwrap() {
+        out.push(service_account_profile(
+            sa.metadata.namespace.as_deref().unwrap(),
+            sa.metadata.name.as_deref().unwrap(),
+            &sa.metadata.labels.clone().unwrap_or_default(),
+        ));
+    }
+    out
+}
+
+/// The RBAC rules the README says typha-server needs: (API group, resources), read from the
+/// README's table, so the test and the README cannot drift apart.
+pub fn readme_rules() -> Vec<(String, Vec<String>)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("The service account needs get, list and watch on:")
+        .expect("the README lists the RBAC rules");
+    let mut rules = Vec::new();
+    for line in readme[start..].lines().skip(1) {
+        let line = line.trim();
+        if line.is_empty() && !rules.is_empty() {
+            break;
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let [group, resources] = cells.as_slice() else {
+            continue;
+        };
+        if group.starts_with("API group") || group.starts_with("---") {
+            continue;
+        }
+        // The core group is written `""`.
+        let group = group
+            .split('`')
+            .nth(1)
+            .unwrap_or_default()
+            .trim_matches('"')
+            .to_owned();
+        let resources: Vec<String> = resources
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect();
+        rules.push((group, resources));
+    }
+    assert!(rules.len() >= 3, "the README's RBAC table: {rules:?}");
+    rules
+}
+
+/// Removes the ClusterRoleBinding `name` (the account loses what the role granted).
+pub async fn revoke(client: &kube::Client, name: &str) {
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let bindings = resource(rbac, "ClusterRoleBinding", "clusterrolebindings");
+    Api::<DynamicObject>::all_with(client.clone(), &bindings)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// typha-server's identity: ServiceAccount `kube-system/calico-typha` with exactly the
+/// README's rules; a client for it (a minted token, kube's retries off as typha-server has
+/// them) and the token.
+pub async fn typha_identity(cp: &ControlPlane) -> (kube::Client, String) {
+    cp.grant(
+        TYPHA_NAMESPACE,
+        TYPHA_ACCOUNT,
+        TYPHA_ACCOUNT,
+        &readme_rules(),
+    )
+    .await
+    .unwrap();
+    let token = cp
+        .service_account_token(TYPHA_NAMESPACE, TYPHA_ACCOUNT)
+        .await
+        .unwrap();
+    (cp.client_with_token(&token).unwrap(), token)
+}
+
+/// Creates an object that is not in the suite's vocabulary (used rarely): through the API,
+/// failing with the API server's answer.
+pub async fn try_create(
+    client: &kube::Client,
+    object: Value,
+) -> Result<DynamicObject, kube::Error> {
+    api_for(client, &object)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(object).unwrap(),
+        )
+        .await
+}
