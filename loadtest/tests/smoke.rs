@@ -288,7 +288,10 @@ fn a_small_direct_run_compares_nodes_on_etcd_with_nodes_through_the_server() {
     for side in ["direct", "via_server"] {
         assert_eq!(r[side]["nodes_exact"], 6, "{side}: {r}");
         assert_eq!(r[side]["deliveries"], 240, "{side}: {r}");
-        assert!(r[side]["datastore_cpu_churn_secs"].as_f64().is_some(), "{r}");
+        assert!(
+            r[side]["datastore_cpu_churn_secs"].as_f64().is_some(),
+            "{r}"
+        );
     }
     assert!(r["via_server"]["server_cpu_churn_secs"].as_f64().unwrap() > 0.0);
 }

@@ -106,6 +106,46 @@ impl Default for Config {
 }
 
 impl Config {
+    /// One line of what this configuration does, for `typha-server check-config`.
+    pub fn summary(&self) -> String {
+        let datastore = match &self.datastore {
+            DatastoreConfig::Embedded { dir, .. } => match dir {
+                Some(d) => format!("embedded ({})", d.display()),
+                None => "embedded (empty)".to_owned(),
+            },
+            DatastoreConfig::Etcd { endpoints, tls } => format!(
+                "etcdv3 ({}{})",
+                endpoints.join(","),
+                if tls.is_some() { ", TLS" } else { "" }
+            ),
+            DatastoreConfig::Kubernetes { api_endpoint } => format!(
+                "kubernetes ({})",
+                api_endpoint
+                    .as_deref()
+                    .unwrap_or("in-cluster or $KUBECONFIG")
+            ),
+            DatastoreConfig::Upstream(u) => format!("typha ({})", u.addrs.join(",")),
+        };
+        let addr = |a: Option<SocketAddr>| a.map_or_else(|| "off".to_owned(), |a| a.to_string());
+        format!(
+            "datastore {datastore}; agents on {} ({}); health {}; metrics {}; rebalancing {}; shutdown within {}s",
+            self.listen,
+            if self.tls.is_some() {
+                "mutual TLS"
+            } else {
+                "plaintext"
+            },
+            addr(self.health),
+            addr(self.metrics),
+            if self.governor.is_some() {
+                "kubernetes"
+            } else {
+                "none"
+            },
+            self.shutdown_timeout.as_secs(),
+        )
+    }
+
     /// A configuration for tests: loopback, ephemeral ports, no health/metrics listeners.
     pub fn for_tests() -> Self {
         Self {

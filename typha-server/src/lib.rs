@@ -16,11 +16,12 @@
 //!   [`http`] serves health (with the loops' [`liveness`] heartbeats) and [`metrics`].
 //!
 //! [`config::Config`] holds every setting with its default; [`cli`] parses flags and
-//! `TYPHA_*` environment variables into it and is the whole `typha-server` program.
+//! `TYPHA_*` environment variables into it and is the whole `typha-server` program, with the
+//! operator command `gen-certs` ([`pki`], a small certificate authority).
 //!
 //! With the `test-support` feature (tests, benchmarks and loadtest; never the release binary):
-//! [`pki`], a small certificate authority, [`sample`], generated clusters, and
-//! [`control_plane`], a real etcd 3.6 and kube-apiserver (built by `peers/build`).
+//! [`sample`], generated clusters, and [`control_plane`], a real etcd 3.6 and kube-apiserver
+//! (built by `peers/build`).
 
 pub mod cache;
 pub mod calico;
@@ -35,7 +36,6 @@ pub mod governor;
 pub mod http;
 pub mod liveness;
 pub mod metrics;
-#[cfg(feature = "test-support")]
 pub mod pki;
 #[cfg(feature = "test-support")]
 pub mod sample;

@@ -4,12 +4,18 @@
 use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Parser, Subcommand};
+
+use super::gen_certs::GenCertsArgs;
 
 /// The fan-out caching proxy for Calico-style networking.
 #[derive(Debug, Parser)]
 #[command(name = "typha-server", version, about)]
 pub struct Cli {
+    /// An operator command instead of serving (the server's flags and variables are then
+    /// ignored, except by `check-config`).
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// Datastore: `embedded` (the in-process store fed from --embedded-dir), `etcdv3`
     /// (Calico's etcd v3 layout, at --etcd-endpoints) or `typha` (another typha server, at
     /// --upstream: tiered fan-out).
@@ -199,6 +205,19 @@ pub struct Cli {
     /// Log as JSON lines.
     #[arg(long, env = "TYPHA_LOGFORMATJSON", default_value = "false", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub log_json: bool,
+}
+
+/// Operator commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Makes a CA, a server certificate and a client certificate (ECDSA P-256) into files
+    /// and/or a manifest of two Secrets, for clusters without cert-manager.
+    GenCerts(Box<GenCertsArgs>),
+    /// Reads the flags and `TYPHA_*` variables as the server would and exits: 0 if the
+    /// server would start with them, 64 naming the first wrong setting, or any `TYPHA_*`
+    /// variable that is not a setting of this program (a typo, or a Calico Typha setting we
+    /// do not have: the server ignores those).
+    CheckConfig,
 }
 
 impl Cli {

@@ -5,9 +5,11 @@
 //! - [`settings`]: flags to a [`crate::config::Config`], a pure, tested function that names the
 //!   setting that is wrong;
 //! - [`program`]: the whole program (the binary is one call to [`main`], so loadtest and the
-//!   tests can run the very same program in a process of their own).
+//!   tests can run the very same program in a process of their own);
+//! - [`gen_certs`]: the operator command that makes the TLS material.
 
 pub mod flags;
+pub mod gen_certs;
 pub mod program;
 pub mod settings;
 

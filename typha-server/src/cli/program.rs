@@ -8,7 +8,7 @@ use typha_service::exit::{self, EX_CONFIG};
 use typha_service::logging::{self, Output};
 use typha_service::signal::wait_for_signal;
 
-use super::flags::Cli;
+use super::flags::{Cli, Command};
 use crate::config::{Config, DatastoreConfig};
 use crate::datastore::open::{OpenError, open};
 use crate::server::RunningServer;
@@ -32,6 +32,11 @@ where
         Ok(c) => c,
         Err(code) => return code,
     };
+    match &cli.command {
+        Some(Command::GenCerts(args)) => return gen_certs(args),
+        Some(Command::CheckConfig) => return check_config(cli),
+        None => {}
+    }
     logging::init(&cli.log_filter(), cli.log_json, Output::Stdout);
     let cfg = match cli.into_config() {
         Ok(c) => c,
@@ -83,4 +88,50 @@ fn cannot_start(e: impl std::fmt::Display) -> ExitCode {
     error!("cannot start: {e}");
     eprintln!("{PROGRAM}: cannot start: {e}");
     ExitCode::from(EX_CONFIG)
+}
+
+fn gen_certs(args: &super::gen_certs::GenCertsArgs) -> ExitCode {
+    match super::gen_certs::run(args) {
+        Ok(wrote) => {
+            eprintln!("{PROGRAM} gen-certs: wrote {}", wrote.join(", "));
+            ExitCode::SUCCESS
+        }
+        Err(e) if e.is_usage() => exit::invalid_config(PROGRAM, format_args!("gen-certs: {e}")),
+        Err(e) => exit::unavailable(PROGRAM, format_args!("gen-certs: {e}")),
+    }
+}
+
+/// `TYPHA_*` variables in this process that no flag reads.
+fn unknown_variables() -> Vec<String> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let known: std::collections::BTreeSet<String> = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect();
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("TYPHA_") && !known.contains(k))
+        .collect()
+}
+
+fn check_config(cli: Cli) -> ExitCode {
+    let unknown = unknown_variables();
+    if !unknown.is_empty() {
+        return exit::invalid_config(
+            PROGRAM,
+            format_args!(
+                "{}: not a setting of {PROGRAM} (the server would ignore it)",
+                unknown.join(", ")
+            ),
+        );
+    }
+    match cli.into_config() {
+        Ok(cfg) => {
+            println!("{PROGRAM}: configuration ok: {}", cfg.summary());
+            ExitCode::SUCCESS
+        }
+        Err(e) => exit::invalid_config(PROGRAM, e),
+    }
 }

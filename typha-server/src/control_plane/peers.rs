@@ -49,8 +49,8 @@ pub enum ControlPlaneError {
         tail: String,
     },
     /// Certificates or keys could not be made.
-    #[error("making certificates: {0}")]
-    Pki(#[from] rcgen::Error),
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
     /// A request to the API server failed.
     #[error("kubernetes API, {what}: {source}")]
     Kube {
