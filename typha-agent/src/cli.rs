@@ -70,6 +70,27 @@ pub struct Cli {
     /// Log as JSON lines.
     #[arg(long, env = "TYPHA_AGENT_LOGJSON")]
     log_json: bool,
+    /// Read the flags and variables as the agent would, then exit: 0 if it would start with
+    /// them, 64 naming the first wrong setting or any `TYPHA_*` / `FELIX_*` variable that is
+    /// not a setting of this program (a typo, or a Felix setting the agent does not have).
+    #[arg(long)]
+    check_config: bool,
+}
+
+/// `TYPHA_*` and `FELIX_*` variables in this process that no flag reads (`FELIX_FELIXHOSTNAME`
+/// is read as the node name's fallback).
+fn unknown_variables() -> Vec<String> {
+    use clap::CommandFactory;
+    let known: std::collections::BTreeSet<String> = Cli::command()
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .chain(["FELIX_FELIXHOSTNAME".to_owned()])
+        .collect();
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| (k.starts_with("TYPHA_") || k.starts_with("FELIX_")) && !known.contains(k))
+        .collect()
 }
 
 struct Settings {
@@ -150,6 +171,23 @@ pub fn main_from(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         Ok(c) => c,
         Err(e) => return bad_config(e),
     };
+    if cli.check_config {
+        let unknown = unknown_variables();
+        if !unknown.is_empty() {
+            return exit::invalid_config(
+                PROGRAM,
+                format_args!(
+                    "{}: not a setting of {PROGRAM} (the agent would ignore it)",
+                    unknown.join(", ")
+                ),
+            );
+        }
+        println!(
+            "{PROGRAM}: configuration ok: node {}, health on {}",
+            s.agent.nodename, cli.health_addr
+        );
+        return ExitCode::SUCCESS;
+    }
     let rt = match typha_service::runtime::multi_thread(PROGRAM, Some(2)) {
         Ok(rt) => rt,
         Err(code) => return code,
