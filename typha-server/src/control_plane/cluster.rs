@@ -197,6 +197,12 @@ impl ControlPlane {
         Ok(path)
     }
 
+    /// A kubeconfig file for the cluster administrator (`system:masters`): what an operator
+    /// running `helm install` holds.
+    pub fn write_admin_kubeconfig(&self) -> Result<PathBuf, ControlPlaneError> {
+        self.write_kubeconfig("admin", ADMIN_TOKEN)
+    }
+
     /// A token for ServiceAccount `namespace/name` (which must exist), minted by the API
     /// server's TokenRequest API, valid for an hour.
     pub async fn service_account_token(
