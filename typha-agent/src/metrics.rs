@@ -1,10 +1,11 @@
 //! The agent's metrics, under Felix's names where Felix has one (`felix_active_local_endpoints`,
 //! `felix_int_dataplane_apply_time_seconds`, ...) so existing dashboards work. Served in the
 //! Prometheus text format 0.0.4 (`typha_service::metrics`); counters are registered with the
-//! `_total` names they were exposed under in the OpenMetrics form before.
+//! `_total` names they were exposed under in the OpenMetrics form before. The `process_*`
+//! metrics (CPU, memory, file descriptors) are registered with them.
 
 use prometheus::{Histogram, IntCounter as Counter, IntGauge as Gauge, Registry};
-use typha_service::metrics::{counter, gauge, histogram};
+use typha_service::metrics::{counter, gauge, histogram, register_process_metrics};
 
 use crate::calc::Counts;
 use crate::dataplane::ApplyStats;
@@ -49,9 +50,10 @@ pub struct AgentMetrics {
 }
 
 impl AgentMetrics {
-    /// Registers the metrics.
+    /// Registers the metrics, and the process' own (`process_cpu_seconds_total`, ...).
     pub fn new(registry: &Registry) -> Self {
         let r = registry;
+        register_process_metrics(r);
         Self {
             local_endpoints: gauge(
                 r,

@@ -77,6 +77,23 @@ const OURS: &[(&str, &str)] = &[
     ("typha_bytes_sent_total", "counter"),
     ("typha_syncs_waiting", "gauge"),
     ("typha_client_ack_lag_secs", "histogram"),
+    // What deploy/monitoring's alerts compare: nodes against agents, replicas with each other.
+    ("typha_in_sync", "gauge"),
+    ("typha_cluster_nodes", "gauge"),
+    ("typha_state_revision", "gauge"),
+    ("typha_state_digest", "gauge"),
+];
+
+/// The process metrics every Prometheus exporter serves (Go's client names and types; no
+/// labels), read from /proc at scrape time. Not Typha's own list: Go's collectors are
+/// registered beside Typha's metrics there, these beside ours here.
+const PROCESS: &[(&str, &str)] = &[
+    ("process_cpu_seconds_total", "counter"),
+    ("process_resident_memory_bytes", "gauge"),
+    ("process_virtual_memory_bytes", "gauge"),
+    ("process_open_fds", "gauge"),
+    ("process_max_fds", "gauge"),
+    ("process_start_time_seconds", "gauge"),
 ];
 
 /// The only label names any sample may carry: each takes values from a fixed set.
@@ -380,6 +397,17 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
         );
         assert!(!of(name).is_empty(), "no samples of {name}");
     }
+    for (name, ty) in PROCESS {
+        assert_eq!(
+            types.get(*name).map(String::as_str),
+            Some(*ty),
+            "process: {name}"
+        );
+        let series = of(name);
+        assert_eq!(series.len(), 1, "{name}: {series:?}");
+        assert!(series[0].labels.is_empty(), "{name}: {series:?}");
+        assert!(series[0].value > 0.0, "{name}: {series:?}");
+    }
 
     // Specific values the story above makes certain.
     let value = |name: &str, labels: &[(&str, &str)]| {
@@ -411,6 +439,20 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
     assert_eq!(
         value("typha_breadcrumb_seq_number", &felix),
         srv.cache.latest().seq.0 as f64
+    );
+    let latest = srv.cache.latest();
+    assert_eq!(value("typha_in_sync", &felix), 1.0);
+    // Two nodes in the sample cluster (Calico Node resources).
+    assert_eq!(value("typha_cluster_nodes", &felix), 2.0);
+    assert_eq!(
+        value("typha_state_revision", &felix),
+        latest.revision.0 as f64
+    );
+    assert!(latest.revision.0 > 0);
+    // The digest's low 52 bits, exact in the float the exposition carries.
+    assert_eq!(
+        value("typha_state_digest", &felix),
+        (latest.digest & ((1 << 52) - 1)) as f64
     );
     assert_eq!(
         value(

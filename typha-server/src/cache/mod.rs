@@ -31,6 +31,10 @@ use typha_protocol::message::{Epoch, Seq};
 use crate::metrics::Metrics;
 use breadcrumb::Breadcrumb;
 
+/// Where Calico's v3 Node resources live in the cache: one key per node of the cluster (what
+/// Typha's node counter and `typha_cluster_nodes` count).
+pub const NODES_PREFIX: &str = "/calico/resources/v3/projectcalico.org/nodes/";
+
 /// Cache settings.
 #[derive(Debug, Clone)]
 pub struct CacheConfig {

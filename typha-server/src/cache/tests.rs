@@ -131,6 +131,74 @@ fn resync_after_too_old_deletes_what_is_gone() {
     assert!(latest.deltas[0].key.as_str().ends_with("/netset/a"));
 }
 
+fn node(name: &str, ip: &str) -> Resource {
+    Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "Node",
+        "metadata": {"name": name}, "spec": {"bgp": {"ipv4Address": ip}}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn nodes_are_counted_as_changes_apply_not_by_scanning() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    let m = cache.metrics.clone();
+    w.handle(put(1, node("n1", "192.0.2.1/24")));
+    w.handle(put(2, node("n2", "192.0.2.2/24")));
+    w.handle(put(3, node("n3", "192.0.2.3/24")));
+    w.handle(put(4, netset("a", "10.0.0.0/8")));
+    w.flush();
+    assert_eq!((w.nodes(), m.cluster_nodes.get()), (3, 3));
+    // A changed node, the same node again (skipped), a deleted one.
+    w.handle(put(5, node("n1", "192.0.2.9/24")));
+    w.handle(put(6, node("n2", "192.0.2.2/24")));
+    w.handle(SyncerEvent::Change(WatchEvent::Delete {
+        revision: Revision(7),
+        id: ResourceId::global(Kind::Node, "n3"),
+    }));
+    w.flush();
+    assert_eq!((w.nodes(), m.cluster_nodes.get()), (2, 2));
+    // A relist without n2: the resync deletes it.
+    w.handle(SyncerEvent::Resync(Listing {
+        revision: Revision(9),
+        items: vec![
+            Ok(node("n1", "192.0.2.9/24")),
+            Ok(netset("a", "10.0.0.0/8")),
+        ],
+    }));
+    w.flush();
+    assert_eq!((w.nodes(), m.cluster_nodes.get()), (1, 1));
+    assert_eq!(
+        crate::governor::node_count(&cache),
+        1,
+        "the count a scan gives"
+    );
+}
+
+#[test]
+fn the_revision_and_the_digest_are_exported_exactly() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    let m = cache.metrics.clone();
+    w.handle(put(41, netset("a", "10.0.0.0/8")));
+    w.handle(put(42, netset("b", "10.1.0.0/16")));
+    w.flush();
+    let latest = cache.latest();
+    assert_eq!(m.state_revision.get(), 42);
+    assert_ne!(latest.digest, 0);
+    assert_eq!(
+        m.state_digest.get(),
+        super::writer::exported_digest(latest.digest)
+    );
+    // 52 bits: a float64 holds every such value exactly.
+    assert_eq!(super::writer::exported_digest(u64::MAX), (1 << 52) - 1);
+    let d = super::writer::exported_digest(u64::MAX - 1);
+    assert_eq!(d as f64 as i64, d);
+    assert_eq!(
+        super::writer::exported_digest(0x0123_4567_89ab_cdef),
+        0x3_4567_89ab_cdef
+    );
+}
+
 #[test]
 fn history_is_bounded_and_eviction_is_reported() {
     let (mut w, cache) = writer(CacheConfig {

@@ -13,7 +13,7 @@ use typha_protocol::model::{EncodedValue, Revision, SyncStatus, Update, UpdateKi
 
 use super::breadcrumb::{Breadcrumb, CrumbFrames, Kv, KvMap, MAP_VERSIONS_KEPT};
 use super::pipeline::{KvChange, Pipeline};
-use super::{Cache, CacheConfig};
+use super::{Cache, CacheConfig, NODES_PREFIX};
 use crate::datastore::WatchEvent;
 use crate::liveness::Heartbeat;
 use crate::metrics::Metrics;
@@ -33,6 +33,9 @@ pub struct CacheWriter {
     pending_status: SyncStatus,
     pipeline: Pipeline,
     last_publish: Option<Instant>,
+    /// Keys under [`NODES_PREFIX`] in `map`, kept as changes apply (a scan of the map per
+    /// breadcrumb would cost O(nodes) on the writer's path).
+    nodes: usize,
 }
 
 impl CacheWriter {
@@ -70,6 +73,7 @@ impl CacheWriter {
             pending_status: SyncStatus::WaitForDatastore,
             pipeline: Pipeline::default(),
             last_publish: None,
+            nodes: 0,
         };
         (writer, cache)
     }
@@ -151,6 +155,15 @@ impl CacheWriter {
                 (Some(_), Some(_)) => UpdateKind::Updated,
                 (Some(_), None) => UpdateKind::New,
             };
+            if matches!(kind, UpdateKind::New | UpdateKind::Deleted)
+                && c.key.as_str().starts_with(NODES_PREFIX)
+            {
+                if kind == UpdateKind::New {
+                    self.nodes += 1;
+                } else {
+                    self.nodes = self.nodes.saturating_sub(1);
+                }
+            }
             self.digest.apply(
                 c.key.as_str(),
                 old.map(|o| o.value.as_bytes()),
@@ -236,6 +249,11 @@ impl CacheWriter {
         m.cache_size
             .set(i64::try_from(self.map.len()).unwrap_or(i64::MAX));
         m.in_sync.set(i64::from(status == SyncStatus::InSync));
+        m.cluster_nodes
+            .set(i64::try_from(self.nodes).unwrap_or(i64::MAX));
+        m.state_revision
+            .set(i64::try_from(self.revision.0).unwrap_or(i64::MAX));
+        m.state_digest.set(exported_digest(crumb.digest));
         debug!(seq = self.seq, updates = crumb.deltas.len(), %status, "breadcrumb");
         if status == SyncStatus::InSync {
             self.cache
@@ -281,6 +299,11 @@ impl CacheWriter {
         }
     }
 
+    /// Nodes in the current state (keys under [`NODES_PREFIX`]).
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
     fn drain(&mut self, rx: &mut mpsc::Receiver<SyncerEvent>) {
         while self.pending.len() < self.cfg.max_batch {
             match rx.try_recv() {
@@ -289,4 +312,12 @@ impl CacheWriter {
             }
         }
     }
+}
+
+/// The state digest as `typha_state_digest` exports it: its low 52 bits, which a float64 (what
+/// Prometheus stores) holds exactly, so replicas with different digests never show equal
+/// values by rounding.
+pub fn exported_digest(digest: u64) -> i64 {
+    // Below 2^52: always fits an i64.
+    (digest & ((1 << 52) - 1)) as i64
 }

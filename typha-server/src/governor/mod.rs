@@ -21,7 +21,7 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 use typha_protocol::message::Epoch;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, NODES_PREFIX};
 
 /// Governor settings (Typha's names and defaults where it has them).
 #[derive(Debug, Clone, PartialEq)]
@@ -78,16 +78,13 @@ pub trait Connections: Send + Sync {
     fn set_redirect(&self, redirect: Vec<String>);
 }
 
-/// Where nodes live in the cache (Calico's v3 Node resources): what Typha counts.
-const NODES: &str = "/calico/resources/v3/projectcalico.org/nodes/";
-
 /// Nodes in the cache's latest state.
 pub fn node_count(cache: &Cache) -> usize {
     let Some(map) = cache.latest().map() else {
         return 0;
     };
-    map.range::<_, str>((Bound::Included(NODES), Bound::Unbounded))
-        .take_while(|(k, _)| k.as_str().starts_with(NODES))
+    map.range::<_, str>((Bound::Included(NODES_PREFIX), Bound::Unbounded))
+        .take_while(|(k, _)| k.as_str().starts_with(NODES_PREFIX))
         .count()
 }
 

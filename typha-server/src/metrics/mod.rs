@@ -9,6 +9,9 @@
 //! our counters end in `_total` (Prometheus' convention). What each one measures, and where it
 //! differs from Typha, is in `docs/server.md`.
 //!
+//! The `process_*` metrics (CPU, memory, file descriptors) are registered with them
+//! ([`typha_service::metrics::ProcessCollector`]).
+//!
 //! Labels take only values from a fixed set (a syncer type, a frame kind, a drop reason):
 //! never a node name, an address or a connection id.
 //!
@@ -118,6 +121,15 @@ pub struct Metrics {
     pub syncs_waiting: IntGauge,
     /// `typha_in_sync{syncer}`: 1 while the cache is in sync with the datastore.
     pub in_sync: IntGauge,
+    /// `typha_cluster_nodes{syncer}`: Calico Node resources in the cache (the cluster's
+    /// nodes, as Typha's node counter sees them), kept by the writer as changes apply.
+    pub cluster_nodes: IntGauge,
+    /// `typha_state_revision{syncer}`: the highest datastore revision applied, at the latest
+    /// breadcrumb.
+    pub state_revision: IntGauge,
+    /// `typha_state_digest{syncer}`: the low 52 bits of the state digest at the latest
+    /// breadcrumb (exact in a float64), to compare replicas at the same revision.
+    pub state_digest: IntGauge,
     /// `typha_shutdown_draining`: 1 from SIGTERM until the process exits.
     pub shutdown_draining: IntGauge,
     /// `typha_shutdown_connections_remaining`: while draining, connections not yet sent
@@ -178,6 +190,8 @@ impl Metrics {
     /// Creates the metrics and registers them in `r`.
     pub fn new(r: &Registry) -> Arc<Self> {
         let summary = SummaryOpts::new;
+        // CPU, memory, file descriptors, start time: what every exporter serves.
+        typha_service::metrics::register_process_metrics(r);
         Arc::new(Metrics {
             breadcrumb_seq: syncer_gauge(
                 r,
@@ -322,6 +336,21 @@ impl Metrics {
                 r,
                 "typha_in_sync",
                 "1 while the cache is in sync with the datastore.",
+            ),
+            cluster_nodes: syncer_gauge(
+                r,
+                "typha_cluster_nodes",
+                "Calico Node resources in the cache: the cluster's nodes.",
+            ),
+            state_revision: syncer_gauge(
+                r,
+                "typha_state_revision",
+                "Highest datastore revision applied to the cache, at the latest breadcrumb.",
+            ),
+            state_digest: syncer_gauge(
+                r,
+                "typha_state_digest",
+                "State digest at the latest breadcrumb, its low 52 bits (so a float64 holds it exactly): replicas at the same typha_state_revision should show the same value.",
             ),
             shutdown_draining: gauge(
                 r,

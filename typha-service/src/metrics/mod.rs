@@ -9,9 +9,14 @@
 //! (quantiles over a sliding window, as Go's). The helpers ([`counter`], [`gauge`],
 //! [`histogram`], [`summary`], ...) create a metric and register it in one call.
 //!
+//! [`ProcessCollector`] adds the `process_*` metrics every exporter has (CPU, memory, file
+//! descriptors, start time), read from `/proc/self` at scrape time.
+//!
 //! Files: `summary.rs` (the summary), `quantiles.rs` (the quantile stream it keeps per step
-//! of its window); this file: the response and the helpers.
+//! of its window), `process.rs` (the process metrics); this file: the response and the
+//! helpers.
 
+mod process;
 mod quantiles;
 mod summary;
 
@@ -20,6 +25,7 @@ use prometheus::core::Collector;
 use prometheus::{Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge};
 use prometheus::{GaugeVec, IntGaugeVec, Opts, Registry, TextEncoder};
 
+pub use process::ProcessCollector;
 pub use summary::{
     CALICO_OBJECTIVES, DEFAULT_AGE_BUCKETS, DEFAULT_MAX_AGE, Summary, SummaryError, SummaryOpts,
 };
@@ -122,6 +128,12 @@ pub fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> His
         Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
             .expect("valid histogram"),
     )
+}
+
+/// The process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`, ...),
+/// registered: read from `/proc/self` at each scrape.
+pub fn register_process_metrics(r: &Registry) {
+    register(r, ProcessCollector::new());
 }
 
 /// A summary, registered.

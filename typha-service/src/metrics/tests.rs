@@ -226,3 +226,46 @@ fn a_second_metric_of_the_same_name_is_not_exposed_but_still_counts() {
     assert_eq!(b.get(), 5);
     assert!(encode(&r).unwrap().contains("\ndup 1\n"));
 }
+
+#[test]
+fn this_process_is_scraped_with_gos_names_and_types() {
+    let r = Registry::new();
+    register_process_metrics(&r);
+    // Some CPU to count.
+    let mut x = 0u64;
+    for i in 0..2_000_000u64 {
+        x = x.wrapping_mul(31).wrapping_add(i);
+    }
+    assert_ne!(x, 1);
+    let text = encode(&r).unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        text.contains("# TYPE process_cpu_seconds_total counter\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE process_resident_memory_bytes gauge\n"),
+        "{text}"
+    );
+    assert!(value("process_cpu_seconds_total") > 0.0);
+    assert!(value("process_resident_memory_bytes") > 1e5);
+    assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    assert!(value("process_threads") >= 1.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value("process_start_time_seconds");
+    assert!(
+        started <= now + 1.0 && started > now - 3600.0,
+        "{started} vs {now}"
+    );
+}
