@@ -159,6 +159,16 @@ fn dockerfile_server_user() -> u64 {
 fn every_value_set_renders_objects_that_agree_with_each_other_and_the_programs() {
     let Some(helm) = helm() else { return };
     let image_user = dockerfile_server_user();
+    let secret = tempfile::tempdir().unwrap();
+    let ca = typha_server::pki::Ca::new("test-ca").unwrap();
+    let leaf = ca.server("typha-server", &[]).unwrap();
+    for (name, body) in [
+        ("tls.crt", &leaf.cert_pem),
+        ("tls.key", &leaf.key_pem),
+        ("ca.crt", &ca.cert_pem),
+    ] {
+        std::fs::write(secret.path().join(name), body).unwrap();
+    }
     for values in value_sets() {
         let set = values.file_name().unwrap().to_string_lossy().into_owned();
         let objs = render(&helm, &["-f", values.to_str().unwrap()]);
@@ -351,13 +361,25 @@ fn every_value_set_renders_objects_that_agree_with_each_other_and_the_programs()
             }
         }
 
-        // Every TYPHA_* the Deployment sets is a setting of ours, with a value we accept.
+        // Every TYPHA_* the Deployment sets is a setting of ours, with a value we accept. The
+        // server reads its key at start-up: the mounted Secrets' files are stood in for by a
+        // folder holding tls.crt, tls.key and ca.crt.
         let mut cmd = Command::new(BIN);
         cmd.arg("check-config").env_clear();
         for (k, v) in &env {
             let v = match v.as_str() {
-                "<metadata.namespace>" => "kube-system",
-                v => v,
+                "<metadata.namespace>" => "kube-system".to_owned(),
+                v => [
+                    "/etc/typha/tls/",
+                    "/etc/typha/etcd/",
+                    "/etc/typha/upstream/",
+                ]
+                .iter()
+                .find_map(|m| v.strip_prefix(m))
+                .map_or_else(
+                    || v.to_owned(),
+                    |f| secret.path().join(f).display().to_string(),
+                ),
             };
             cmd.env(k, v);
         }
