@@ -110,9 +110,7 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         let redirect = match reason {
             GoodbyeReason::Shutdown
             | GoodbyeReason::TooManyConnections
-            | GoodbyeReason::Rebalance => {
-                redirect.unwrap_or_else(|| self.ctx.redirect.load().to_vec())
-            }
+            | GoodbyeReason::Rebalance => redirect.unwrap_or_else(|| self.ctx.suggest()),
             _ => Vec::new(),
         };
         let g = Message::Goodbye(Goodbye {

@@ -116,6 +116,10 @@ pub struct Metrics {
     drops: [IntCounter; 9],
     /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
     pub syncs_waiting: IntGauge,
+    /// `typha_connections_handshaking`: accepted, TLS and hello not done yet.
+    pub connections_handshaking: IntGauge,
+    /// `typha_connections_syncing`: being sent their initial sync.
+    pub connections_syncing: IntGauge,
     /// `typha_in_sync{syncer}`: 1 while the cache is in sync with the datastore.
     pub in_sync: IntGauge,
     /// `typha_shutdown_draining`: 1 from SIGTERM until the process exits.
@@ -317,6 +321,16 @@ impl Metrics {
                 r,
                 "typha_syncs_waiting",
                 "Connections waiting for a turn to be synced (TYPHA_MAXCONCURRENTSYNCS).",
+            ),
+            connections_handshaking: gauge(
+                r,
+                "typha_connections_handshaking",
+                "Connections accepted whose TLS handshake or hello is not done yet.",
+            ),
+            connections_syncing: gauge(
+                r,
+                "typha_connections_syncing",
+                "Connections being sent their initial sync (deltas, digest buckets or a snapshot).",
             ),
             in_sync: syncer_gauge(
                 r,
