@@ -61,6 +61,7 @@ struct Control {
     slots: Arc<Slots>,
     conns: Arc<Mutex<Registry_>>,
     ctx: Arc<Ctx>,
+    draining: Arc<AtomicBool>,
 }
 
 impl governor::Connections for Control {
@@ -90,6 +91,10 @@ impl governor::Connections for Control {
         // Where to: the ranking, when the connection writes its Goodbye.
         let _ = tx.send(Close::because(GoodbyeReason::Rebalance));
         true
+    }
+
+    fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 
     fn set_ranking(&self, ranking: governor::share::Ranking) {
@@ -338,6 +343,7 @@ pub async fn start_with(
             slots: slots.clone(),
             conns: conns.clone(),
             ctx: ctx.clone(),
+            draining: draining.clone(),
         });
         info!(service = %format!("{}/{}", g.namespace, g.service), "balancing connections across the Service's replicas");
         background.push(tokio::spawn(governor::run(
@@ -535,6 +541,7 @@ impl RunningServer {
     /// else stops; liveness and `/metrics` answer until then.
     pub async fn shutdown(self) {
         self.draining.store(true, Ordering::Release);
+
         self.metrics.shutdown_draining.set(1);
         let _ = self.shutdown.send(true);
         let _ = self.accept_task.await;
@@ -570,8 +577,11 @@ impl RunningServer {
             tokio::time::sleep(step).await;
         }
         // Any connection still registered now is closed at once.
+        // (Connections registered after the drain began, still in their handshake then, are
+        // among them.)
         for (_, tx) in lock(&self.conns).conns.drain() {
             let _ = tx.send(Close::because(GoodbyeReason::Shutdown));
+            self.metrics.dropped(DropReason::shutdown);
         }
         let tasks: Vec<_> = lock(&self.conn_tasks).drain(..).collect();
         for t in tasks {

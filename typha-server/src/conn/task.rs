@@ -38,7 +38,10 @@ pub async fn serve<S>(
     let m = ctx.cache.metrics.clone();
     match run(stream, accepted, ctx, close, info).await {
         Ok(()) | Err(ConnError::PeerClosed) => debug!(%peer, "connection closed"),
-        Err(e @ ConnError::Closed(GoodbyeReason::Shutdown)) => debug!(%peer, "{e}"),
+        // Sent away on purpose (a drain, a balancing move): expected, counted, not logged.
+        Err(e @ ConnError::Closed(GoodbyeReason::Shutdown | GoodbyeReason::Rebalance)) => {
+            debug!(%peer, "{e}")
+        }
         Err(e) => {
             let reason = match &e {
                 ConnError::WriteTimeout(_) => Some(DropReason::write_timeout),

@@ -9,7 +9,8 @@
 //! least-loaded replica first, by a running estimate ([`share::Ranking`]). The client goes
 //! there and resumes by digest: a move costs the buckets that differ, not a snapshot. The same
 //! ranking is what clients turned away at the limit, or drained at shutdown, are told to try,
-//! so a draining replica's clients spread over the others. A replica that says it is draining
+//! so a draining replica's clients spread over the others (a draining replica keeps polling,
+//! to keep that ranking fresh, but moves nothing itself). A replica that says it is draining
 //! is left out.
 
 pub mod peers;
@@ -76,6 +77,9 @@ pub trait Connections: Send + Sync {
     /// Closes one established connection (a random one) with a Goodbye (Rebalance) suggesting
     /// the replicas by the current ranking; `false` if there was none to close.
     fn move_one(&self) -> bool;
+    /// Whether this replica is draining (shutting down): it then moves nothing itself (the
+    /// drain moves every client) but keeps the ranking fresh for the drain's Goodbyes.
+    fn draining(&self) -> bool;
     /// Sets the other replicas and their loads: what every client sent away (moved, turned
     /// away at the limit, drained at shutdown) is told, each by the ranking at that moment.
     fn set_ranking(&self, ranking: share::Ranking);
@@ -152,7 +156,7 @@ pub async fn run(
         let held = conns.held();
         let plan = share::plan(held, &others, cfg.tolerance);
         conns.set_ranking(share::Ranking::new(others));
-        if plan.excess == 0 {
+        if plan.excess == 0 || conns.draining() {
             continue;
         }
         // Move no more than fits in one poll at the bounded rate; the next poll sees the result.
@@ -170,7 +174,7 @@ pub async fn run(
         let gap = Duration::from_secs_f64(1.0 / f64::from(cfg.moves_per_sec.max(1)));
         for _ in 0..moves {
             // Each goes where the ranking says at that moment (it counts every client sent).
-            if !conns.move_one() {
+            if conns.draining() || !conns.move_one() {
                 break;
             }
             tokio::time::sleep(gap).await;

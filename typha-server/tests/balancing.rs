@@ -1,0 +1,923 @@
+//! Connection balancing and a rolling replacement, on a real kube-apiserver over etcd 3.6
+//! (`common::kube`, built by `peers/build`): three `typha-server` processes (the real binary)
+//! with `TYPHA_DATASTORETYPE=kubernetes` and `TYPHA_CONNECTIONREBALANCINGMODE=kubernetes`, a
+//! Service `kube-system/calico-typha` and its EndpointSlice written by the test (there is no
+//! controller-manager), a cluster of 600 Nodes, and 600 agents (the typha-client library,
+//! in-process, each with a full store and a consumer that keeps its own copy of the state and
+//! digest from the callbacks alone).
+//!
+//! The story, as an operator lives it:
+//! 1. one replica serves all 600 agents (they joined with a full snapshot each);
+//! 2. the Deployment scales to three: two more replicas start, become ready and are added to the
+//!    EndpointSlice. Typha's limit for 600 nodes on 3 replicas is 400 (`1 + 600 × 1.2 / 2 =
+//!    361`, raised to the lower limit), the mean 200: the first replica moves 400 agents away
+//!    at `TYPHA_REBALANCEMOVESPERSEC`, each with a Goodbye naming the least-loaded replicas, and
+//!    the loads converge to 200 ± 10 % within the time those settings allow;
+//! 3. a rolling replacement: one replica at a time is marked terminating in the EndpointSlice,
+//!    sent SIGTERM (it drains its agents over `TYPHA_SHUTDOWNTIMEOUTSECS`, spreading them over
+//!    the others), and a new process is started on the same address, waited ready and marked
+//!    ready; the loads converge again.
+//!
+//! Data changes all along (node labels, GlobalNetworkSets created and deleted through the API).
+//! It passes when no agent ever needed a full snapshot after its first (`typha_resumes_total`
+//! and the snapshot counters of every server process, and the agents' own
+//! `typha_client_resumes_total`), every reconnect was a server's Goodbye followed by a resume by
+//! digest (or by deltas, back on a replica it had been on), no session ended on a gap or a
+//! digest mismatch, every agent's callbacks were consistent (New only for absent keys, ...),
+//! and every agent's final state, by its store's digest and its consumer's own, is exactly the
+//! cluster as the test reads it back from the API server.
+//!
+//! Addresses. The API server refuses EndpointSlice addresses in the loopback range ("may not
+//! be in the loopback range"; `client_discovery.rs` asserts it), and the governor reads the
+//! replicas' addresses from the EndpointSlice, so the replicas cannot be 127.0.0.x. They are
+//! 192.0.2.1-3 (TEST-NET-1, RFC 5737: documentation addresses, accepted by the API server and
+//! never routed anywhere), put on the loopback interface of a network namespace of the test's
+//! own: the test binary re-runs itself under `unshare --net` (it needs root, as the agent's
+//! namespace tests do), so etcd, kube-apiserver, the three servers and the agents all live in
+//! a network where nothing else is, traffic never leaves the loopback device, and the host's
+//! network is untouched. Inside, the replicas share the health port (9098), as pods do.
+//!
+//! Measuring mode: with `TYPHA_BALANCE_REPORT=<file>` the run writes what it measured (times,
+//! moves, resumes, bytes, the full snapshot's size) as JSON to that file; BENCHMARKS.md quotes
+//! such a run. Without it the numbers are printed in one line and not asserted: timing belongs
+//! in benchmarks, and the only time asserted is the convergence bound the settings imply.
+
+// In tests a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+use typha_client::metrics::{ClientMetrics, EndCause};
+use typha_client::{ClientConfig, Discovery, ResumeKind, Store, SyncClient, SyncerCallbacks};
+use typha_protocol::digest::StateDigest;
+use typha_protocol::model::{EncodedValue, KeyPath, SyncStatus, Update, UpdateKind};
+use typha_server::calico::v3::Resource;
+use typha_server::control_plane::ControlPlane;
+
+const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
+
+/// Set in the child that runs in the network namespace.
+const IN_NETNS: &str = "TYPHA_TEST_BALANCING_IN_NETNS";
+/// Measuring mode: where to write the numbers (JSON).
+const REPORT: &str = "TYPHA_BALANCE_REPORT";
+
+/// The replicas' addresses (TEST-NET-1, on the namespace's loopback device).
+const REPLICAS: [&str; 3] = ["192.0.2.1", "192.0.2.2", "192.0.2.3"];
+const SYNC_PORT: u16 = 5473;
+const HEALTH_PORT: u16 = 9098;
+const METRICS_PORT: u16 = 9093;
+
+const NODES: usize = 600;
+const AGENTS: usize = 600;
+/// `TYPHA_REBALANCEPOLLSECS`, `TYPHA_REBALANCEMOVESPERSEC`, `TYPHA_SHUTDOWNTIMEOUTSECS`.
+const POLL_SECS: u64 = 1;
+const MOVES_PER_SEC: u64 = 50;
+const SHUTDOWN_SECS: u64 = 5;
+/// Balanced: every replica within the governor's tolerance (10 %) of the mean.
+const TOLERANCE: f64 = 0.1;
+
+const NS: &str = common::kube::TYPHA_NAMESPACE;
+const SERVICE: &str = "calico-typha";
+
+#[test]
+fn three_replicas_balance_and_roll_without_a_snapshot() {
+    if std::env::var_os(IN_NETNS).is_some() {
+        return;
+    }
+    let status = Command::new("unshare")
+        .args(["--net", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "in_its_own_network_namespace", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(IN_NETNS, "1")
+        .status();
+    match status {
+        Ok(s) => assert!(s.success(), "the run in its network namespace failed: {s}"),
+        Err(e) => {
+            assert!(
+                std::env::var_os(common::kube::ALLOW_SKIP).is_some(),
+                "cannot run `unshare --net` (util-linux, root): {e}"
+            );
+            eprintln!("skipped: cannot run `unshare --net`: {e}");
+        }
+    }
+}
+
+/// Not a test on its own: the body of the one above, in a fresh network namespace.
+#[test]
+fn in_its_own_network_namespace() {
+    if std::env::var_os(IN_NETNS).is_none() {
+        return;
+    }
+    let ip = |args: &[&str]| {
+        let s = Command::new("ip")
+            .args(args)
+            .status()
+            .expect("ip (iproute2)");
+        assert!(s.success(), "ip {args:?}");
+    };
+    ip(&["link", "set", "lo", "up"]);
+    for a in REPLICAS {
+        ip(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(scenario());
+}
+
+// ---- The agents ----
+
+/// What an agent's consumer holds, from the callbacks alone.
+#[derive(Default)]
+struct View {
+    status: Option<SyncStatus>,
+    kvs: HashMap<KeyPath, EncodedValue>,
+    digest: StateDigest,
+    /// Updates whose kind contradicted what the consumer had been told before.
+    wrong_kinds: u64,
+    /// Updates delivered.
+    updates: u64,
+}
+
+#[derive(Clone)]
+struct Agent(Arc<Mutex<View>>);
+
+impl SyncerCallbacks for Agent {
+    fn on_status_updated(&mut self, status: SyncStatus) {
+        self.0.lock().unwrap().status = Some(status);
+    }
+
+    fn on_updates(&mut self, updates: Vec<Update>) {
+        let mut v = self.0.lock().unwrap();
+        v.updates += updates.len() as u64;
+        for u in updates {
+            let old = match &u.value {
+                Some(new) => v.kvs.insert(u.key.clone(), new.clone()),
+                None => v.kvs.remove(&u.key),
+            };
+            let consistent = match u.kind {
+                UpdateKind::New => old.is_none() && u.value.is_some(),
+                UpdateKind::Updated => old.is_some() && u.value.is_some(),
+                UpdateKind::Deleted => old.is_some() && u.value.is_none(),
+            };
+            if !consistent {
+                v.wrong_kinds += 1;
+            }
+            v.digest.apply(
+                u.key.as_str(),
+                old.as_ref().map(EncodedValue::as_bytes),
+                u.value.as_ref().map(EncodedValue::as_bytes),
+            );
+        }
+    }
+}
+
+struct Agents {
+    views: Vec<Arc<Mutex<View>>>,
+    metrics: Arc<ClientMetrics>,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<(Agent, Store)>>,
+}
+
+impl Agents {
+    /// `n` agents finding the servers by the three addresses (as FELIX_TYPHAADDR would list
+    /// them, or a Service's DNS name resolve to), one set of metrics shared by all.
+    fn start(n: usize, tls: &Tls) -> Self {
+        let metrics = ClientMetrics::unregistered();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let servers: Vec<String> = REPLICAS
+            .iter()
+            .map(|a| format!("{a}:{SYNC_PORT}"))
+            .collect();
+        let mut views = Vec::new();
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let mut cfg = ClientConfig::new(
+                format!("node-{i:03}"),
+                Discovery::addresses(servers.clone()),
+            );
+            cfg.tls = Some(typha_client::tls::ClientTls {
+                ca_file: tls.ca.clone(),
+                cert_file: tls.client_cert.clone(),
+                key_file: tls.client_key.clone(),
+                server_cn: Some("typha-server".into()),
+                server_uri_san: None,
+            });
+            let client = SyncClient::new(cfg, metrics.clone()).unwrap();
+            let view = Arc::new(Mutex::new(View::default()));
+            views.push(view.clone());
+            let mut rx = rx.clone();
+            tasks.push(tokio::spawn(client.run(Agent(view), async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })));
+        }
+        Agents {
+            views,
+            metrics,
+            stop,
+            tasks,
+        }
+    }
+
+    /// How many agents are in sync with exactly `digest`.
+    fn at(&self, digest: u64) -> usize {
+        self.views
+            .iter()
+            .filter(|v| {
+                let v = v.lock().unwrap();
+                v.status == Some(SyncStatus::InSync) && v.digest.combined() == digest
+            })
+            .count()
+    }
+
+    async fn all_at(&self, digest: u64, what: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let n = self.at(digest);
+            if n == self.views.len() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {n} of {} agents in sync at {digest:016x}",
+                self.views.len()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Updates delivered to the consumers so far.
+    fn updates(&self) -> u64 {
+        self.views.iter().map(|v| v.lock().unwrap().updates).sum()
+    }
+
+    /// The bytes of a hello that offers agent 0's state for a resume (cursor and digest): what
+    /// an agent sends a server to be resumed instead of snapshotted.
+    fn resume_offer_bytes(&self) -> usize {
+        use typha_protocol::handshake::{ClientHandshake, ClientOffer};
+        use typha_protocol::message::{Cursor, Epoch, Message, Resume, Seq};
+        let resume = Resume {
+            cursor: Some(Cursor {
+                epoch: Epoch(1),
+                seq: Seq(1),
+            }),
+            digest: Some(self.views[0].lock().unwrap().digest.clone()),
+        };
+        let offer = ClientOffer {
+            resume: Some(resume),
+            ..ClientOffer::new("node-000")
+        };
+        let hello = ClientHandshake::new(offer, std::time::Instant::now()).hello();
+        typha_protocol::frame::FrameEncoder::uncompressed()
+            .encode(&Message::ClientHello(hello))
+            .unwrap()
+            .len()
+    }
+
+    /// Stops every agent; their consumers and stores.
+    async fn stop(self) -> Vec<(Agent, Store)> {
+        let _ = self.stop.send(true);
+        let mut out = Vec::new();
+        for t in self.tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+}
+
+// ---- The replicas ----
+
+/// Mutual TLS as in a cluster: one CA, one server certificate (a Secret every replica
+/// mounts, CN `typha-server`, the replicas' addresses as IP SANs), one client certificate.
+struct Tls {
+    ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+impl Tls {
+    fn write(dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let ca = typha_server::pki::Ca::new("typha-test-ca").unwrap();
+        let server = ca.server("typha-server", &REPLICAS).unwrap();
+        let client = ca.client("typha-client", None).unwrap();
+        let w = |name: &str, body: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, body).unwrap();
+            p
+        };
+        Tls {
+            ca: w("ca.crt", &ca.cert_pem),
+            server_cert: w("server.crt", &server.cert_pem),
+            server_key: w("server.key", &server.key_pem),
+            client_cert: w("client.crt", &client.cert_pem),
+            client_key: w("client.key", &client.key_pem),
+        }
+    }
+}
+
+/// One `typha-server` process on `REPLICAS[k]`, killed if dropped still running.
+struct Replica {
+    k: usize,
+    child: Option<Child>,
+    started: Instant,
+}
+
+impl Replica {
+    fn start(k: usize, kubeconfig: &Path, tls: &Tls, logs: &Path, generation: u32) -> Self {
+        let ip = REPLICAS[k];
+        let log = std::fs::File::create(logs.join(format!("typha-{k}-{generation}.log"))).unwrap();
+        let child = Command::new(BIN)
+            .env("TYPHA_DATASTORETYPE", "kubernetes")
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("TYPHA_K8SAPIENDPOINT")
+            .env("TYPHA_SERVERHOST", ip)
+            .env("TYPHA_SERVERPORT", SYNC_PORT.to_string())
+            .env("TYPHA_HEALTHHOST", ip)
+            .env("TYPHA_HEALTHPORT", HEALTH_PORT.to_string())
+            .env("TYPHA_PROMETHEUSMETRICSHOST", ip)
+            .env("TYPHA_PROMETHEUSMETRICSPORT", METRICS_PORT.to_string())
+            .env("TYPHA_CONNECTIONREBALANCINGMODE", "kubernetes")
+            .env("TYPHA_K8SNAMESPACE", NS)
+            .env("TYPHA_K8SSERVICENAME", SERVICE)
+            .env("TYPHA_K8SPORTNAME", "calico-typha")
+            .env("TYPHA_REBALANCEPOLLSECS", POLL_SECS.to_string())
+            .env("TYPHA_REBALANCEMOVESPERSEC", MOVES_PER_SEC.to_string())
+            .env("TYPHA_SHUTDOWNTIMEOUTSECS", SHUTDOWN_SECS.to_string())
+            .env("TYPHA_SERVERCERTFILE", &tls.server_cert)
+            .env("TYPHA_SERVERKEYFILE", &tls.server_key)
+            .env("TYPHA_CAFILE", &tls.ca)
+            .env("TYPHA_CLIENTCN", "typha-client")
+            .env("TYPHA_LOGSEVERITYSCREEN", "Info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Replica {
+            k,
+            child: Some(child),
+            started: Instant::now(),
+        }
+    }
+
+    fn health(&self) -> SocketAddr {
+        SocketAddr::new(REPLICAS[self.k].parse().unwrap(), HEALTH_PORT)
+    }
+
+    fn metrics_addr(&self) -> SocketAddr {
+        SocketAddr::new(REPLICAS[self.k].parse().unwrap(), METRICS_PORT)
+    }
+
+    async fn until_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some((200, _)) = get(self.health(), "/readiness").await {
+                return;
+            }
+            assert!(Instant::now() < deadline, "replica {} never ready", self.k);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn status(&self) -> Value {
+        let (code, body) = get(self.health(), "/status").await.expect("/status");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    async fn load(&self) -> usize {
+        usize::try_from(self.status().await["connections"].as_u64().unwrap()).unwrap()
+    }
+
+    async fn metrics(&self) -> Counters {
+        let (code, text) = get(self.metrics_addr(), "/metrics")
+            .await
+            .expect("/metrics");
+        assert_eq!(code, 200);
+        Counters::parse(&text)
+    }
+
+    /// SIGTERM, then waits for exit 0; how long the drain took, and the process's counters as
+    /// last read during the drain (it accepts nothing after SIGTERM, so they are final).
+    async fn terminate(mut self) -> (Duration, Counters) {
+        let mut child = self.child.take().unwrap();
+        let mut last = self.metrics().await;
+        let at = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert_eq!(
+                    status.code(),
+                    Some(0),
+                    "replica {} exited with {status}",
+                    self.k
+                );
+                return (at.elapsed(), last);
+            }
+            if let Some((200, text)) = get(self.metrics_addr(), "/metrics").await {
+                last = Counters::parse(&text);
+            }
+            assert!(
+                at.elapsed() < Duration::from_secs(SHUTDOWN_SECS + 10),
+                "replica {} did not exit after its drain",
+                self.k
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The counters one server process reports that this test adds up.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    snapshots: f64,
+    digests: f64,
+    deltas: f64,
+    snapshots_built: f64,
+    snapshots_reused: f64,
+    snapshot_bytes: f64,
+    snapshot_raw_bytes: f64,
+    rebalanced: f64,
+    drained: f64,
+    refused: f64,
+    bytes_sent: f64,
+}
+
+impl Counters {
+    fn parse(text: &str) -> Self {
+        let v = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in /metrics"))
+        };
+        Counters {
+            snapshots: v("typha_resumes_total{kind=\"snapshot\"}"),
+            digests: v("typha_resumes_total{kind=\"digest\"}"),
+            deltas: v("typha_resumes_total{kind=\"deltas\"}"),
+            snapshots_built: v("typha_snapshots_generated{syncer=\"felix\"}"),
+            snapshots_reused: v("typha_snapshots_reused{syncer=\"felix\"}"),
+            snapshot_bytes: v("typha_snapshot_compressed_bytes{syncer=\"felix\"}"),
+            snapshot_raw_bytes: v("typha_snapshot_raw_bytes{syncer=\"felix\"}"),
+            rebalanced: v("typha_connections_dropped_total{reason=\"rebalance\"}"),
+            drained: v("typha_connections_dropped_total{reason=\"shutdown\"}"),
+            refused: v("typha_connections_dropped_total{reason=\"too_many_connections\"}"),
+            bytes_sent: v("typha_bytes_sent_total"),
+        }
+    }
+
+    fn add(&mut self, o: &Counters) {
+        self.snapshots += o.snapshots;
+        self.digests += o.digests;
+        self.deltas += o.deltas;
+        self.snapshots_built += o.snapshots_built;
+        self.snapshots_reused += o.snapshots_reused;
+        self.snapshot_bytes = self.snapshot_bytes.max(o.snapshot_bytes);
+        self.snapshot_raw_bytes = self.snapshot_raw_bytes.max(o.snapshot_raw_bytes);
+        self.rebalanced += o.rebalanced;
+        self.drained += o.drained;
+        self.refused += o.refused;
+        self.bytes_sent += o.bytes_sent;
+    }
+}
+
+/// One HTTP/1.1 GET; (status, body).
+async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let io = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: typha\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).await.ok()?;
+        let code = buf.split(' ').nth(1)?.parse().ok()?;
+        let body = buf.split_once("\r\n\r\n")?.1.to_owned();
+        Some((code, body))
+    };
+    tokio::time::timeout(Duration::from_secs(5), io)
+        .await
+        .ok()
+        .flatten()
+}
+
+// ---- The cluster ----
+
+/// The EndpointSlice as the EndpointSlice controller would write it: each replica that
+/// exists, ready or terminating.
+async fn publish(admin: &kube::Client, ready: [Option<bool>; 3]) {
+    let endpoints: Vec<Value> = ready
+        .iter()
+        .enumerate()
+        .filter_map(|(k, r)| {
+            let r = (*r)?;
+            Some(json!({"addresses": [REPLICAS[k]],
+                        "conditions": {"ready": r, "serving": r, "terminating": !r},
+                        "nodeName": format!("node-{k:03}")}))
+        })
+        .collect();
+    common::kube::apply(
+        admin,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "calico-typha-x7k2p", "namespace": NS,
+                            "labels": {"kubernetes.io/service-name": SERVICE}},
+               "addressType": "IPv4",
+               "ports": [{"name": "calico-typha", "port": SYNC_PORT, "protocol": "TCP"}],
+               "endpoints": endpoints}),
+    )
+    .await;
+}
+
+fn node_ip(i: usize) -> String {
+    format!("172.16.{}.{}/16", i / 250, i % 250 + 1)
+}
+
+fn node(i: usize, generation: u64) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": format!("node-{i:03}"),
+                        "labels": {"zone": format!("z{}", i % 3), "gen": generation.to_string()},
+                        "annotations": {"projectcalico.org/IPv4Address": node_ip(i)}}})
+}
+
+fn network_set(i: u64, generation: u64) -> Value {
+    json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+           "metadata": {"name": format!("churn-{i}"), "labels": {"gen": generation.to_string()}},
+           "spec": {"nets": [format!("198.51.100.{}/32", generation % 256)]}})
+}
+
+/// Changes the cluster through the API until stopped: a node relabelled every 100 ms, a
+/// GlobalNetworkSet created or replaced every 300 ms and one deleted every 700 ms. The number
+/// of writes.
+async fn churn(admin: kube::Client, mut stop: tokio::sync::watch::Receiver<bool>) -> u64 {
+    let mut writes = 0;
+    let mut round: u64 = 0;
+    let sets = |c: &kube::Client| {
+        kube::Api::<kube::api::DynamicObject>::all_with(
+            c.clone(),
+            &common::kube::resource(
+                "crd.projectcalico.org/v1",
+                "GlobalNetworkSet",
+                "globalnetworksets",
+            ),
+        )
+    };
+    while !*stop.borrow() {
+        round += 1;
+        let i = usize::try_from(round * 7).unwrap() % NODES;
+        common::kube::apply(&admin, node(i, round)).await;
+        writes += 1;
+        if round.is_multiple_of(3) {
+            common::kube::apply(&admin, network_set(round % 11, round)).await;
+            writes += 1;
+        }
+        if round.is_multiple_of(7) {
+            let name = format!("churn-{}", (round / 7) % 11);
+            if sets(&admin)
+                .delete(&name, &kube::api::DeleteParams::default())
+                .await
+                .is_ok()
+            {
+                writes += 1;
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    writes
+}
+
+/// The cluster's Calico state as the test reads it back from the API server (independently
+/// of the backend's conversion): the digest agents must reach, and its KV count.
+async fn datastore_digest(admin: &kube::Client) -> (u64, usize) {
+    let mut all = common::kube::profiles(admin).await;
+    all.extend(common::kube::calico_resources(admin).await);
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin.clone());
+    for n in nodes.list(&Default::default()).await.unwrap() {
+        let ip = n.metadata.annotations.as_ref().unwrap()["projectcalico.org/IPv4Address"].clone();
+        all.push(
+            Resource::from_json(json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "Node",
+                "metadata": {"name": n.metadata.name, "labels": n.metadata.labels},
+                "spec": {"bgp": {"ipv4Address": ip},
+                         "addresses": [{"address": ip, "type": "CalicoNodeIP"}]}}))
+            .unwrap(),
+        );
+    }
+    common::digest_of(&all)
+}
+
+/// Waits until the replicas' loads are each within the tolerance of the mean of `total`;
+/// the loads.
+async fn until_balanced(replicas: &[&Replica], total: usize, within: Duration) -> Vec<usize> {
+    let mean = total as f64 / replicas.len() as f64;
+    let (lo, hi) = (mean * (1.0 - TOLERANCE), mean * (1.0 + TOLERANCE));
+    let deadline = Instant::now() + within;
+    loop {
+        let mut loads = Vec::new();
+        for r in replicas {
+            loads.push(r.load().await);
+        }
+        if loads.iter().sum::<usize>() == total
+            && loads.iter().all(|&l| (lo..=hi).contains(&(l as f64)))
+        {
+            return loads;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not balanced within {within:?}: loads {loads:?}, want {lo:.0}..={hi:.0} each"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn scenario() {
+    let Some(cp): Option<ControlPlane> = common::kube::default().await else {
+        return;
+    };
+    let admin = cp.admin().unwrap();
+    // The servers' logs outlive a failed run (the control plane's folder does not).
+    let logs = tempfile::Builder::new()
+        .prefix("typha-balancing-logs-")
+        .tempdir()
+        .unwrap()
+        .keep();
+    eprintln!("typha-server logs: {}", logs.display());
+    let began = Instant::now();
+
+    // typha-server's identity: the README's rules, and list on EndpointSlices (balancing).
+    let mut rules = common::kube::readme_rules();
+    rules.push(("discovery.k8s.io".into(), vec!["endpointslices".into()]));
+    cp.grant(NS, common::kube::TYPHA_ACCOUNT, "calico-typha", &rules)
+        .await
+        .unwrap();
+    let token = cp
+        .service_account_token(NS, common::kube::TYPHA_ACCOUNT)
+        .await
+        .unwrap();
+    let kubeconfig: PathBuf = cp.write_kubeconfig("typha", &token).unwrap();
+    let tls = Tls::write(&cp.dir().join("typha-tls"));
+
+    // The Service, its EndpointSlice with one replica, and the nodes.
+    common::kube::apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": SERVICE, "namespace": NS},
+               "spec": {"selector": {"k8s-app": "calico-typha"},
+                        "ports": [{"name": "calico-typha", "port": SYNC_PORT,
+                                   "targetPort": "calico-typha", "protocol": "TCP"}]}}),
+    )
+    .await;
+    publish(&admin, [Some(true), None, None]).await;
+    futures_util::stream::iter(0..NODES)
+        .map(|i| {
+            let admin = admin.clone();
+            async move { common::kube::apply(&admin, node(i, 0)).await }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    let seeded = began.elapsed();
+
+    // 1. One replica serves every agent.
+    let mut replicas: Vec<Replica> = vec![Replica::start(0, &kubeconfig, &tls, &logs, 0)];
+    replicas[0].until_ready().await;
+    let want = datastore_digest(&admin).await;
+    let status = replicas[0].status().await;
+    assert_eq!(
+        status["digest"],
+        format!("{:016x}", want.0),
+        "the replica serves the cluster as the API server holds it: {status}"
+    );
+    let joined_at = Instant::now();
+    let agents = Agents::start(AGENTS, &tls);
+    agents
+        .all_at(
+            want.0,
+            "every agent on the first replica",
+            Duration::from_secs(120),
+        )
+        .await;
+    let joined = joined_at.elapsed();
+    let updates_at_join = agents.updates();
+    assert_eq!(replicas[0].load().await, AGENTS);
+    let first = replicas[0].metrics().await;
+    assert_eq!(first.snapshots, AGENTS as f64, "{first:?}");
+
+    // 2. Scale to three replicas; changes flow meanwhile.
+    for k in 1..3 {
+        replicas.push(Replica::start(k, &kubeconfig, &tls, &logs, 0));
+    }
+    for r in &replicas[1..] {
+        r.until_ready().await;
+    }
+    let (stop_churn, churn_rx) = tokio::sync::watch::channel(false);
+    let churner = tokio::spawn(churn(cp.admin().unwrap(), churn_rx));
+    let scaled_at = Instant::now();
+    publish(&admin, [Some(true); 3]).await;
+    // What the settings allow: a poll to see the replicas, the excess at the moves' rate, a
+    // poll to see the result; plus slack for a loaded CI machine.
+    let excess = (AGENTS - AGENTS / 3) as u64;
+    let bound = Duration::from_secs(2 * POLL_SECS + excess.div_ceil(MOVES_PER_SEC) + 20);
+    let refs: Vec<&Replica> = replicas.iter().collect();
+    let loads = until_balanced(&refs, AGENTS, bound).await;
+    let balanced = scaled_at.elapsed();
+    let mut moved_by_balancing = Counters::default();
+    for r in &replicas {
+        moved_by_balancing.add(&r.metrics().await);
+    }
+
+    // 3. A rolling replacement, one replica at a time.
+    let mut totals = Counters::default();
+    let roll_at = Instant::now();
+    let mut steps = Vec::new();
+    for k in 0..3 {
+        let mut ready = [Some(true); 3];
+        ready[k] = Some(false);
+        publish(&admin, ready).await;
+        // Its counters are final once it stops accepting; read them while it can answer.
+        let old = replicas.remove(k);
+        let held = old.load().await;
+        let lived = old.started.elapsed();
+        let (drain, counted) = old.terminate().await;
+        totals.add(&counted);
+        let restart_at = Instant::now();
+        let new = Replica::start(k, &kubeconfig, &tls, &logs, 1);
+        new.until_ready().await;
+        let ready_in = restart_at.elapsed();
+        replicas.insert(k, new);
+        publish(&admin, [Some(true); 3]).await;
+        steps.push(
+            json!({"replica": REPLICAS[k], "held": held, "drain_secs": drain.as_secs_f64(),
+                          "new_ready_secs": ready_in.as_secs_f64(),
+                          "lived_secs": lived.as_secs_f64()}),
+        );
+    }
+    let refs: Vec<&Replica> = replicas.iter().collect();
+    let loads_after_roll = until_balanced(&refs, AGENTS, bound).await;
+    let rolled = roll_at.elapsed();
+
+    // Everything converges on the cluster as it is now.
+    let _ = stop_churn.send(true);
+    let writes = churner.await.unwrap();
+    let want = datastore_digest(&admin).await;
+    for r in &replicas {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while r.status().await["digest"] != format!("{:016x}", want.0) {
+            assert!(
+                Instant::now() < deadline,
+                "replica {} never reached the cluster's state",
+                r.k
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    agents
+        .all_at(
+            want.0,
+            "every agent at the final state",
+            Duration::from_secs(60),
+        )
+        .await;
+    for r in &replicas {
+        totals.add(&r.metrics().await);
+    }
+    let updates_after_join = agents.updates() - updates_at_join;
+    let offer_bytes = agents.resume_offer_bytes();
+    let m = agents.metrics.clone();
+    // The agents share one set of metrics, which counts every session after its very first
+    // as a reconnect: the other agents' first sessions are not.
+    let reconnects = m.reconnects.get() - (AGENTS as u64 - 1);
+    let ended = |c| m.ended_count(c);
+    let client_resumes = |k| m.resume_count(k);
+
+    // The numbers, whatever happens next.
+    let report = json!({
+        "nodes": NODES, "agents": AGENTS, "kvs": want.1,
+        "settings": {"poll_secs": POLL_SECS, "moves_per_sec": MOVES_PER_SEC,
+                     "shutdown_timeout_secs": SHUTDOWN_SECS},
+        "seed_secs": seeded.as_secs_f64(),
+        "join_one_replica_secs": joined.as_secs_f64(),
+        "full_snapshot_bytes": first.snapshot_bytes,
+        "full_snapshot_raw_bytes": first.snapshot_raw_bytes,
+        "resume_offer_bytes": offer_bytes,
+        "balancing": {"secs": balanced.as_secs_f64(), "loads": loads,
+                      "moved": moved_by_balancing.rebalanced,
+                      "refused_at_limit": moved_by_balancing.refused,
+                      "digest_resumes": moved_by_balancing.digests,
+                      "deltas_resumes": moved_by_balancing.deltas,
+                      "snapshots": moved_by_balancing.snapshots - first.snapshots},
+        "roll": {"secs": rolled.as_secs_f64(), "steps": steps, "loads_after": loads_after_roll},
+        "whole_run": {"reconnects": reconnects,
+                      "moved_by_balancing": totals.rebalanced,
+                      "drained_at_shutdown": totals.drained,
+                      "refused_at_limit": totals.refused,
+                      "resumes": {"snapshot": totals.snapshots, "digest": totals.digests,
+                                  "deltas": totals.deltas},
+                      "snapshots_sent_after_the_first_join":
+                          totals.snapshots_built + totals.snapshots_reused - AGENTS as f64,
+                      "bytes_sent_by_servers": totals.bytes_sent,
+                      "bytes_received_by_agents": m.bytes_received.get(),
+                      "agents_sessions_ended_by_goodbye": ended(EndCause::Goodbye),
+                      "agents_resumes": {"snapshot": client_resumes(ResumeKind::Snapshot),
+                                         "digest": client_resumes(ResumeKind::Digest),
+                                         "deltas": client_resumes(ResumeKind::Deltas)},
+                      "updates_delivered_after_joining": updates_after_join,
+                      "churn_writes": writes},
+        "typha_way": {"full_resyncs": reconnects,
+                      "bytes": reconnects as f64 * first.snapshot_bytes},
+        "total_secs": began.elapsed().as_secs_f64(),
+    });
+    println!("balancing report: {report}");
+    if let Some(path) = std::env::var_os(REPORT) {
+        std::fs::write(path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    }
+
+    // No agent needed a snapshot after its first, by every count.
+    assert_eq!(
+        totals.snapshots, AGENTS as f64,
+        "server resumes by snapshot: {report}"
+    );
+    assert_eq!(
+        totals.snapshots_built + totals.snapshots_reused,
+        AGENTS as f64,
+        "full snapshots sent by any server (in-band ones included): {report}"
+    );
+    assert_eq!(
+        client_resumes(ResumeKind::Snapshot),
+        AGENTS as u64,
+        "{report}"
+    );
+    // Agents were moved (the first replica's excess, then the roll), each session ended by a
+    // server's Goodbye, never by a gap, a digest mismatch, a lost connection or a protocol
+    // error, and the moved agents resumed by digest (or by deltas, back on a replica they had
+    // been on).
+    assert!(
+        totals.rebalanced >= excess as f64 && totals.drained > 0.0,
+        "the first replica moved its excess and the roll drained agents: {report}"
+    );
+    assert!(
+        moved_by_balancing.rebalanced <= excess as f64 * (1.0 + TOLERANCE),
+        "moved about the excess, not clients back and forth: {report}"
+    );
+    assert!(reconnects >= excess + (AGENTS / 3) as u64, "{report}");
+    assert!(ended(EndCause::Goodbye) >= reconnects, "{report}");
+    for c in [EndCause::Inconsistent, EndCause::Lost, EndCause::Other] {
+        assert_eq!(ended(c), 0, "sessions ended {}: {report}", c.as_str());
+    }
+    let resumed = client_resumes(ResumeKind::Digest) + client_resumes(ResumeKind::Deltas);
+    assert!(
+        resumed >= moved_by_balancing.rebalanced as u64,
+        "every moved agent resumed: {report}"
+    );
+    assert_eq!(
+        resumed,
+        (totals.digests + totals.deltas) as u64,
+        "agents and servers count the same resumes: {report}"
+    );
+    assert!(writes > 20, "the data changed during the run: {report}");
+
+    // Each agent holds exactly the cluster: by its store's digest, and by its consumer's own
+    // copy built from the callbacks.
+    for (i, (agent, store)) in agents.stop().await.into_iter().enumerate() {
+        let v = agent.0.lock().unwrap();
+        assert_eq!(store.digest().combined(), want.0, "node-{i:03}'s store");
+        assert_eq!(store.len(), want.1, "node-{i:03}'s store");
+        assert_eq!(v.digest.combined(), want.0, "node-{i:03}'s consumer");
+        assert_eq!(v.kvs.len(), want.1, "node-{i:03}'s consumer");
+        assert_eq!(v.wrong_kinds, 0, "node-{i:03}: updates of the wrong kind");
+    }
+    drop(replicas);
+    drop(cp);
+    if std::env::var_os(REPORT).is_none() {
+        let _ = std::fs::remove_dir_all(&logs);
+    }
+}
