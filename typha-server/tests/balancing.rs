@@ -460,6 +460,8 @@ struct Counters {
     snapshots: f64,
     digests: f64,
     deltas: f64,
+    digest_bytes: f64,
+    snapshot_resume_bytes: f64,
     snapshots_built: f64,
     snapshots_reused: f64,
     snapshot_bytes: f64,
@@ -481,6 +483,8 @@ impl Counters {
             snapshots: v("typha_resumes_total{kind=\"snapshot\"}"),
             digests: v("typha_resumes_total{kind=\"digest\"}"),
             deltas: v("typha_resumes_total{kind=\"deltas\"}"),
+            digest_bytes: v("typha_resume_bytes_total{kind=\"digest\"}"),
+            snapshot_resume_bytes: v("typha_resume_bytes_total{kind=\"snapshot\"}"),
             snapshots_built: v("typha_snapshots_generated{syncer=\"felix\"}"),
             snapshots_reused: v("typha_snapshots_reused{syncer=\"felix\"}"),
             snapshot_bytes: v("typha_snapshot_compressed_bytes{syncer=\"felix\"}"),
@@ -496,6 +500,8 @@ impl Counters {
         self.snapshots += o.snapshots;
         self.digests += o.digests;
         self.deltas += o.deltas;
+        self.digest_bytes += o.digest_bytes;
+        self.snapshot_resume_bytes += o.snapshot_resume_bytes;
         self.snapshots_built += o.snapshots_built;
         self.snapshots_reused += o.snapshots_reused;
         self.snapshot_bytes = self.snapshot_bytes.max(o.snapshot_bytes);
@@ -750,6 +756,7 @@ async fn scenario() {
     let refs: Vec<&Replica> = replicas.iter().collect();
     let loads = until_balanced(&refs, AGENTS, bound).await;
     let balanced = scaled_at.elapsed();
+    let sessions_at_balance = agents.metrics.reconnects.get();
     let mut moved_by_balancing = Counters::default();
     for r in &replicas {
         moved_by_balancing.add(&r.metrics().await);
@@ -834,14 +841,20 @@ async fn scenario() {
                       "refused_at_limit": moved_by_balancing.refused,
                       "digest_resumes": moved_by_balancing.digests,
                       "deltas_resumes": moved_by_balancing.deltas,
-                      "snapshots": moved_by_balancing.snapshots - first.snapshots},
-        "roll": {"secs": rolled.as_secs_f64(), "steps": steps, "loads_after": loads_after_roll},
+                      "snapshots": moved_by_balancing.snapshots - first.snapshots,
+                      "reconnects": sessions_at_balance - (AGENTS as u64 - 1)},
+        "roll": {"secs": rolled.as_secs_f64(), "steps": steps, "loads_after": loads_after_roll,
+                 "reconnects": m.reconnects.get() - sessions_at_balance},
         "whole_run": {"reconnects": reconnects,
                       "moved_by_balancing": totals.rebalanced,
+                      // As last read before each process exited (the last few Goodbyes of a
+                      // drain may come after); the agents' counts are exact.
                       "drained_at_shutdown": totals.drained,
                       "refused_at_limit": totals.refused,
                       "resumes": {"snapshot": totals.snapshots, "digest": totals.digests,
                                   "deltas": totals.deltas},
+                      "resume_bytes": {"snapshot": totals.snapshot_resume_bytes,
+                                       "digest": totals.digest_bytes},
                       "snapshots_sent_after_the_first_join":
                           totals.snapshots_built + totals.snapshots_reused - AGENTS as f64,
                       "bytes_sent_by_servers": totals.bytes_sent,

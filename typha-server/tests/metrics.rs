@@ -75,6 +75,7 @@ const ZERO_HERE: &[&str] = &["typha_log_errors"];
 const OURS: &[(&str, &str)] = &[
     ("typha_frames_encoded_total", "counter"),
     ("typha_resumes_total", "counter"),
+    ("typha_resume_bytes_total", "counter"),
     ("typha_connections_dropped_total", "counter"),
     ("typha_updates_invalid_total", "counter"),
     ("typha_bytes_sent_total", "counter"),
@@ -426,6 +427,10 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
     );
     assert_eq!(value("typha_resumes_total", &[("kind", "deltas")]), 1.0);
     assert_eq!(value("typha_resumes_total", &[("kind", "snapshot")]), 2.0);
+    // Two snapshots of the same state cost the same; a resume by deltas, less.
+    let snapshot_bytes = value("typha_resume_bytes_total", &[("kind", "snapshot")]);
+    let deltas_bytes = value("typha_resume_bytes_total", &[("kind", "deltas")]);
+    assert!(snapshot_bytes > 2.0 * deltas_bytes && deltas_bytes > 0.0);
 
     // No per-node detail in any label: names from a fixed set, and no value that is the
     // clients' host name or an address.

@@ -146,10 +146,15 @@ where
     let slot = wait_for_sync_slot(&ctx, &mut out, &mut close).await?;
     let sync_started = Instant::now();
     info.set_phase(Phase::Syncing);
+    let queued_before = out.queued;
     let (mut cursor, resumed) =
         initial_sync(&ctx, &session, accepted_hello.resume.as_ref(), &mut out).await?;
     out.flush().await?;
     drop(slot);
+    ctx.cache
+        .metrics
+        .resume_bytes(resumed)
+        .inc_by(out.queued - queued_before);
     info.synced(resumed, cursor.seq);
     let m = &ctx.cache.metrics;
     m.client_snapshot_send_secs

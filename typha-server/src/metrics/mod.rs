@@ -112,6 +112,8 @@ pub struct Metrics {
     frames_encoded: [IntCounter; 4],
     /// `typha_resumes_total{kind}`, indexed by [`ResumeKind`].
     resumes: [IntCounter; 3],
+    /// `typha_resume_bytes_total{kind}`, indexed by [`ResumeKind`]: bytes of initial syncs.
+    resume_bytes: [IntCounter; 3],
     /// `typha_connections_dropped_total{reason}`, indexed by [`DropReason`].
     drops: [IntCounter; 9],
     /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
@@ -310,6 +312,13 @@ impl Metrics {
                 "kind",
                 ResumeKind::ALL.map(ResumeKind::label),
             ),
+            resume_bytes: counters(
+                r,
+                "typha_resume_bytes_total",
+                "Bytes sent to bring connecting clients up to date (before TLS), by how.",
+                "kind",
+                ResumeKind::ALL.map(ResumeKind::label),
+            ),
             drops: counters(
                 r,
                 "typha_connections_dropped_total",
@@ -427,6 +436,16 @@ impl Metrics {
     /// Resumes of `kind` so far.
     pub fn resume_count(&self, kind: ResumeKind) -> u64 {
         self.resume(kind).get()
+    }
+
+    /// Bytes of initial syncs of `kind`.
+    pub fn resume_bytes(&self, kind: ResumeKind) -> &IntCounter {
+        let [deltas, digest, snapshot] = &self.resume_bytes;
+        match kind {
+            ResumeKind::deltas => deltas,
+            ResumeKind::digest => digest,
+            ResumeKind::snapshot => snapshot,
+        }
     }
 
     fn resume(&self, kind: ResumeKind) -> &IntCounter {
