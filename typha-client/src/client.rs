@@ -96,13 +96,18 @@ impl SyncClient {
                         }
                     }
                 };
-                if store.is_connected() {
-                    self.metrics.session_ended();
-                    store.disconnected(&mut cb);
-                }
                 let Some(end) = end else {
+                    if store.is_connected() {
+                        // Ours to end: not a cause worth counting.
+                        self.metrics.connected.dec();
+                        store.disconnected(&mut cb);
+                    }
                     return (cb, store);
                 };
+                if store.is_connected() {
+                    self.metrics.session_ended(end.error.cause());
+                    store.disconnected(&mut cb);
+                }
                 let e = &end.error;
                 if e.is_misconfiguration() {
                     let msg = e.to_string();

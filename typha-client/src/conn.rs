@@ -17,7 +17,7 @@ use typha_protocol::message::{Ack, Features, Goodbye, Message, MessageType, Pong
 
 use crate::config::ClientConfig;
 use crate::discovery::Target;
-use crate::metrics::ClientMetrics;
+use crate::metrics::{ClientMetrics, EndCause};
 use crate::store::{Store, StoreError, SyncerCallbacks};
 
 /// Why a session ended.
@@ -140,6 +140,28 @@ impl SessionError {
                 ..
             } => &g.redirect,
             _ => &[],
+        }
+    }
+
+    /// Why the session ended, as `typha_client_sessions_ended_total` counts it.
+    pub fn cause(&self) -> EndCause {
+        match self {
+            SessionError::Goodbye(_) => EndCause::Goodbye,
+            SessionError::Store(_) => EndCause::Inconsistent,
+            SessionError::Dial { .. }
+            | SessionError::DialTimeout { .. }
+            | SessionError::TlsInterrupted { .. }
+            | SessionError::TlsTimeout { .. }
+            | SessionError::ReadTimeout(_)
+            | SessionError::WriteTimeout(_)
+            | SessionError::Io(_)
+            | SessionError::Closed
+            | SessionError::ClosedDuringHandshake => EndCause::Lost,
+            SessionError::Tls { .. }
+            | SessionError::Handshake { .. }
+            | SessionError::Protocol(_)
+            | SessionError::UnexpectedMessage(_)
+            | SessionError::Encode(_) => EndCause::Other,
         }
     }
 

@@ -28,6 +28,9 @@ pub struct ClientMetrics {
     resumes: [IntCounter; 3],
     /// `typha_client_bytes_received_total`.
     pub bytes_received: IntCounter,
+    /// `typha_client_sessions_ended_total{cause}`, in [`EndCause`] order: established
+    /// sessions that ended, and why.
+    sessions_ended: [IntCounter; 4],
     /// `typha_client_staleness_seconds`: time since the last message from a server.
     pub staleness: Gauge,
     /// `typha_client_server_view_stale`: 1 while the server says its view of the datastore is
@@ -47,6 +50,35 @@ pub struct ClientMetrics {
     origin: Instant,
     last_message_ms: AtomicU64,
     sessions: AtomicU64,
+}
+
+/// Why an established session ended (`typha_client_sessions_ended_total{cause}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndCause {
+    /// The server sent this client away (moved to another replica, drained at shutdown, at
+    /// its limit): expected, and followed by a resume elsewhere.
+    Goodbye,
+    /// The connection was lost or went quiet past a timeout.
+    Lost,
+    /// The server's stream disagreed with the store (a gap in the sequence, a digest
+    /// mismatch): healed by the next resume, but it should never happen.
+    Inconsistent,
+    /// Anything else (a protocol error).
+    Other,
+}
+
+impl EndCause {
+    const ALL: [EndCause; 4] = [Self::Goodbye, Self::Lost, Self::Inconsistent, Self::Other];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Goodbye => "goodbye",
+            Self::Lost => "lost",
+            Self::Inconsistent => "inconsistent",
+            Self::Other => "other",
+        }
+    }
 }
 
 /// Registers `c`; a second registration of the same name (two clients given one registry) is
@@ -92,6 +124,20 @@ impl ClientMetrics {
             ),
             // Every kind exists from the start, at zero.
             resumes: ["deltas", "digest", "snapshot"].map(|k| resumes.with_label_values(&[k])),
+            sessions_ended: {
+                let v = register(
+                    r,
+                    IntCounterVec::new(
+                        Opts::new(
+                            "typha_client_sessions_ended_total",
+                            "Established sessions that ended, by cause (inconsistent: a gap or a digest mismatch, which should never happen)",
+                        ),
+                        &["cause"],
+                    )
+                    .expect("valid metric"),
+                );
+                EndCause::ALL.map(|c| v.with_label_values(&[c.as_str()]))
+            },
             bytes_received: register(
                 r,
                 IntCounter::new(
@@ -172,9 +218,11 @@ impl ClientMetrics {
         }
     }
 
-    /// Records the end of an established session (the next server says how current it is).
-    pub fn session_ended(&self) {
+    /// Records the end of an established session, and why (the next server says how current
+    /// it is).
+    pub fn session_ended(&self, cause: EndCause) {
         self.connected.dec();
+        self.ended(cause).inc();
         self.server_staleness(&Staleness::new(false, Duration::ZERO, ""));
     }
 
@@ -226,6 +274,21 @@ impl ClientMetrics {
         self.resume(kind).get()
     }
 
+    /// Established sessions that ended for `cause` so far.
+    pub fn ended_count(&self, cause: EndCause) -> u64 {
+        self.ended(cause).get()
+    }
+
+    fn ended(&self, cause: EndCause) -> &IntCounter {
+        let [goodbye, lost, inconsistent, other] = &self.sessions_ended;
+        match cause {
+            EndCause::Goodbye => goodbye,
+            EndCause::Lost => lost,
+            EndCause::Inconsistent => inconsistent,
+            EndCause::Other => other,
+        }
+    }
+
     fn resume(&self, kind: ResumeKind) -> &IntCounter {
         let [deltas, digest, snapshot] = &self.resumes;
         match kind {
@@ -251,6 +314,9 @@ mod tests {
         m.session_started();
         m.session_started();
         m.resumed(ResumeKind::Digest);
+        m.session_ended(EndCause::Goodbye);
+        m.session_started();
+        m.heard();
         m.bytes_received.inc_by(10);
         let mut text = Vec::new();
         prometheus::TextEncoder::new()
@@ -259,7 +325,10 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         for line in [
             "typha_client_connected 2",
-            "typha_client_reconnects_total 1",
+            "typha_client_reconnects_total 2",
+            "typha_client_sessions_ended_total{cause=\"goodbye\"} 1",
+            "typha_client_sessions_ended_total{cause=\"inconsistent\"} 0",
+            "typha_client_sessions_ended_total{cause=\"lost\"} 0",
             "typha_client_resumes_total{kind=\"deltas\"} 0",
             "typha_client_resumes_total{kind=\"digest\"} 1",
             "typha_client_resumes_total{kind=\"snapshot\"} 0",

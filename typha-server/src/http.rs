@@ -6,14 +6,16 @@
 //! `accept()` was broken). Readiness adds that the cache is in sync with the datastore, and
 //! fails from the start of a shutdown drain. `/status` (on the health listener) is the cache's
 //! position as JSON, for operators and tools: sync status, breadcrumb sequence, KV count, the
-//! state digest (the one clients compute and `typha-tail` prints) and connection counts.
+//! state digest (the one clients compute and `typha-tail` prints) and connection counts per
+//! phase; `/status?nodes` adds every connection (node name, address, connected since, phase,
+//! how it resumed, position and lag: [`crate::conn::info`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -21,6 +23,7 @@ use prometheus::Registry;
 use typha_protocol::model::SyncStatus;
 
 use crate::cache::Cache;
+use crate::conn::info::ConnTable;
 use crate::liveness::{HEARTBEAT_MAX_AGE, Heartbeat};
 use crate::metrics::Metrics;
 use crate::syncer::freshness::Freshness;
@@ -38,6 +41,8 @@ pub struct HttpState {
     pub registry: Arc<Registry>,
     /// The metrics (for `/status`).
     pub metrics: Arc<Metrics>,
+    /// What every connection is doing (`/status?nodes`).
+    pub table: Arc<ConnTable>,
     /// Set when a shutdown drain starts: readiness fails from then on (the Service stops
     /// sending new agents here) while liveness and `/metrics` keep answering until the
     /// process exits (a failing liveness probe would restart the container mid-drain).
@@ -144,9 +149,17 @@ async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
     )
 }
 
-async fn status(State(s): State<HttpState>) -> impl IntoResponse {
+/// Whether the query asks for the per-node detail: `nodes` (with any value but `false`/`0`).
+fn wants_nodes(query: Option<&str>) -> bool {
+    query.into_iter().flat_map(|q| q.split('&')).any(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        k == "nodes" && !matches!(v, "false" | "0")
+    })
+}
+
+async fn status(State(s): State<HttpState>, RawQuery(query): RawQuery) -> impl IntoResponse {
     let latest = s.cache.latest();
-    axum::Json(serde_json::json!({
+    let mut body = serde_json::json!({
         "status": latest.status.to_string(),
         "epoch": latest.epoch.to_string(),
         "seq": latest.seq.0,
@@ -154,9 +167,19 @@ async fn status(State(s): State<HttpState>) -> impl IntoResponse {
         "digest": format!("{:016x}", latest.digest),
         "connections": s.metrics.connections_active.get(),
         "streaming": s.metrics.connections_streaming.get(),
+        "handshaking": s.metrics.connections_handshaking.get(),
+        "syncing": s.metrics.connections_syncing.get(),
         "draining": s.draining.load(Ordering::Acquire),
         "datastore": datastore_json(&s.freshness),
-    }))
+    });
+    // Per node only on request: with thousands of nodes this is hundreds of kilobytes, and
+    // the other replicas read the short form every poll.
+    if wants_nodes(query.as_deref())
+        && let Some(o) = body.as_object_mut()
+    {
+        o.insert("nodes".into(), s.table.nodes_json(&s.cache).into());
+    }
+    axum::Json(body)
 }
 
 /// The datastore view's freshness, for `/status`.
@@ -191,10 +214,20 @@ mod tests {
             writer: Heartbeat::new(),
             registry: Arc::new(Registry::default()),
             metrics,
+            table: Arc::new(ConnTable::default()),
             draining: Arc::new(AtomicBool::new(false)),
             freshness: Freshness::new(Duration::from_secs(10)),
             readiness_fails_when_stale: false,
         }
+    }
+
+    #[test]
+    fn per_node_detail_only_when_asked() {
+        assert!(wants_nodes(Some("nodes")));
+        assert!(wants_nodes(Some("x=1&nodes=true")));
+        assert!(!wants_nodes(Some("nodes=false")));
+        assert!(!wants_nodes(Some("nodesx")));
+        assert!(!wants_nodes(None));
     }
 
     #[tokio::test(start_paused = true)]

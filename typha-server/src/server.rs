@@ -23,6 +23,7 @@ use typha_protocol::message::{Epoch, GoodbyeReason};
 use crate::cache::Cache;
 use crate::cache::writer::CacheWriter;
 use crate::config::Config;
+use crate::conn::info::{ConnInfo, ConnTable};
 use crate::conn::{self, Close, Ctx};
 use crate::datastore::Datastore;
 use crate::governor;
@@ -60,6 +61,7 @@ struct Control {
     slots: Arc<Slots>,
     conns: Arc<Mutex<Registry_>>,
     ctx: Arc<Ctx>,
+    draining: Arc<AtomicBool>,
 }
 
 impl governor::Connections for Control {
@@ -74,7 +76,7 @@ impl governor::Connections for Control {
         }
     }
 
-    fn move_one(&self, redirect: Vec<String>) -> bool {
+    fn move_one(&self) -> bool {
         let tx = {
             let mut r = lock(&self.conns);
             if r.conns.is_empty() {
@@ -86,15 +88,17 @@ impl governor::Connections for Control {
         };
         let Some(tx) = tx else { return false };
         self.ctx.cache.metrics.dropped(DropReason::rebalance);
-        let _ = tx.send(Close {
-            reason: GoodbyeReason::Rebalance,
-            redirect: Some(redirect),
-        });
+        // Where to: the ranking, when the connection writes its Goodbye.
+        let _ = tx.send(Close::because(GoodbyeReason::Rebalance));
         true
     }
 
-    fn set_redirect(&self, redirect: Vec<String>) {
-        self.ctx.redirect.store(Arc::new(redirect));
+    fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    fn set_ranking(&self, ranking: governor::share::Ranking) {
+        *self.ctx.ranking.lock().unwrap_or_else(|p| p.into_inner()) = ranking;
     }
 }
 
@@ -261,7 +265,9 @@ pub async fn start_with(
     accept_hb.beat();
 
     let draining = Arc::new(AtomicBool::new(false));
+    let table = Arc::new(ConnTable::default());
     let http_state = HttpState {
+        table: table.clone(),
         cache: cache.clone(),
         accept: accept_hb.clone(),
         writer: writer_hb,
@@ -320,6 +326,7 @@ pub async fn start_with(
         offer,
         cfg.redirect.clone(),
         freshness.clone(),
+        table,
     ));
     let conns = Arc::new(Mutex::new(Registry_::default()));
     let conn_tasks = Arc::new(Mutex::new(Vec::new()));
@@ -336,6 +343,7 @@ pub async fn start_with(
             slots: slots.clone(),
             conns: conns.clone(),
             ctx: ctx.clone(),
+            draining: draining.clone(),
         });
         info!(service = %format!("{}/{}", g.namespace, g.service), "balancing connections across the Service's replicas");
         background.push(tokio::spawn(governor::run(
@@ -408,9 +416,14 @@ async fn accept_loop(
         let slot = slots.take();
         let (ctx, conns2, tls) = (ctx.clone(), conns.clone(), tls.clone());
         let task = tokio::spawn(async move {
-            // The slot is held until the connection's task ends, whatever the outcome.
+            // The slot and the table entry are held until the connection's task ends,
+            // whatever the outcome.
             let over_limit = slot.is_none();
-            handle(tcp, peer, accepted, tls, ctx, conns2, over_limit).await;
+            let info = ctx
+                .table
+                .register(peer, accepted, ctx.cache.metrics.clone());
+            handle(tcp, peer, accepted, tls, ctx, conns2, over_limit, &info).await;
+            drop(info);
             drop(slot);
         });
         let mut t = lock(&tasks);
@@ -425,6 +438,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn handle(
     tcp: TcpStream,
     peer: SocketAddr,
@@ -433,10 +447,11 @@ async fn handle(
     ctx: Arc<Ctx>,
     conns: Arc<Mutex<Registry_>>,
     over_limit: bool,
+    info: &ConnInfo,
 ) {
     let m = ctx.cache.metrics.clone();
     match tls {
-        None => serve_registered(tcp, peer, accepted, ctx, conns, over_limit).await,
+        None => serve_registered(tcp, peer, accepted, ctx, conns, over_limit, info).await,
         Some(t) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(t.current());
             let cfg = t.config();
@@ -463,7 +478,7 @@ async fn handle(
             match identity {
                 Some(Ok(id)) if cfg.admits(&id) => {
                     debug!(%peer, cn = ?id.common_names, "client admitted");
-                    serve_registered(stream, peer, accepted, ctx, conns, over_limit).await;
+                    serve_registered(stream, peer, accepted, ctx, conns, over_limit, info).await;
                 }
                 other => {
                     m.dropped(DropReason::tls_identity);
@@ -481,6 +496,7 @@ async fn serve_registered<S>(
     ctx: Arc<Ctx>,
     conns: Arc<Mutex<Registry_>>,
     over_limit: bool,
+    info: &ConnInfo,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -491,7 +507,7 @@ async fn serve_registered<S>(
         let g = typha_protocol::message::Goodbye {
             reason: GoodbyeReason::TooManyConnections,
             message: "this server is at its connection limit; try another".into(),
-            redirect: ctx.redirect.load().to_vec(),
+            redirect: ctx.suggest(),
         };
         let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -510,7 +526,7 @@ async fn serve_registered<S>(
         r.conns.insert(id, tx);
         id
     };
-    conn::task::serve(stream, peer, accepted, ctx, rx).await;
+    conn::task::serve(stream, peer, accepted, ctx, rx, info).await;
     lock(&conns).conns.remove(&id);
 }
 
@@ -525,6 +541,7 @@ impl RunningServer {
     /// else stops; liveness and `/metrics` answer until then.
     pub async fn shutdown(self) {
         self.draining.store(true, Ordering::Release);
+
         self.metrics.shutdown_draining.set(1);
         let _ = self.shutdown.send(true);
         let _ = self.accept_task.await;
@@ -560,8 +577,11 @@ impl RunningServer {
             tokio::time::sleep(step).await;
         }
         // Any connection still registered now is closed at once.
+        // (Connections registered after the drain began, still in their handshake then, are
+        // among them.)
         for (_, tx) in lock(&self.conns).conns.drain() {
             let _ = tx.send(Close::because(GoodbyeReason::Shutdown));
+            self.metrics.dropped(DropReason::shutdown);
         }
         let tasks: Vec<_> = lock(&self.conn_tasks).drain(..).collect();
         for t in tasks {

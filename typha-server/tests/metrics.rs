@@ -7,6 +7,9 @@
 //! old position after falling behind (catch-up steps, the grace period), changes flow (block
 //! and non-block steps, skipped updates), pings are answered, and a third client is refused
 //! at the connection limit.
+//!
+//! Per-node detail is on `/status?nodes` instead (the last test): each connection's node name,
+//! address, connected-since, phase, how it resumed, position and lag.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -72,10 +75,13 @@ const ZERO_HERE: &[&str] = &["typha_log_errors"];
 const OURS: &[(&str, &str)] = &[
     ("typha_frames_encoded_total", "counter"),
     ("typha_resumes_total", "counter"),
+    ("typha_resume_bytes_total", "counter"),
     ("typha_connections_dropped_total", "counter"),
     ("typha_updates_invalid_total", "counter"),
     ("typha_bytes_sent_total", "counter"),
     ("typha_syncs_waiting", "gauge"),
+    ("typha_connections_handshaking", "gauge"),
+    ("typha_connections_syncing", "gauge"),
     ("typha_client_ack_lag_secs", "histogram"),
     // What deploy/monitoring's alerts compare: nodes against agents, replicas with each other.
     ("typha_in_sync", "gauge"),
@@ -463,6 +469,10 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
     );
     assert_eq!(value("typha_resumes_total", &[("kind", "deltas")]), 1.0);
     assert_eq!(value("typha_resumes_total", &[("kind", "snapshot")]), 2.0);
+    // Two snapshots of the same state cost the same; a resume by deltas, less.
+    let snapshot_bytes = value("typha_resume_bytes_total", &[("kind", "snapshot")]);
+    let deltas_bytes = value("typha_resume_bytes_total", &[("kind", "deltas")]);
+    assert!(snapshot_bytes > 2.0 * deltas_bytes && deltas_bytes > 0.0);
 
     // No per-node detail in any label: names from a fixed set, and no value that is the
     // clients' host name or an address.
@@ -475,5 +485,92 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
             );
         }
     }
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn per_node_detail_is_on_status_and_the_phases_are_counted() {
+    use typha_protocol::message::Ack;
+    let mut cfg = Config::for_tests();
+    cfg.health = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.metrics = cfg.health;
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(2, 3));
+    settle(&srv, &store).await;
+    let health = srv.health_addr.unwrap();
+
+    // One node that acknowledges what it applied, one that never does, and a connection that
+    // never says hello.
+    let mut a = Peer::connect(srv.addr).await;
+    a.hello(Peer::offer("node-a", None)).await.unwrap();
+    a.sync_to(&srv).await;
+    let mut b = Peer::connect(srv.addr).await;
+    b.hello(Peer::offer("node-b", None)).await.unwrap();
+    b.sync_to(&srv).await;
+    let silent = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    churn(&srv, &store, 1, 3).await;
+    a.sync_to(&srv).await;
+    b.sync_to(&srv).await;
+    a.send(&Message::Ack(Ack { seq: a.seq })).await.unwrap();
+    let latest = srv.cache.latest().seq.0;
+
+    let nodes = loop {
+        let (code, _, body) = get(health, "/status?nodes").await;
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let nodes = v["nodes"].as_array().unwrap().clone();
+        let acked = nodes
+            .iter()
+            .any(|n| n["name"] == "node-a" && n["acked"] == latest);
+        if nodes.len() == 3 && acked {
+            assert_eq!(v["handshaking"], 1, "{v}");
+            assert_eq!(v["streaming"], 2, "{v}");
+            assert_eq!(v["syncing"], 0, "{v}");
+            break nodes;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Sorted by name; the connection without a hello has none, and comes first.
+    let [hs, na, nb] = <[serde_json::Value; 3]>::try_from(nodes).unwrap();
+    assert_eq!(hs["name"], serde_json::Value::Null);
+    assert_eq!(hs["phase"], "handshaking");
+    assert_eq!(hs["address"], silent.local_addr().unwrap().to_string());
+    for (n, name) in [(&na, "node-a"), (&nb, "node-b")] {
+        assert_eq!(n["name"], name, "{n}");
+        assert_eq!(n["phase"], "streaming", "{n}");
+        assert_eq!(n["resumed"], "snapshot", "{n}");
+        assert_eq!(n["seq"], latest, "{n}");
+        assert_eq!(n["lag"], 0, "{n}");
+        assert!(n["connected_secs"].as_f64().unwrap() >= 0.0, "{n}");
+        assert!(
+            n["address"].as_str().unwrap().starts_with("127.0.0.1:"),
+            "{n}"
+        );
+    }
+    assert_eq!(na["ack_lag"], 0, "{na}");
+    assert_eq!(na["behind_secs"], 0.0, "{na}");
+    // B applied everything but never said so: the server counts it behind by what it has not
+    // acknowledged, for as long as the oldest of those breadcrumbs has existed.
+    assert_eq!(nb["acked"], serde_json::Value::Null, "{nb}");
+    assert_eq!(nb["ack_lag"], latest, "{nb}");
+    assert!(nb["behind_secs"].as_f64().unwrap() > 0.0, "{nb}");
+
+    // The short form (what other replicas read every poll) has no per-node list.
+    let (_, _, body) = get(health, "/status").await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(v.get("nodes").is_none(), "{v}");
+    // The phase counts are metrics; the names are not in them.
+    let (_, _, text) = get(srv.metrics_addr.unwrap(), "/metrics").await;
+    assert!(
+        text.contains("\ntypha_connections_handshaking 1\n"),
+        "{text}"
+    );
+    assert!(text.contains("\ntypha_connections_syncing 0\n"), "{text}");
+    assert!(!text.contains("node-a"));
+    drop(silent);
+    common::eventually("the silent connection to leave the table", || {
+        srv.metrics.connections_handshaking.get() == 0
+    })
+    .await;
     srv.shutdown().await;
 }

@@ -344,12 +344,29 @@ async fn certificates_and_cas_rotate_under_running_agents() {
     })
     .await;
     assert!(agents.iter().all(|(m, _)| m.reconnects.get() == 0));
+    // An agent whose Secret has the bundle but not yet its new leaf (a straggler) is still
+    // served during the overlap: the old CA is trusted too.
+    let mut straggler_vol = SecretVolume::new(tmp.path().join("straggler"));
+    straggler_vol.write(&pair(
+        client_cert(&ca1),
+        format!("{}{}", ca1.cert_pem, ca2.cert_pem),
+    ));
+    let straggler = agent(srv.addr, &straggler_vol);
+    common::eventually(
+        "an agent with an old-CA leaf served during the overlap",
+        || straggler.0.resume_count(ResumeKind::Snapshot) == 1,
+    )
+    .await;
+    drop(straggler);
 
     // The old CA goes. Every agent's next session (here: the server restarts on the same
     // port) is made with the new material, and resumes without a snapshot.
     srv_vol.write(&pair(server_cert(&ca2), ca2.cert_pem.clone()));
     agents_vol.write(&pair(client_cert(&ca2), ca2.cert_pem.clone()));
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Taken both times, never refused (the server re-reads every second).
+    let [taken, refused] = &srv.metrics.tls_reloads;
+    assert_eq!((taken.get(), refused.get()), (2, 0));
     let addr = srv.addr;
     srv.shutdown().await;
     let mut cfg2 = cfg.clone();
@@ -398,7 +415,45 @@ async fn certificates_and_cas_rotate_under_running_agents() {
     .await;
     assert!(end.error.is_misconfiguration(), "{}", end.error);
     let msg = end.error.to_string();
-    assert!(msg.contains("TLS") && msg.contains("certificate"), "{msg}");
+    // It cannot verify the server's new certificate, and says so.
+    assert!(
+        msg.contains("TLS") && msg.contains("certificate") && msg.contains("UnknownIssuer"),
+        "{msg}"
+    );
+
+    // A client that trusts the new CA but still presents a leaf of the removed one is
+    // refused by the server, and told so.
+    let mut half_vol = SecretVolume::new(tmp.path().join("half"));
+    half_vol.write(&pair(client_cert(&ca1), ca2.cert_pem.clone()));
+    let half_tls = typha_client::tls::client_config(&typha_client::tls::ClientTls {
+        ca_file: half_vol.path("ca.crt"),
+        cert_file: half_vol.path("tls.crt"),
+        key_file: half_vol.path("tls.key"),
+        server_cn: Some("typha-server".into()),
+        server_uri_san: None,
+    })
+    .unwrap();
+    let end = typha_client::conn::session(
+        &target,
+        &ccfg,
+        Some(&half_tls),
+        &mut typha_client::Store::new(),
+        &mut NoOp,
+        &typha_client::metrics::ClientMetrics::unregistered(),
+    )
+    .await;
+    assert!(end.error.is_misconfiguration(), "{}", end.error);
+    let msg = end.error.to_string();
+    assert!(
+        msg.contains("refused this client") || msg.contains("closed the connection after TLS"),
+        "{msg}"
+    );
+    // Both handshakes failed, and this (restarted) server counted both: the client above that
+    // gave up on it, and this one it refused.
+    common::eventually("the server counted the failed handshakes", || {
+        srv.metrics.dropped_count(DropReason::handshake) == 2
+    })
+    .await;
     srv.shutdown().await;
 }
 

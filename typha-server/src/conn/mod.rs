@@ -16,9 +16,11 @@
 //!
 //! Files: [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
 //! pongs and acks), `sync` (what to send: the initial sync by deltas, digest buckets or
-//! snapshot, and catching up), `out` (queueing frames and bounded writes); this file holds
-//! what they share.
+//! snapshot, and catching up), `out` (queueing frames and bounded writes), [`info`] (what each
+//! connection is doing, for `/status?nodes` and the per-phase gauges); this file holds what
+//! they share.
 
+pub mod info;
 mod out;
 mod sync;
 pub mod task;
@@ -31,8 +33,10 @@ use typha_protocol::frame::FrameError;
 use typha_protocol::handshake::{Rejected, ServerOffer};
 use typha_protocol::message::{GoodbyeReason, MessageType};
 
+use self::info::ConnTable;
 use crate::cache::Cache;
 use crate::cache::snapshot::Snapshots;
+use crate::governor::share::Ranking;
 use crate::syncer::freshness::Freshness;
 
 /// Connection settings (defaults are Calico Typha's).
@@ -99,13 +103,18 @@ pub struct Ctx {
     pub offer: ServerOffer,
     /// Reference point for ping timestamps.
     pub started: Instant,
-    /// Servers to suggest in a Goodbye, best first: `TYPHA_REDIRECTADDRS`, or the other
-    /// replicas least loaded first when connections are balanced.
+    /// Servers to suggest in a Goodbye when there is no [`Ctx::ranking`]:
+    /// `TYPHA_REDIRECTADDRS`.
     pub redirect: arc_swap::ArcSwap<Vec<String>>,
+    /// With balancing, the other replicas, ranked afresh for every client sent away (the
+    /// governor refreshes it every poll).
+    pub ranking: std::sync::Mutex<Ranking>,
     /// Initial syncs in progress ([`ConnConfig::max_concurrent_syncs`]; `None`: no limit).
     pub sync_slots: Option<Arc<tokio::sync::Semaphore>>,
     /// Whether the datastore view is current (told to clients that understand it).
     pub freshness: Arc<Freshness>,
+    /// What every connection is doing (`/status?nodes`).
+    pub table: Arc<ConnTable>,
 }
 
 impl Ctx {
@@ -116,6 +125,7 @@ impl Ctx {
         offer: ServerOffer,
         redirect: Vec<String>,
         freshness: Arc<Freshness>,
+        table: Arc<ConnTable>,
     ) -> Self {
         let sync_slots = (cfg.max_concurrent_syncs > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_syncs)));
@@ -126,14 +136,30 @@ impl Ctx {
             offer,
             started: Instant::now(),
             redirect: arc_swap::ArcSwap::from_pointee(redirect),
+            ranking: std::sync::Mutex::new(Ranking::default()),
             sync_slots,
             freshness,
+            table,
+        }
+    }
+}
+
+impl Ctx {
+    /// Where the next client sent away should go, best first: the other replicas by the
+    /// balancing ranking (counting this client), else `TYPHA_REDIRECTADDRS`.
+    pub fn suggest(&self) -> Vec<String> {
+        // One sort of a handful of replicas under the lock: still consistent after a panic.
+        let mut ranking = self.ranking.lock().unwrap_or_else(|p| p.into_inner());
+        if ranking.is_empty() {
+            self.redirect.load().to_vec()
+        } else {
+            ranking.next_client()
         }
     }
 }
 
 /// The server's request to close a connection: why, and where the client should go instead
-/// (`None`: the servers in [`Ctx::redirect`]).
+/// (`None`: [`Ctx::suggest`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Close {
     /// The reason sent in the Goodbye.

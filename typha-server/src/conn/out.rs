@@ -23,6 +23,8 @@ pub(super) struct Out<W> {
     ctx: Arc<Ctx>,
     /// Total time spent in [`Out::flush`]: while we write, we neither read pongs nor send pings.
     pub(super) writing: Duration,
+    /// Bytes ever queued (what a phase of the connection cost: the difference).
+    pub(super) queued: u64,
 }
 
 impl<W: AsyncWrite + Unpin> Out<W> {
@@ -36,6 +38,7 @@ impl<W: AsyncWrite + Unpin> Out<W> {
             max_write: ctx.cfg.max_write,
             ctx,
             writing: Duration::ZERO,
+            queued: 0,
         }
     }
 
@@ -45,6 +48,7 @@ impl<W: AsyncWrite + Unpin> Out<W> {
             return Err(ConnError::Unencodable);
         }
         self.pending_len += b.len();
+        self.queued += b.len() as u64;
         self.pending.push(b);
         Ok(())
     }
@@ -110,9 +114,7 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         let redirect = match reason {
             GoodbyeReason::Shutdown
             | GoodbyeReason::TooManyConnections
-            | GoodbyeReason::Rebalance => {
-                redirect.unwrap_or_else(|| self.ctx.redirect.load().to_vec())
-            }
+            | GoodbyeReason::Rebalance => redirect.unwrap_or_else(|| self.ctx.suggest()),
             _ => Vec::new(),
         };
         let g = Message::Goodbye(Goodbye {

@@ -92,13 +92,13 @@ pub(super) async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
 }
 
 /// Brings a newly connected client to a position in the cache: by deltas, by digest buckets,
-/// or by full snapshot. Returns the breadcrumb the client is now at.
+/// or by full snapshot. Returns the breadcrumb the client is now at, and how it got there.
 pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     session: &Session,
     resume: Option<&Resume>,
     out: &mut Out<W>,
-) -> Result<Arc<Breadcrumb>, ConnError> {
+) -> Result<(Arc<Breadcrumb>, ResumeKind), ConnError> {
     let cache = &ctx.cache;
     let m = &cache.metrics;
     let compress = session.peer_decodes_zstd;
@@ -119,7 +119,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
         out.queue(encode(&msg, compress))?;
         out.queue(fanout::status_frame(at.status))?;
         m.resumed(ResumeKind::deltas);
-        return Ok(at);
+        return Ok((at, ResumeKind::deltas));
     }
     // A digest: only the buckets that differ, unless most do.
     if session.features.contains(Features::BUCKET_RESYNC)
@@ -140,7 +140,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
             out.queue(bf.end.clone())?;
             out.queue(fanout::status_frame(bf.crumb.status))?;
             m.resumed(ResumeKind::digest);
-            return Ok(bf.crumb.clone());
+            return Ok((bf.crumb.clone(), ResumeKind::digest));
         }
     }
     let snap = ctx.snapshots.full(cache, compress).await;
@@ -152,7 +152,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     }
     out.queue(fanout::status_frame(snap.crumb.status))?;
     m.resumed(ResumeKind::snapshot);
-    Ok(snap.crumb.clone())
+    Ok((snap.crumb.clone(), ResumeKind::snapshot))
 }
 
 /// How a streaming client follows the breadcrumbs, between rounds of [`catch_up`]: its grace

@@ -15,6 +15,7 @@ use typha_protocol::frame::{FrameDecoder, Limits};
 use typha_protocol::handshake::{ServerHandshake, Session};
 use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Ping};
 
+use super::info::{ConnInfo, Phase};
 use super::out::{Out, jitter, scopeguard};
 use super::sync::{Following, catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
 use super::{Close, ConnError, Ctx};
@@ -22,20 +23,25 @@ use crate::cache::breadcrumb::Breadcrumb;
 use crate::fanout::encode;
 use crate::metrics::DropReason;
 
-/// Serves one connection until it ends; logs the outcome once.
+/// Serves one connection until it ends, reporting what it does in `info`; logs the outcome
+/// once.
 pub async fn serve<S>(
     stream: S,
     peer: SocketAddr,
     accepted: Instant,
     ctx: Arc<Ctx>,
     close: oneshot::Receiver<Close>,
+    info: &ConnInfo,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let m = ctx.cache.metrics.clone();
-    match run(stream, accepted, ctx, close).await {
+    match run(stream, accepted, ctx, close, info).await {
         Ok(()) | Err(ConnError::PeerClosed) => debug!(%peer, "connection closed"),
-        Err(e @ ConnError::Closed(GoodbyeReason::Shutdown)) => debug!(%peer, "{e}"),
+        // Sent away on purpose (a drain, a balancing move): expected, counted, not logged.
+        Err(e @ ConnError::Closed(GoodbyeReason::Shutdown | GoodbyeReason::Rebalance)) => {
+            debug!(%peer, "{e}")
+        }
         Err(e) => {
             let reason = match &e {
                 ConnError::WriteTimeout(_) => Some(DropReason::write_timeout),
@@ -62,6 +68,7 @@ async fn run<S>(
     accepted: Instant,
     ctx: Arc<Ctx>,
     mut close: oneshot::Receiver<Close>,
+    info: &ConnInfo,
 ) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -108,6 +115,11 @@ where
         }
     };
     let session = accepted_hello.session;
+    info.hello(
+        &accepted_hello.hostname,
+        &accepted_hello.client_info,
+        session.version,
+    );
     debug!(host = %accepted_hello.hostname, client = %accepted_hello.client_info, version = %session.version, "client hello");
     out.queue(encode(&Message::ServerHello(accepted_hello.reply), false))?;
     // How current the view is, before any data (so a consumer knows what it is about to get),
@@ -133,9 +145,17 @@ where
     }
     let slot = wait_for_sync_slot(&ctx, &mut out, &mut close).await?;
     let sync_started = Instant::now();
-    let mut cursor = initial_sync(&ctx, &session, accepted_hello.resume.as_ref(), &mut out).await?;
+    info.set_phase(Phase::Syncing);
+    let queued_before = out.queued;
+    let (mut cursor, resumed) =
+        initial_sync(&ctx, &session, accepted_hello.resume.as_ref(), &mut out).await?;
     out.flush().await?;
     drop(slot);
+    ctx.cache
+        .metrics
+        .resume_bytes(resumed)
+        .inc_by(out.queued - queued_before);
+    info.synced(resumed, cursor.seq);
     let m = &ctx.cache.metrics;
     m.client_snapshot_send_secs
         .observe(sync_started.elapsed().as_secs_f64());
@@ -169,6 +189,7 @@ where
         )
         .await?;
         out.flush().await?;
+        info.sent(cursor.seq);
         tokio::select! {
             close = &mut close => {
                 let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
@@ -191,7 +212,7 @@ where
                     Ok(_) => {}
                     Err(e) => return Err(e.into()),
                 }
-                inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent).await?;
+                inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
             }
             () = sleep_until(next_ping) => {
                 let paused = out.writing.saturating_sub(writing_seen);
@@ -210,7 +231,7 @@ where
                             Ok(_) => {}
                             Err(e) => return Err(e.into()),
                         }
-                        inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent).await?;
+                        inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
                     }
                 }
                 let now = Instant::now();
@@ -231,6 +252,7 @@ where
 
 /// Handles every complete message in `rbuf`: pongs and acks; a goodbye or anything a client
 /// may not send ends the connection.
+#[allow(clippy::too_many_arguments)]
 async fn inbound<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     session: &Session,
@@ -239,6 +261,7 @@ async fn inbound<W: AsyncWrite + Unpin>(
     out: &mut Out<W>,
     last_heard: &mut Instant,
     ping_sent: &mut Option<(u64, Instant)>,
+    info: &ConnInfo,
 ) -> Result<(), ConnError> {
     loop {
         let msg = match dec.decode(rbuf) {
@@ -266,6 +289,7 @@ async fn inbound<W: AsyncWrite + Unpin>(
             Message::Ack(a) => {
                 // A client acknowledging what it applied is alive and reading.
                 *last_heard = Instant::now();
+                info.acked(a.seq);
                 if let Some(c) = ctx.cache.get(a.seq) {
                     ctx.cache
                         .metrics

@@ -6,9 +6,12 @@
 //! replica's load from its `/status` ([`peers::load`]) and, when it holds clearly more than
 //! the mean ([`share::plan`]), moves the excess away gradually: at most
 //! `moves_per_sec` connections a second, each closed with a Goodbye (Rebalance) that names the
-//! least-loaded replica first, by the governor's running estimate. The client goes there and
-//! resumes by digest: a move costs the buckets that differ, not a snapshot. The same ranking
-//! is what clients turned away at the limit, or at shutdown, are told to try.
+//! least-loaded replica first, by a running estimate ([`share::Ranking`]). The client goes
+//! there and resumes by digest: a move costs the buckets that differ, not a snapshot. The same
+//! ranking is what clients turned away at the limit, or drained at shutdown, are told to try,
+//! so a draining replica's clients spread over the others (a draining replica keeps polling,
+//! to keep that ranking fresh, but moves nothing itself). A replica that says it is draining
+//! is left out.
 
 pub mod peers;
 pub mod share;
@@ -72,10 +75,14 @@ pub trait Connections: Send + Sync {
     /// Sets the hard limit: connections above it are turned away.
     fn set_limit(&self, limit: usize);
     /// Closes one established connection (a random one) with a Goodbye (Rebalance) suggesting
-    /// `redirect`; `false` if there was none to close.
-    fn move_one(&self, redirect: Vec<String>) -> bool;
-    /// Sets the servers suggested to clients turned away (limit, shutdown), best first.
-    fn set_redirect(&self, redirect: Vec<String>);
+    /// the replicas by the current ranking; `false` if there was none to close.
+    fn move_one(&self) -> bool;
+    /// Whether this replica is draining (shutting down): it then moves nothing itself (the
+    /// drain moves every client) but keeps the ranking fresh for the drain's Goodbyes.
+    fn draining(&self) -> bool;
+    /// Sets the other replicas and their loads: what every client sent away (moved, turned
+    /// away at the limit, drained at shutdown) is told, each by the ranking at that moment.
+    fn set_ranking(&self, ranking: share::Ranking);
 }
 
 /// Nodes in the cache's latest state.
@@ -131,6 +138,9 @@ pub async fn run(
             .await
             {
                 Ok(l) if l.epoch == own_epoch.0 => {}
+                // Still listed (the EndpointSlice lags), but it is leaving: its clients are
+                // on their way here, and it takes no new ones.
+                Ok(l) if l.draining => debug!(replica = %e.ip, "a replica is draining; left out"),
                 Ok(l) => others.push(share::Peer {
                     addr: SocketAddr::new(e.ip, e.port).to_string(),
                     load: l.connections,
@@ -142,8 +152,8 @@ pub async fn run(
         }
         let held = conns.held();
         let plan = share::plan(held, &others, cfg.tolerance);
-        conns.set_redirect(plan.redirect.clone());
-        if plan.excess == 0 {
+        conns.set_ranking(share::Ranking::new(others));
+        if plan.excess == 0 || conns.draining() {
             continue;
         }
         // Move no more than fits in one poll at the bounded rate; the next poll sees the result.
@@ -158,16 +168,11 @@ pub async fn run(
             limit,
             "connection balancing: moving connections to less loaded replicas"
         );
-        let mut estimate = others;
         let gap = Duration::from_secs_f64(1.0 / f64::from(cfg.moves_per_sec.max(1)));
         for _ in 0..moves {
-            estimate.sort_by(|a, b| a.load.cmp(&b.load).then_with(|| a.addr.cmp(&b.addr)));
-            let redirect: Vec<String> = estimate.iter().map(|p| p.addr.clone()).collect();
-            if !conns.move_one(redirect) {
+            // Each goes where the ranking says at that moment (it counts every client sent).
+            if conns.draining() || !conns.move_one() {
                 break;
-            }
-            if let Some(first) = estimate.first_mut() {
-                first.load += 1;
             }
             tokio::time::sleep(gap).await;
         }

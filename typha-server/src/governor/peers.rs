@@ -86,6 +86,8 @@ pub struct Load {
     pub epoch: u64,
     /// Connections it holds.
     pub connections: usize,
+    /// Whether it is shutting down (its clients are leaving; it accepts no more).
+    pub draining: bool,
 }
 
 /// Why a replica's load is unknown.
@@ -126,7 +128,16 @@ fn parse_status(answer: &[u8]) -> Option<Load> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
     let epoch = u64::from_str_radix(v.get("epoch")?.as_str()?, 16).ok()?;
     let connections = usize::try_from(v.get("connections")?.as_u64()?).ok()?;
-    Some(Load { epoch, connections })
+    // Older replicas do not say.
+    let draining = v
+        .get("draining")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    Some(Load {
+        epoch,
+        connections,
+        draining,
+    })
 }
 
 #[cfg(test)]
@@ -140,9 +151,13 @@ mod tests {
             parse_status(ok),
             Some(Load {
                 epoch: 255,
-                connections: 42
+                connections: 42,
+                draining: false,
             })
         );
+        let leaving =
+            b"HTTP/1.1 200 OK\r\n\r\n{\"epoch\":\"01\",\"connections\":7,\"draining\":true}";
+        assert!(parse_status(leaving).unwrap().draining);
         assert_eq!(parse_status(b"HTTP/1.1 503 X\r\n\r\n{}"), None);
         assert_eq!(parse_status(b"HTTP/1.1 200 OK\r\n\r\nnot json"), None);
         assert_eq!(parse_status(b"garbage"), None);

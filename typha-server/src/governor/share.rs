@@ -75,6 +75,39 @@ pub fn plan(own: usize, peers: &[Peer], tolerance: f64) -> Plan {
     }
 }
 
+/// The other replicas, ranked for the next client sent away (moved, turned away at the limit,
+/// or drained at shutdown): least loaded first by a running estimate that counts every client
+/// sent to the first, so a stream of clients spreads over the replicas instead of piling onto
+/// the one that was least loaded at the last poll. Refreshed from the replicas' own counts
+/// every poll.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ranking {
+    peers: Vec<Peer>,
+}
+
+impl Ranking {
+    /// The replicas as they reported themselves.
+    pub fn new(peers: Vec<Peer>) -> Self {
+        Self { peers }
+    }
+
+    /// Whether there is no other replica to suggest.
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// Where the next client should go, best first; counts it against the first.
+    pub fn next_client(&mut self) -> Vec<String> {
+        self.peers
+            .sort_by(|a, b| a.load.cmp(&b.load).then_with(|| a.addr.cmp(&b.addr)));
+        let order = self.peers.iter().map(|p| p.addr.clone()).collect();
+        if let Some(first) = self.peers.first_mut() {
+            first.load += 1;
+        }
+        order
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +152,28 @@ mod tests {
         assert_eq!(plan(10, &peers(&[]), 0.1).excess, 0);
         // Small numbers: one connection more than the others is not worth a move.
         assert_eq!(plan(2, &peers(&[1, 1]), 0.1).excess, 0);
+    }
+
+    #[test]
+    fn a_stream_of_clients_spreads_over_the_least_loaded() {
+        let mut r = Ranking::new(peers(&[100, 0, 0]));
+        let firsts: Vec<String> = (0..4).map(|_| r.next_client().remove(0)).collect();
+        assert_eq!(
+            firsts,
+            [
+                "10.0.0.3:5473",
+                "10.0.0.4:5473",
+                "10.0.0.3:5473",
+                "10.0.0.4:5473"
+            ],
+            "alternating, not all to the one least loaded at the start"
+        );
+        // The busy one is last in every suggestion until the others catch up with it.
+        assert_eq!(r.next_client()[2], "10.0.0.2:5473");
+        let mut r = Ranking::new(peers(&[3, 0]));
+        let firsts: Vec<String> = (0..5).map(|_| r.next_client().remove(0)).collect();
+        assert_eq!(firsts.iter().filter(|a| *a == "10.0.0.3:5473").count(), 4);
+        assert!(Ranking::default().next_client().is_empty());
     }
 
     #[test]

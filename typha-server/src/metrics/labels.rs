@@ -43,7 +43,8 @@ pub enum ResumeKind {
 impl ResumeKind {
     pub(super) const ALL: [ResumeKind; 3] = [Self::deltas, Self::digest, Self::snapshot];
 
-    pub(super) fn label(self) -> &'static str {
+    /// The label value (also its name on `/status`).
+    pub fn label(self) -> &'static str {
         match self {
             Self::deltas => "deltas",
             Self::digest => "digest",

@@ -115,10 +115,16 @@ pub struct Metrics {
     frames_encoded: [IntCounter; 4],
     /// `typha_resumes_total{kind}`, indexed by [`ResumeKind`].
     resumes: [IntCounter; 3],
+    /// `typha_resume_bytes_total{kind}`, indexed by [`ResumeKind`]: bytes of initial syncs.
+    resume_bytes: [IntCounter; 3],
     /// `typha_connections_dropped_total{reason}`, indexed by [`DropReason`].
     drops: [IntCounter; 9],
     /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
     pub syncs_waiting: IntGauge,
+    /// `typha_connections_handshaking`: accepted, TLS and hello not done yet.
+    pub connections_handshaking: IntGauge,
+    /// `typha_connections_syncing`: being sent their initial sync.
+    pub connections_syncing: IntGauge,
     /// `typha_in_sync{syncer}`: 1 while the cache is in sync with the datastore.
     pub in_sync: IntGauge,
     /// `typha_cluster_nodes{syncer}`: Calico Node resources in the cache (the cluster's
@@ -320,6 +326,13 @@ impl Metrics {
                 "kind",
                 ResumeKind::ALL.map(ResumeKind::label),
             ),
+            resume_bytes: counters(
+                r,
+                "typha_resume_bytes_total",
+                "Bytes sent to bring connecting clients up to date (before TLS), by how.",
+                "kind",
+                ResumeKind::ALL.map(ResumeKind::label),
+            ),
             drops: counters(
                 r,
                 "typha_connections_dropped_total",
@@ -331,6 +344,16 @@ impl Metrics {
                 r,
                 "typha_syncs_waiting",
                 "Connections waiting for a turn to be synced (TYPHA_MAXCONCURRENTSYNCS).",
+            ),
+            connections_handshaking: gauge(
+                r,
+                "typha_connections_handshaking",
+                "Connections accepted whose TLS handshake or hello is not done yet.",
+            ),
+            connections_syncing: gauge(
+                r,
+                "typha_connections_syncing",
+                "Connections being sent their initial sync (deltas, digest buckets or a snapshot).",
             ),
             in_sync: syncer_gauge(
                 r,
@@ -442,6 +465,16 @@ impl Metrics {
     /// Resumes of `kind` so far.
     pub fn resume_count(&self, kind: ResumeKind) -> u64 {
         self.resume(kind).get()
+    }
+
+    /// Bytes of initial syncs of `kind`.
+    pub fn resume_bytes(&self, kind: ResumeKind) -> &IntCounter {
+        let [deltas, digest, snapshot] = &self.resume_bytes;
+        match kind {
+            ResumeKind::deltas => deltas,
+            ResumeKind::digest => digest,
+            ResumeKind::snapshot => snapshot,
+        }
     }
 
     fn resume(&self, kind: ResumeKind) -> &IntCounter {

@@ -1,0 +1,347 @@
+//! What each connection is doing, for an operator debugging one node: `/status?nodes` lists
+//! every connection with its node's name (from the hello), address, when it connected, its
+//! phase, how it was brought up to date, and where it is in the breadcrumbs (sent,
+//! acknowledged, and how far behind). This is per node, so it is never a metric label (5,000
+//! nodes would be 5,000 series); what dashboards need are the counts per phase, which are
+//! metrics: `typha_connections_handshaking`, `typha_connections_syncing` and Typha's
+//! `typha_connections_streaming`.
+//!
+//! A connection is registered when it is accepted (before TLS) and removed when its task
+//! ends; the task updates its own entry with atomics, so the table's lock is taken only to add,
+//! remove and list.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use typha_protocol::message::Seq;
+
+use crate::cache::Cache;
+use crate::metrics::{Metrics, ResumeKind};
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Accepted; TLS and the hello are not done.
+    Handshaking = 0,
+    /// Past the hello, waiting for a turn to be synced (or for the cache's first sync).
+    Waiting = 1,
+    /// Being sent its initial sync (deltas, digest buckets or a snapshot).
+    Syncing = 2,
+    /// Following the breadcrumbs.
+    Streaming = 3,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Phase::Handshaking,
+            1 => Phase::Waiting,
+            2 => Phase::Syncing,
+            _ => Phase::Streaming,
+        }
+    }
+
+    /// Its name on `/status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Handshaking => "handshaking",
+            Phase::Waiting => "waiting",
+            Phase::Syncing => "syncing",
+            Phase::Streaming => "streaming",
+        }
+    }
+}
+
+/// Longest node name shown (a DNS name's limit): the name comes from the client.
+const MAX_NAME: usize = 253;
+
+/// `s`, cut to at most [`MAX_NAME`] bytes (on a character boundary).
+fn bounded(s: &str) -> String {
+    let mut cut = s.len().min(MAX_NAME);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].to_owned()
+}
+
+/// What the hello said.
+#[derive(Debug)]
+struct Hello {
+    name: String,
+    client: String,
+    version: String,
+}
+
+/// One connection, as its task reports it.
+#[derive(Debug)]
+pub struct ConnInfo {
+    peer: SocketAddr,
+    since: SystemTime,
+    accepted: Instant,
+    hello: OnceLock<Hello>,
+    resumed: OnceLock<ResumeKind>,
+    phase: AtomicU8,
+    /// The last breadcrumb sent (0 before the initial sync).
+    sent: AtomicU64,
+    /// The last breadcrumb the client acknowledged (0: none yet).
+    acked: AtomicU64,
+    metrics: Arc<Metrics>,
+}
+
+impl ConnInfo {
+    /// The hello was accepted: who the client says it is. Then waiting for its turn.
+    pub fn hello(&self, name: &str, client: &str, version: impl std::fmt::Display) {
+        let _ = self.hello.set(Hello {
+            name: bounded(name),
+            client: bounded(client),
+            version: version.to_string(),
+        });
+        self.set_phase(Phase::Waiting);
+    }
+
+    /// Moves to `phase`, keeping the per-phase gauges right.
+    pub fn set_phase(&self, phase: Phase) {
+        let before = Phase::from_u8(self.phase.swap(phase as u8, Ordering::AcqRel));
+        if before != phase {
+            self.gauge(before, -1);
+            self.gauge(phase, 1);
+        }
+    }
+
+    fn gauge(&self, phase: Phase, by: i64) {
+        match phase {
+            Phase::Handshaking => self.metrics.connections_handshaking.add(by),
+            Phase::Syncing => self.metrics.connections_syncing.add(by),
+            // Typha's streaming gauge is kept by the stream loop, the waiting one
+            // (`typha_syncs_waiting`) by the sync-slot wait.
+            Phase::Waiting | Phase::Streaming => {}
+        }
+    }
+
+    /// The phase now.
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    /// The initial sync is done, this way: the connection streams from here.
+    pub fn synced(&self, kind: ResumeKind, at: Seq) {
+        let _ = self.resumed.set(kind);
+        self.sent(at);
+        self.set_phase(Phase::Streaming);
+    }
+
+    /// Breadcrumbs up to `seq` were sent.
+    pub fn sent(&self, seq: Seq) {
+        self.sent.store(seq.0, Ordering::Release);
+    }
+
+    /// The client acknowledged `seq`.
+    pub fn acked(&self, seq: Seq) {
+        self.acked.fetch_max(seq.0, Ordering::AcqRel);
+    }
+
+    /// The connection as `/status?nodes` shows it, against the cache's latest breadcrumb.
+    fn json(&self, cache: &Cache, latest: Seq, now: SystemTime) -> Value {
+        let hello = self.hello.get();
+        let phase = self.phase();
+        let since = self
+            .since
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        // A json! object literal is always an object.
+        let Value::Object(mut v) = json!({
+            "name": hello.map(|h| h.name.as_str()),
+            "address": self.peer.to_string(),
+            "client": hello.map(|h| h.client.as_str()),
+            "version": hello.map(|h| h.version.as_str()),
+            "phase": phase.as_str(),
+            "connected_since": since,
+            "connected_secs": now.duration_since(self.since).map_or(0.0, |d| d.as_secs_f64()),
+            "resumed": self.resumed.get().map(|k| k.label()),
+        }) else {
+            return Value::Null;
+        };
+        if phase == Phase::Streaming {
+            let sent = self.sent.load(Ordering::Acquire);
+            let acked = self.acked.load(Ordering::Acquire);
+            // How long the client has been behind: the age of the first breadcrumb it has
+            // not acknowledged (none: it is up to date; gone from the history: at least the
+            // oldest's age).
+            let behind = if acked >= latest.0 {
+                Some(0.0)
+            } else {
+                cache
+                    .get(Seq(acked + 1))
+                    .or_else(|| cache.get(Seq(cache.oldest_resumable().0 + 1)))
+                    .map(|c| c.created.elapsed().as_secs_f64())
+            };
+            v.insert("seq".into(), sent.into());
+            v.insert("acked".into(), (acked > 0).then_some(acked).into());
+            v.insert("lag".into(), latest.0.saturating_sub(sent).into());
+            v.insert("ack_lag".into(), latest.0.saturating_sub(acked).into());
+            v.insert("behind_secs".into(), behind.into());
+        } else {
+            let waiting = self.accepted.elapsed().as_secs_f64();
+            v.insert("waiting_secs".into(), waiting.into());
+        }
+        Value::Object(v)
+    }
+}
+
+/// Every open connection.
+#[derive(Debug, Default)]
+pub struct ConnTable {
+    next: AtomicU64,
+    conns: Mutex<HashMap<u64, Arc<ConnInfo>>>,
+}
+
+/// A connection's entry in the table, removed when this is dropped (when its task ends).
+#[derive(Debug)]
+pub struct Registered {
+    table: Arc<ConnTable>,
+    id: u64,
+    info: Arc<ConnInfo>,
+}
+
+impl std::ops::Deref for Registered {
+    type Target = ConnInfo;
+    fn deref(&self) -> &ConnInfo {
+        &self.info
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.info.gauge(self.info.phase(), -1);
+        self.table.lock().remove(&self.id);
+    }
+}
+
+impl ConnTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnInfo>>> {
+        // Every critical section is one map operation: still consistent after a panic.
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a connection from `peer`, accepted at `accepted`, handshaking.
+    pub fn register(
+        self: &Arc<Self>,
+        peer: SocketAddr,
+        accepted: Instant,
+        metrics: Arc<Metrics>,
+    ) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let info = Arc::new(ConnInfo {
+            peer,
+            since: SystemTime::now(),
+            accepted,
+            hello: OnceLock::new(),
+            resumed: OnceLock::new(),
+            phase: AtomicU8::new(Phase::Handshaking as u8),
+            sent: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            metrics,
+        });
+        info.gauge(Phase::Handshaking, 1);
+        self.lock().insert(id, info.clone());
+        Registered {
+            table: self.clone(),
+            id,
+            info,
+        }
+    }
+
+    /// Open connections.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Every connection as `/status?nodes` shows it, by node name, then address.
+    pub fn nodes_json(&self, cache: &Cache) -> Vec<Value> {
+        let conns: Vec<Arc<ConnInfo>> = self.lock().values().cloned().collect();
+        let latest = cache.latest().seq;
+        let now = SystemTime::now();
+        let mut out: Vec<(Option<String>, SocketAddr, Value)> = conns
+            .iter()
+            .map(|c| {
+                let name = c.hello.get().map(|h| h.name.clone());
+                (name, c.peer, c.json(cache, latest, now))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        out.into_iter().map(|(_, _, v)| v).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CacheConfig;
+    use crate::cache::writer::CacheWriter;
+    use typha_protocol::message::Epoch;
+
+    #[tokio::test]
+    async fn phases_keep_the_gauges_and_the_table_lists_each_node() {
+        let metrics = Metrics::unregistered();
+        let (_w, cache) = CacheWriter::new(CacheConfig::default(), Epoch(1), metrics.clone());
+        let table = Arc::new(ConnTable::default());
+        let a = table.register(
+            "192.0.2.7:40000".parse().unwrap(),
+            Instant::now(),
+            metrics.clone(),
+        );
+        let b = table.register(
+            "192.0.2.8:40000".parse().unwrap(),
+            Instant::now(),
+            metrics.clone(),
+        );
+        assert_eq!(metrics.connections_handshaking.get(), 2);
+        a.hello("node-b", "typha-client/1", "v1");
+        assert_eq!(a.phase(), Phase::Waiting);
+        assert_eq!(metrics.connections_handshaking.get(), 1);
+        a.set_phase(Phase::Syncing);
+        assert_eq!(metrics.connections_syncing.get(), 1);
+        a.synced(ResumeKind::digest, Seq(0));
+        a.acked(Seq(0));
+        assert_eq!(metrics.connections_syncing.get(), 0);
+        b.hello(&"é".repeat(1000), "x", "v1");
+        b.set_phase(Phase::Syncing);
+
+        let nodes = table.nodes_json(&cache);
+        assert_eq!(nodes.len(), 2);
+        let a_json = &nodes[0];
+        assert_eq!(a_json["name"], "node-b");
+        assert_eq!(a_json["address"], "192.0.2.7:40000");
+        assert_eq!(a_json["phase"], "streaming");
+        assert_eq!(a_json["resumed"], "digest");
+        assert_eq!(a_json["lag"], 0);
+        assert_eq!(a_json["behind_secs"], 0.0);
+        assert!(a_json["connected_since"].as_f64().unwrap() > 1.7e9);
+        let b_json = &nodes[1];
+        assert_eq!(
+            b_json["name"].as_str().unwrap().len(),
+            MAX_NAME - 1,
+            "cut on a boundary"
+        );
+        assert_eq!(b_json["phase"], "syncing");
+        assert!(b_json.get("seq").is_none());
+
+        drop(b);
+        assert_eq!(metrics.connections_syncing.get(), 0);
+        assert_eq!(table.len(), 1);
+        drop(a);
+        assert!(table.is_empty());
+        assert_eq!(metrics.connections_handshaking.get(), 0);
+    }
+}
