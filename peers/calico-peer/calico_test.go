@@ -381,6 +381,25 @@ func TestScriptedSession(t *testing.T) {
 	}
 }
 
+// Every syncer type calico-node opens goes through the hello; the server echoes the type.
+func TestEverySyncerType(t *testing.T) {
+	for _, st := range syncproto.AllSyncerTypes {
+		script := writeScript(t, `[{"expectHello": {"syncerType": "`+string(st)+`"}}, {"serverHello": {}},
+			{"syncStatus": "InSync"}, {"expectClose": true}]`)
+		addr, done := serveScript(t, script, 1, tlsFiles{})
+		out, err := clientSession(clientFor(t, "--addr", addr, "--syncer", string(st), "--until-in-sync"))
+		if err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("%s: server: %v", st, err)
+		}
+		if out.Summary.ServerHello.SyncerType != string(st) || out.SyncerType != string(st) {
+			t.Errorf("%s: %+v", st, out.Summary.ServerHello)
+		}
+	}
+}
+
 // An int revision arrives as an int64 interface; our client keeps its type.
 func TestIntRevision(t *testing.T) {
 	addr, done := serveScript(t, "testdata/plain.json", 1, tlsFiles{})

@@ -234,7 +234,7 @@ func goldenSessions() (map[string]*sessionBuilder, error) {
 	if err := s.stream("", "hello and restart, plain gob", goldenServerHello, restart); err != nil {
 		return nil, err
 	}
-	snap, err := encodeSnapshot(goldenSnapshotKVs, 1000)
+	snap, err := encodeSnapshot(goldenSnapshotKVs, 1000, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -300,7 +300,9 @@ func (s *serverSession) play(st *step) error {
 		if pc.out.comp != syncproto.CompressionSnappy {
 			return errors.New("a pre-encoded snapshot needs the stream restarted into snappy first")
 		}
-		snap, err := encodeSnapshot(st.snapshot, st.perMsg)
+		snap, err := encodeSnapshot(st.snapshot, st.perMsg, func(msg any, b []byte) {
+			pc.rec.message("out", msg, b)
+		})
 		if err != nil {
 			return err
 		}
@@ -364,20 +366,31 @@ func (s *serverSession) ackThenRestart(comp syncproto.CompressionAlgorithm, why 
 }
 
 // encodeSnapshot builds Typha's pre-encoded snapshot: a complete snappy stream from a fresh
-// gob encoder, MsgKVs of up to perMsg KVs each, ending with MsgDecoderRestart into snappy.
-// Typha builds it once and writes the same bytes to every client that joins meanwhile.
-func encodeSnapshot(kvs []syncproto.SerializedUpdate, perMsg int) ([]byte, error) {
-	var buf bytes.Buffer
+// gob encoder, MsgKVs of up to perMsg KVs each, ending with MsgDecoderRestart into snappy,
+// flushed only at the end (as Typha writes it). Typha builds it once and writes the same bytes
+// to every client that joins meanwhile. onMsg, if set, gets each message and its gob bytes.
+func encodeSnapshot(kvs []syncproto.SerializedUpdate, perMsg int, onMsg func(any, []byte)) ([]byte, error) {
+	var buf, last bytes.Buffer
 	sw := snappy.NewBufferedWriter(&buf)
-	enc := gob.NewEncoder(sw)
+	enc := gob.NewEncoder(io.MultiWriter(sw, &last))
+	send := func(msg any) error {
+		last.Reset()
+		if err := enc.Encode(&syncproto.Envelope{Message: msg}); err != nil {
+			return err
+		}
+		if onMsg != nil {
+			onMsg(msg, bytes.Clone(last.Bytes()))
+		}
+		return nil
+	}
 	for start := 0; start < len(kvs); start += perMsg {
 		end := min(start+perMsg, len(kvs))
-		if err := enc.Encode(&syncproto.Envelope{Message: syncproto.MsgKVs{KVs: kvs[start:end]}}); err != nil {
+		if err := send(syncproto.MsgKVs{KVs: kvs[start:end]}); err != nil {
 			return nil, err
 		}
 	}
-	if err := enc.Encode(&syncproto.Envelope{Message: syncproto.MsgDecoderRestart{
-		Message: snapshotEndText, CompressionAlgorithm: syncproto.CompressionSnappy}}); err != nil {
+	if err := send(syncproto.MsgDecoderRestart{
+		Message: snapshotEndText, CompressionAlgorithm: syncproto.CompressionSnappy}); err != nil {
 		return nil, err
 	}
 	if err := sw.Close(); err != nil {
