@@ -94,8 +94,8 @@ pub enum GenCertsError {
 }
 
 impl GenCertsError {
-    /// Whether the arguments are at fault (exit 64) rather than the machine (exit 73 would be
-    /// sysexits' `EX_CANTCREAT`; we keep to the two codes every program here uses).
+    /// Whether the arguments are at fault (exit 64), rather than the machine (a file that
+    /// cannot be read or written: exit 1).
     pub fn is_usage(&self) -> bool {
         matches!(self, Self::NoOutput | Self::Pki(_) | Self::Exists(_))
     }

@@ -97,7 +97,7 @@ fn gen_certs(args: &super::gen_certs::GenCertsArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) if e.is_usage() => exit::invalid_config(PROGRAM, format_args!("gen-certs: {e}")),
-        Err(e) => exit::unavailable(PROGRAM, format_args!("gen-certs: {e}")),
+        Err(e) => exit::failed(PROGRAM, format_args!("gen-certs: {e}")),
     }
 }
 
