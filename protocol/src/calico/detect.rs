@@ -55,6 +55,7 @@ pub fn detect(prefix: &[u8]) -> Result<Option<Protocol>, DetectError> {
         max_value_messages: 1,
         max_types: 1,
         max_depth: 1,
+        max_decoded_len: MAX_ENVELOPE_DEFINITION,
     };
     let mut decoder = gob::Decoder::new(limits);
     let mut buf = BytesMut::from(first);
@@ -79,5 +80,39 @@ pub fn detect(prefix: &[u8]) -> Result<Option<Protocol>, DetectError> {
         _ => Err(DetectError::NotEnvelope(
             "Envelope is not a struct of one interface field Message",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // In tests a panic is the failure report.
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use super::*;
+    use crate::calico::messages::Side;
+
+    #[test]
+    fn ours_calico_or_neither() {
+        assert_eq!(detect(&[]), Ok(None));
+        assert_eq!(detect(&[0, 0, 1, 2]), Ok(Some(Protocol::Ours)));
+        // Both preambles start with the Envelope definition, as Go's first message does.
+        for side in [Side::Server, Side::Client] {
+            let p = side.preamble();
+            assert_eq!(detect(&p), Ok(Some(Protocol::Calico)));
+            for cut in 1..34 {
+                assert_eq!(detect(&p[..cut]), Ok(None), "{cut}");
+            }
+        }
+        // HTTP, a TLS record, gob that is a value, gob that defines something else.
+        let http = b"GET / HTTP/1.1\r\nHost: typha\r\nUser-Agent: curl\r\nAccept: */*\r\nConnection: close\r\n\r\n";
+        assert_eq!(detect(&http[..16]), Ok(None), "'G' announces 71 bytes");
+        assert!(detect(&http[..]).is_err());
+        let mut tls = vec![0x16, 0x03, 0x01, 0x00, 0xf0];
+        tls.resize(64, 0);
+        assert!(detect(&tls).is_err(), "a TLS record");
+        assert!(detect(&[0x03, 0x0c, 0x00, 0x00]).is_err());
+        let p = Side::Server.preamble();
+        assert!(detect(&p[0x22..]).is_err(), "MsgServerHello's definition");
+        assert!(detect(&[0xfe, 0x10, 0x00]).is_err(), "4 KiB first message");
     }
 }

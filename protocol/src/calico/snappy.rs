@@ -213,3 +213,6 @@ impl Decoder {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests;

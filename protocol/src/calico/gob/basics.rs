@@ -58,6 +58,10 @@ pub struct Limits {
     pub max_types: usize,
     /// Deepest nesting of structs, slices, arrays, maps and interfaces in a value.
     pub max_depth: usize,
+    /// Most memory one decoded value may take: its [`Value`](super::Value) nodes and the
+    /// bytes copied into them, charged before each allocation. Without it a message of
+    /// one-byte elements (`[]struct{}`) would expand about fifty-fold.
+    pub max_decoded_len: usize,
 }
 
 impl Limits {
@@ -68,6 +72,7 @@ impl Limits {
         max_value_messages: 16,
         max_types: 64,
         max_depth: 16,
+        max_decoded_len: 4 << 20,
     };
 
     /// What a client accepts from a Calico server: `MsgKVs` of up to 1,000 KVs in a
@@ -77,6 +82,7 @@ impl Limits {
         max_value_messages: 16,
         max_types: 256,
         max_depth: 32,
+        max_decoded_len: 1 << 30,
     };
 }
 
@@ -171,6 +177,12 @@ pub enum GobError {
     /// A value spans more messages than the limit.
     #[error("a value spans more than {max} messages")]
     TooManyMessages {
+        /// The limit.
+        max: usize,
+    },
+    /// The decoded value would take more memory than the limit.
+    #[error("decoded value needs more than {max} bytes")]
+    DecodedTooLarge {
         /// The limit.
         max: usize,
     },

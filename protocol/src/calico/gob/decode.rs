@@ -155,6 +155,7 @@ impl Decoder {
                 limits: self.limits,
                 added: Vec::new(),
                 messages: 1,
+                charged: 0,
             };
             let result = walk.top(&mut r, tid, 1);
             let used = r.pos() + r.left();
@@ -205,7 +206,11 @@ struct Walk<'t> {
     added: Vec<TypeId>,
     /// Messages this value has used so far.
     messages: usize,
+    /// Bytes of memory the value's nodes and copies take so far.
+    charged: usize,
 }
+
+const NODE: usize = std::mem::size_of::<Value>();
 
 impl Walk<'_> {
     fn value(&mut self, r: &mut Reader<'_>, id: TypeId, depth: usize) -> Result<Value, Stop> {
@@ -219,8 +224,8 @@ impl Walk<'_> {
                 let im = f64::from_bits(r.uint("complex")?.swap_bytes());
                 Value::Complex(re, im)
             }
-            TypeId::BYTES => Value::Bytes(Bytes::copy_from_slice(r.bytes("[]byte")?)),
-            TypeId::STRING => Value::String(Bytes::copy_from_slice(r.bytes("string")?)),
+            TypeId::BYTES => Value::Bytes(self.copy(r.bytes("[]byte")?)?),
+            TypeId::STRING => Value::String(self.copy(r.bytes("string")?)?),
             TypeId::INTERFACE => self.interface(r, self.deeper(depth)?)?,
             id if id < TypeId::FIRST_USER => return Err(GobError::ReservedType(id).into()),
             id => {
@@ -249,6 +254,7 @@ impl Walk<'_> {
                     }
                     WireKind::Map { key, elem } => {
                         let n = r.count("map length")?;
+                        self.charge(n.saturating_mul(2 * NODE))?;
                         let mut pairs = Vec::with_capacity(n);
                         for _ in 0..n {
                             let k = self.value(r, key, depth)?;
@@ -258,11 +264,27 @@ impl Walk<'_> {
                         Value::Map(pairs)
                     }
                     WireKind::GobEncoder | WireKind::BinaryMarshaler | WireKind::TextMarshaler => {
-                        Value::Encoded(Bytes::copy_from_slice(r.bytes("encoded value")?))
+                        Value::Encoded(self.copy(r.bytes("encoded value")?)?)
                     }
                 }
             }
         })
+    }
+
+    /// Accounts for `bytes` about to be allocated.
+    fn charge(&mut self, bytes: usize) -> Result<(), GobError> {
+        self.charged = self.charged.saturating_add(bytes);
+        if self.charged > self.limits.max_decoded_len {
+            return Err(GobError::DecodedTooLarge {
+                max: self.limits.max_decoded_len,
+            });
+        }
+        Ok(())
+    }
+
+    fn copy(&mut self, b: &[u8]) -> Result<Bytes, GobError> {
+        self.charge(b.len())?;
+        Ok(Bytes::copy_from_slice(b))
     }
 
     fn deeper(&self, depth: usize) -> Result<usize, GobError> {
@@ -281,6 +303,7 @@ impl Walk<'_> {
         n: usize,
         depth: usize,
     ) -> Result<Vec<Value>, Stop> {
+        self.charge(n.saturating_mul(NODE))?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
             out.push(self.value(r, elem, depth)?);
@@ -311,6 +334,7 @@ impl Walk<'_> {
                 .into());
             };
             let id = f.id;
+            self.charge(std::mem::size_of::<(usize, Value)>())?;
             fields.push(((field - 1) as usize, self.value(r, id, depth)?));
             next = field;
         }
@@ -325,12 +349,13 @@ impl Walk<'_> {
         if n as u64 > MAX_NAME_LEN {
             return Err(GobError::NameTooLong(n as u64).into());
         }
-        let name = Bytes::copy_from_slice(r.take(n, "interface name")?);
+        let name = self.copy(r.take(n, "interface name")?)?;
         if name.is_empty() {
             return Ok(Value::Interface(None));
         }
         let type_id = self.type_sequence(r)?;
         r.uint("interface value length")?;
+        self.charge(std::mem::size_of::<Concrete>())?;
         let value = self.top(r, type_id, depth)?;
         Ok(Value::Interface(Some(Box::new(Concrete {
             name,
