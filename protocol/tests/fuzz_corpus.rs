@@ -81,7 +81,10 @@ fn calico_seed_corpus_decodes_without_panics_and_valid_seeds_decode_cleanly() {
         if !name.starts_with("bad_") {
             assert!(err.is_none(), "{name}: {err:?}");
             assert!(buf.is_empty(), "{name}: {} bytes left over", buf.len());
-            assert!(messages > 0 || name.starts_with("preamble_"), "{name}: no message");
+            assert!(
+                messages > 0 || name.starts_with("preamble_"),
+                "{name}: no message"
+            );
         }
         seen += 1;
     }

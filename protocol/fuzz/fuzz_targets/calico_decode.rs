@@ -94,7 +94,11 @@ fn split_point(data: &[u8]) -> usize {
 }
 
 fn check_round_trip(msg: &Message) {
-    let side = if Side::Server.sends(msg.kind()) { Side::Server } else { Side::Client };
+    let side = if Side::Server.sends(msg.kind()) {
+        Side::Server
+    } else {
+        Side::Client
+    };
     let Ok(once) = messages::encode(side, msg) else {
         // Only a revision of a non-basic type cannot be written by our encoder.
         return;
@@ -113,7 +117,11 @@ fn check_round_trip(msg: &Message) {
         Ok(Some(m)) => m,
         other => panic!("re-encoded message does not decode: {other:?}\nmessage: {msg:?}"),
     };
-    assert!(buf.is_empty(), "re-encoded message left {} bytes", buf.len());
+    assert!(
+        buf.is_empty(),
+        "re-encoded message left {} bytes",
+        buf.len()
+    );
     let twice = messages::encode(side, &again).expect("encodes again");
     assert_eq!(once, twice, "message changed in a round trip: {msg:?}");
 }
@@ -124,7 +132,10 @@ fuzz_target!(|data: &[u8]| {
     for limits in [Limits::SERVER_INBOUND, Limits::CLIENT_INBOUND] {
         let whole = decode_pieces(limits, &[data]);
         let split = decode_pieces(limits, &[head, tail]);
-        assert_eq!(whole, split, "whole input and input split at {at} differ ({limits:?})");
+        assert_eq!(
+            whole, split,
+            "whole input and input split at {at} differ ({limits:?})"
+        );
         for step in &whole.steps {
             if let Step::Message(msg) = step {
                 check_round_trip(msg);
