@@ -3,7 +3,7 @@
 //! describes the protocol; the golden files in `tests/golden/calico` pin it.
 //!
 //! Bytes move through it in this order:
-//! - [`detect`]: the first bytes of a connection tell ours (`0x00`) from Calico's (a gob
+//! - [`mod@detect`]: the first bytes of a connection tell ours (`0x00`) from Calico's (a gob
 //!   message defining `Envelope`).
 //! - [`snappy`]: after a decoder restart into snappy, the framing format's chunks. Each chunk
 //!   is compressed on its own, so one can be encoded once and written into every stream.
