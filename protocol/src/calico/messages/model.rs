@@ -206,6 +206,28 @@ impl SyncStatus {
     }
 }
 
+impl From<crate::model::SyncStatus> for SyncStatus {
+    fn from(s: crate::model::SyncStatus) -> Self {
+        match s {
+            crate::model::SyncStatus::WaitForDatastore => SyncStatus::WaitForDatastore,
+            crate::model::SyncStatus::ResyncInProgress => SyncStatus::ResyncInProgress,
+            crate::model::SyncStatus::InSync => SyncStatus::InSync,
+        }
+    }
+}
+
+impl SyncStatus {
+    /// Our model's status, if this is one of Calico's three.
+    pub fn to_model(self) -> Option<crate::model::SyncStatus> {
+        match self {
+            SyncStatus::WaitForDatastore => Some(crate::model::SyncStatus::WaitForDatastore),
+            SyncStatus::ResyncInProgress => Some(crate::model::SyncStatus::ResyncInProgress),
+            SyncStatus::InSync => Some(crate::model::SyncStatus::InSync),
+            SyncStatus::Other(_) => None,
+        }
+    }
+}
+
 /// `MsgPing`, sent every ~10 s by the server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ping {

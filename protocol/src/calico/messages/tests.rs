@@ -359,3 +359,16 @@ fn what_go_refuses_is_an_error() {
         Err(MessageError::NotUtf8("Message"))
     );
 }
+
+#[test]
+fn sync_status_maps_to_our_model() {
+    use crate::model::SyncStatus as Ours;
+    for ours in [Ours::WaitForDatastore, Ours::ResyncInProgress, Ours::InSync] {
+        assert_eq!(SyncStatus::from(ours).to_model(), Some(ours));
+        assert_eq!(
+            SyncStatus::from_u8(SyncStatus::from(ours).as_u8()),
+            SyncStatus::from(ours)
+        );
+    }
+    assert_eq!(SyncStatus::Other(7).to_model(), None);
+}
