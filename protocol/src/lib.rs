@@ -13,10 +13,13 @@
 //!   enforces size limits before allocating.
 //! - [`handshake`]: version and feature negotiation as pure state machines, time passed in.
 //! - [`selector`]: Calico's label selector language (server validation, agent policy).
+//! - [`calico`]: Calico's own Typha protocol (gob and snappy), for serving unmodified
+//!   calico-node beside our protocol (`docs/calico-protocol.md`).
 //!
 //! The wire format of protocol v1 is pinned by golden files (`tests/golden/v1`) and described
 //! in `docs/protocol.md`.
 
+pub mod calico;
 pub mod digest;
 pub mod frame;
 pub mod handshake;
