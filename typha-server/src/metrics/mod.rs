@@ -112,7 +112,7 @@ pub struct Metrics {
     pub updates_invalid: IntCounter,
     /// `typha_frames_encoded_total{kind}`, indexed by [`FrameKind`]: frames encoded (and
     /// compressed), each once for all clients.
-    frames_encoded: [IntCounter; 4],
+    frames_encoded: [IntCounter; 6],
     /// `typha_resumes_total{kind}`, indexed by [`ResumeKind`].
     resumes: [IntCounter; 3],
     /// `typha_resume_bytes_total{kind}`, indexed by [`ResumeKind`]: bytes of initial syncs.
@@ -448,12 +448,14 @@ impl Metrics {
     }
 
     fn frames(&self, kind: FrameKind) -> &IntCounter {
-        let [delta, span, snapshot, bucket] = &self.frames_encoded;
+        let [delta, span, snapshot, bucket, calico_delta, calico_snapshot] = &self.frames_encoded;
         match kind {
             FrameKind::delta => delta,
             FrameKind::span => span,
             FrameKind::snapshot => snapshot,
             FrameKind::bucket => bucket,
+            FrameKind::calico_delta => calico_delta,
+            FrameKind::calico_snapshot => calico_snapshot,
         }
     }
 
