@@ -503,15 +503,22 @@ async fn serve_registered<S>(
 {
     let m = ctx.cache.metrics.clone();
     // Ours or Calico's Typha protocol, from the first bytes (within the handshake deadline).
-    let (protocol, prefix) =
-        match conn::calico::sniff(&mut stream, accepted + ctx.cfg.handshake_timeout).await {
-            Ok(p) => p,
-            Err(e) => {
-                m.dropped(DropReason::handshake);
-                info!(%peer, error = %e, "connection ended before its protocol was known");
-                return;
-            }
-        };
+    // Over the limit, a client of ours gets its Goodbye right after TLS, as before: wait only
+    // briefly for a Calico hello (a Calico client is closed instead, as Typha does; it would
+    // not understand a Goodbye).
+    let mut deadline = accepted + ctx.cfg.handshake_timeout;
+    if over_limit {
+        deadline = deadline.min(Instant::now() + Duration::from_secs(1));
+    }
+    let (protocol, prefix) = match conn::calico::sniff(&mut stream, deadline).await {
+        Ok(p) => p,
+        Err(_) if over_limit => (Protocol::Ours, bytes::BytesMut::new()),
+        Err(e) => {
+            m.dropped(DropReason::handshake);
+            info!(%peer, error = %e, "connection ended before its protocol was known");
+            return;
+        }
+    };
     if over_limit {
         use tokio::io::AsyncWriteExt;
         m.dropped(DropReason::too_many_connections);
