@@ -512,7 +512,6 @@ async fn serve_registered<S>(
     }
     let (protocol, prefix) = match conn::calico::sniff(&mut stream, deadline).await {
         Ok(p) => p,
-        Err(_) if over_limit => (Protocol::Ours, bytes::BytesMut::new()),
         Err(e) => {
             m.dropped(DropReason::handshake);
             info!(%peer, error = %e, "connection ended before its protocol was known");

@@ -70,24 +70,40 @@ pub enum CalicoError {
     Closed,
 }
 
+/// Why a connection ended before its protocol was told.
+#[derive(Debug, thiserror::Error)]
+pub enum SniffError {
+    /// The socket failed.
+    #[error("i/o: {0}")]
+    Io(#[source] std::io::Error),
+    /// The peer closed before its first message.
+    #[error("peer closed the connection before a hello")]
+    Closed,
+}
+
 /// Reads the first bytes of a connection until they tell its protocol (within `deadline`).
-/// Returns the protocol and the bytes read, which belong to its first message.
+/// Returns the protocol and the bytes read, which belong to its first message. Bytes that are
+/// neither protocol's, or none before the deadline, are left to ours, which answers them as it
+/// always has (a Goodbye saying what was wrong).
 pub async fn sniff<S: AsyncRead + Unpin>(
     stream: &mut S,
     deadline: Instant,
-) -> Result<(Protocol, BytesMut), String> {
+) -> Result<(Protocol, BytesMut), SniffError> {
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         match detect(&buf) {
             Ok(Some(p)) => return Ok((p, buf)),
             Ok(None) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => {
+                debug!(error = %e, "first bytes are not Calico's; left to our protocol");
+                return Ok((Protocol::Ours, buf));
+            }
         }
         match timeout_at(deadline, stream.read_buf(&mut buf)).await {
-            Ok(Ok(0)) => return Err("peer closed the connection before a hello".into()),
+            Ok(Ok(0)) => return Err(SniffError::Closed),
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(format!("i/o: {e}")),
-            Err(_) => return Err("no hello in time".into()),
+            Ok(Err(e)) => return Err(SniffError::Io(e)),
+            Err(_) => return Ok((Protocol::Ours, buf)),
         }
     }
 }
@@ -319,6 +335,7 @@ where
     });
 
     let mut crumbs = ctx.cache.subscribe();
+    let grace_until = Instant::now() + ctx.cfg.new_client_grace;
     let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
     let mut last_heard = Instant::now();
     let mut ping_sent: Option<(GoTime, Instant)> = None;
@@ -334,6 +351,18 @@ where
                     next.0
                 )));
             };
+            // Typha's fall-behind limit, with the grace after the snapshot.
+            let mut allowance = ctx.cfg.max_fall_behind;
+            if Instant::now() < grace_until {
+                allowance += ctx.cfg.new_client_grace;
+            }
+            if crumb.created.elapsed() > allowance {
+                return Err(CalicoError::FellBehind(format!(
+                    "breadcrumb {} is {:?} old",
+                    next.0,
+                    crumb.created.elapsed()
+                )));
+            }
             let before = ctx.cache.get(cursor);
             let frame = crumb
                 .calico_frame(before.as_deref(), syncer, carriage, m)
