@@ -428,3 +428,43 @@ async fn over_the_limit_a_calico_client_is_closed() {
     );
     srv.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breadcrumb_is_encoded_once_for_every_client_of_a_syncer_type() {
+    use typha_server::metrics::FrameKind;
+    let p = pki();
+    let (srv, store) = tls_server(&p).await;
+    let clients: Vec<_> = (0..3)
+        .map(|i| {
+            let out = out_file(&p, &format!("felix-{i}"));
+            let c = calico_peer(&p, &srv, SyncerType::Felix, &out, &["--duration", "5s"]);
+            (out, c)
+        })
+        .collect();
+    eventually("every client streaming", || {
+        srv.metrics.connections_streaming.get() == 3
+    })
+    .await;
+    let (seq0, encoded0) = (
+        srv.cache.latest().seq.0,
+        srv.metrics.encoded_count(FrameKind::calico_delta),
+    );
+    let last = churn(&store);
+    eventually("churn in the cache", || {
+        srv.cache.latest().revision.0 >= last
+    })
+    .await;
+    let want = expected(&srv, SyncerType::Felix);
+    for (out, child) in clients {
+        wait(child).await;
+        assert_same(&read_state(&out).0, &want, "felix after churn");
+    }
+    let crumbs = srv.cache.latest().seq.0 - seq0;
+    let encoded = srv.metrics.encoded_count(FrameKind::calico_delta) - encoded0;
+    assert!(crumbs > 0 && encoded > 0);
+    assert!(
+        encoded <= crumbs,
+        "{encoded} MsgKVs encoded for {crumbs} breadcrumbs and 3 clients"
+    );
+    srv.shutdown().await;
+}
