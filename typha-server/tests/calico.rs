@@ -156,19 +156,25 @@ async fn tls_server(p: &Pki) -> (RunningServer, Embedded) {
     cfg.tls = Some(p.cfg.clone());
     let (srv, store) = server(cfg).await;
     store.bulk_load(cluster(4, 5));
-    eventually("in sync", || {
-        srv.cache.latest().status == typha_protocol::model::SyncStatus::InSync
+    loaded(&srv, &store).await;
+    (srv, store)
+}
+
+/// Waits until the cache holds all of `store` (a bulk load may span several breadcrumbs).
+async fn loaded(srv: &RunningServer, store: &Embedded) {
+    let want = common::expected_digest(store).0;
+    eventually("the cache to hold the store", || {
+        srv.cache.latest().digest == want
     })
     .await;
-    (srv, store)
 }
 
 fn res(v: serde_json::Value) -> Resource {
     Resource::from_json(v).unwrap()
 }
 
-/// Creates, changes and deletes something each syncer type receives; returns the last revision.
-fn churn(store: &Embedded) -> u64 {
+/// Creates, changes and deletes something each syncer type receives.
+fn churn(store: &Embedded) {
     let spec = typha_server::sample::Spec {
         nodes: 4,
         pods_per_node: 5,
@@ -206,7 +212,7 @@ fn churn(store: &Embedded) -> u64 {
         serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
         "metadata": {"name": "blocked-ranges"}, "spec": {}}),
     );
-    store.delete(&gns.id()).0
+    store.delete(&gns.id());
 }
 
 fn out_file(p: &Pki, name: &str) -> PathBuf {
@@ -277,11 +283,8 @@ async fn churn_reaches_every_syncer_type_next_to_our_own_client() {
         srv.metrics.connections_streaming.get() == 5
     })
     .await;
-    let last = churn(&store);
-    eventually("churn in the cache", || {
-        srv.cache.latest().revision.0 >= last
-    })
-    .await;
+    churn(&store);
+    loaded(&srv, &store).await;
     ours.sync_to(&srv).await;
     for (syncer, out, child) in clients {
         wait(child).await;
@@ -449,11 +452,8 @@ async fn a_breadcrumb_is_encoded_once_for_every_client_of_a_syncer_type() {
         srv.cache.latest().seq.0,
         srv.metrics.encoded_count(FrameKind::calico_delta),
     );
-    let last = churn(&store);
-    eventually("churn in the cache", || {
-        srv.cache.latest().revision.0 >= last
-    })
-    .await;
+    churn(&store);
+    loaded(&srv, &store).await;
     let want = expected(&srv, SyncerType::Felix);
     for (out, child) in clients {
         wait(child).await;

@@ -222,37 +222,42 @@ const REUSE_FOR: Duration = Duration::from_secs(1);
 
 impl CalicoSnapshots {
     /// The snapshot to send a joining client of `syncer`: the current one if it is of the latest
-    /// breadcrumb or younger than 1 s, else a new one of `latest` (built by `iter`'s KVs).
-    /// Joiners during a build wait for it.
-    pub async fn get<'a, I>(
+    /// breadcrumb or younger than 1 s, else the one `build` makes (of the latest breadcrumb,
+    /// with [`build`]), run on a blocking thread so that a large translation does not hold up
+    /// the connections' tasks. Joiners during a build wait for it.
+    pub async fn get(
         &self,
         syncer: SyncerType,
         carriage: Carriage,
-        latest: (Seq, SyncStatus),
-        kvs: impl FnOnce() -> I,
+        latest: Seq,
+        build: impl FnOnce() -> CalicoSnapshot + Send + 'static,
         m: &Metrics,
-    ) -> Arc<CalicoSnapshot>
-    where
-        I: Iterator<Item = (&'a KeyPath, &'a EncodedValue, Revision)>,
-    {
+    ) -> Arc<CalicoSnapshot> {
         let slot = {
             let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
             cur.entry((syncer, carriage)).or_default().clone()
         };
         let mut slot = slot.lock().await;
         if let Some(s) = slot.as_ref()
-            && (s.seq == latest.0 || s.built.elapsed() < REUSE_FOR)
+            && (s.seq == latest || s.built.elapsed() < REUSE_FOR)
         {
             m.snapshots_reused.inc();
             return s.clone();
         }
-        let snap = Arc::new(build(syncer, carriage, latest, kvs(), m));
+        let snap = match tokio::task::spawn_blocking(build).await {
+            Ok(s) => Arc::new(s),
+            // The build panicked (a bug); the panic has been reported.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
         *slot = Some(snap.clone());
         snap
     }
 }
 
-fn build<'a>(
+/// A Calico snapshot for `syncer` of the KVs `kvs` (a map version at breadcrumb `seq`): each
+/// KV translated, sorted by Calico key, cut into `MsgKVs` of [`SNAPSHOT_BATCH_SNAPPY`] or
+/// [`SNAPSHOT_BATCH_PLAIN`] KVs, each encoded once.
+pub fn build<'a>(
     syncer: SyncerType,
     carriage: Carriage,
     (seq, status): (Seq, SyncStatus),

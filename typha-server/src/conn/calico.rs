@@ -37,7 +37,7 @@ use typha_protocol::model::SyncStatus;
 use super::info::{ConnInfo, Phase};
 use super::out::{Out, jitter, scopeguard};
 use super::{Close, ConnError, Ctx};
-use crate::cache::calico::{CalicoCrumbError, Carriage};
+use crate::cache::calico::{CalicoCrumbError, Carriage, build as build_snapshot};
 use crate::calico::libcalico::SyncerType;
 use crate::metrics::{DropReason, ResumeKind};
 
@@ -299,21 +299,21 @@ where
     info.set_phase(Phase::Syncing);
     let sync_started = Instant::now();
     let latest = ctx.cache.latest();
-    let map = latest.map();
     let m = &ctx.cache.metrics;
+    let build = {
+        let (map, metrics) = (latest.map(), m.clone());
+        let at = (latest.seq, latest.status);
+        move || {
+            let kvs = map
+                .iter()
+                .flat_map(|m| m.iter())
+                .map(|(k, kv)| (k, &kv.value, kv.revision));
+            build_snapshot(syncer, carriage, at, kvs, &metrics)
+        }
+    };
     let snap = ctx
         .calico_snapshots
-        .get(
-            syncer,
-            carriage,
-            (latest.seq, latest.status),
-            || {
-                map.iter()
-                    .flat_map(|m| m.iter())
-                    .map(|(k, kv)| (k, &kv.value, kv.revision))
-            },
-            m,
-        )
+        .get(syncer, carriage, latest.seq, build, m)
         .await;
     for f in &snap.frames {
         out.queue(f.clone())?;
