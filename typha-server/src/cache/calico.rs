@@ -305,3 +305,6 @@ pub fn build<'a>(
         kvs: n,
     }
 }
+
+#[cfg(test)]
+mod tests;
