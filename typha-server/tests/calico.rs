@@ -283,6 +283,9 @@ async fn churn_reaches_every_syncer_type_next_to_our_own_client() {
         srv.metrics.connections_streaming.get() == 5
     })
     .await;
+    for s in SyncerType::ALL {
+        assert_eq!(srv.metrics.calico_connections(s).get(), 1, "{s}");
+    }
     churn(&store);
     loaded(&srv, &store).await;
     ours.sync_to(&srv).await;

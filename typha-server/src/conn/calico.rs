@@ -249,6 +249,9 @@ where
         &hello.info,
         format!("calico {}", hello.version),
     );
+    let by_type = ctx.cache.metrics.calico_connections(syncer).clone();
+    by_type.inc();
+    let _by_type = scopeguard(move || by_type.dec());
     debug!(host = %hello.hostname, syncer = %syncer, version = %hello.version, ?carriage, client_conn_id = hello.client_conn_id, "Calico client hello");
 
     out.queue(Side::Server.preamble())?;

@@ -34,6 +34,7 @@ mod labels;
 
 use std::sync::Arc;
 
+use crate::calico::libcalico::SyncerType;
 use bytes::Bytes;
 use prometheus::{Histogram, IntCounter, IntGauge, Registry};
 use typha_service::metrics::{
@@ -123,6 +124,9 @@ pub struct Metrics {
     pub syncs_waiting: IntGauge,
     /// `typha_connections_handshaking`: accepted, TLS and hello not done yet.
     pub connections_handshaking: IntGauge,
+    /// `typha_calico_connections{syncer}`: connections speaking Calico's own Typha protocol,
+    /// past their hello, by syncer type (felix, bgp, tunnel-ip-allocation, node-status).
+    calico_connections: [IntGauge; 4],
     /// `typha_connections_syncing`: being sent their initial sync.
     pub connections_syncing: IntGauge,
     /// `typha_in_sync{syncer}`: 1 while the cache is in sync with the datastore.
@@ -350,6 +354,15 @@ impl Metrics {
                 "typha_connections_handshaking",
                 "Connections accepted whose TLS handshake or hello is not done yet.",
             ),
+            calico_connections: {
+                let v = gauge_vec(
+                    r,
+                    "typha_calico_connections",
+                    "Connections speaking Calico's Typha protocol, past their hello, by syncer type.",
+                    &["syncer"],
+                );
+                SyncerType::ALL.map(|t| v.with_label_values(&[t.as_str()]))
+            },
             connections_syncing: gauge(
                 r,
                 "typha_connections_syncing",
@@ -440,6 +453,17 @@ impl Metrics {
     /// Counts one frame encoded for `kind`.
     pub fn encoded(&self, kind: FrameKind) {
         self.frames(kind).inc();
+    }
+
+    /// The `typha_calico_connections` gauge of syncer type `t`.
+    pub fn calico_connections(&self, t: SyncerType) -> &IntGauge {
+        let [felix, bgp, tunnel, status] = &self.calico_connections;
+        match t {
+            SyncerType::Felix => felix,
+            SyncerType::Bgp => bgp,
+            SyncerType::TunnelIpAllocation => tunnel,
+            SyncerType::NodeStatus => status,
+        }
     }
 
     /// Frames of `kind` encoded so far.
