@@ -51,6 +51,9 @@ fn pki() -> Pki {
     };
     w("node.crt", &node.cert_pem);
     w("node.key", &node.key_pem);
+    let stranger = ca.client("someone-else", None).unwrap();
+    w("stranger.crt", &stranger.cert_pem);
+    w("stranger.key", &stranger.key_pem);
     let cfg = TlsConfig {
         cert_file: w("server.crt", &srv.cert_pem),
         key_file: w("server.key", &srv.key_pem),
@@ -469,5 +472,39 @@ async fn a_breadcrumb_is_encoded_once_for_every_client_of_a_syncer_type() {
         encoded <= crumbs,
         "{encoded} MsgKVs encoded for {crumbs} breadcrumbs and 3 clients"
     );
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calico_client_whose_cn_is_not_allowed_is_turned_away() {
+    let p = pki();
+    let (srv, _store) = tls_server(&p).await;
+    let d = p.dir.path();
+    let mut cmd = Command::new(peer("calico-peer").unwrap());
+    cmd.arg("client")
+        .args([
+            "--addr",
+            &srv.addr.to_string(),
+            "--syncer",
+            "felix",
+            "--hostname",
+            "x",
+        ])
+        .arg("--ca")
+        .arg(d.join("ca.crt"))
+        .arg("--cert")
+        .arg(d.join("stranger.crt"))
+        .arg("--key")
+        .arg(d.join("stranger.key"))
+        .args(["--server-cn", "typha-server", "--quiet", "--until-in-sync"])
+        .args(["--duration", "10s"]);
+    let status = tokio::task::spawn_blocking(move || cmd.status().unwrap())
+        .await
+        .unwrap();
+    assert!(!status.success());
+    eventually("counted", || {
+        srv.metrics.dropped_count(DropReason::tls_identity) == 1
+    })
+    .await;
     srv.shutdown().await;
 }
