@@ -34,6 +34,7 @@ use crate::syncer::freshness::Freshness;
 use crate::syncer::{FeedContext, run_syncer};
 use crate::tls;
 use futures_util::future::BoxFuture;
+use typha_protocol::calico::Protocol;
 
 /// A server that failed to start.
 #[derive(Debug, thiserror::Error)]
@@ -501,21 +502,37 @@ async fn serve_registered<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let m = ctx.cache.metrics.clone();
+    // Ours or Calico's Typha protocol, from the first bytes (within the handshake deadline).
+    // Over the limit, a client of ours gets its Goodbye right after TLS, as before: wait only
+    // briefly for a Calico hello (a Calico client is closed instead, as Typha does; it would
+    // not understand a Goodbye).
+    let mut deadline = accepted + ctx.cfg.handshake_timeout;
+    if over_limit {
+        deadline = deadline.min(Instant::now() + Duration::from_secs(1));
+    }
+    let (protocol, prefix) = match conn::calico::sniff(&mut stream, deadline).await {
+        Ok(p) => p,
+        Err(e) => {
+            m.dropped(DropReason::handshake);
+            info!(%peer, error = %e, "connection ended before its protocol was known");
+            return;
+        }
+    };
     if over_limit {
         use tokio::io::AsyncWriteExt;
         m.dropped(DropReason::too_many_connections);
-        let g = typha_protocol::message::Goodbye {
-            reason: GoodbyeReason::TooManyConnections,
-            message: "this server is at its connection limit; try another".into(),
-            redirect: ctx.suggest(),
-        };
-        let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
-        let _ = tokio::time::timeout(Duration::from_secs(5), async {
-            stream.write_all(&frame).await?;
-            stream.shutdown().await
-        })
-        .await;
-        info!(%peer, "refused: at the connection limit");
+        if protocol == Protocol::Ours {
+            let g = typha_protocol::message::Goodbye {
+                reason: GoodbyeReason::TooManyConnections,
+                message: "this server is at its connection limit; try another".into(),
+                redirect: ctx.suggest(),
+            };
+            let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
+            let _ = tokio::time::timeout(Duration::from_secs(5), stream.write_all(&frame)).await;
+        }
+        // Calico's protocol has no goodbye: its clients are just closed, as Typha does.
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown()).await;
+        info!(%peer, ?protocol, "refused: at the connection limit");
         return;
     }
     let (tx, rx) = oneshot::channel();
@@ -526,7 +543,12 @@ async fn serve_registered<S>(
         r.conns.insert(id, tx);
         id
     };
-    conn::task::serve(stream, peer, accepted, ctx, rx, info).await;
+    match protocol {
+        Protocol::Calico => {
+            conn::calico::serve(stream, peer, accepted, ctx, rx, info, prefix).await
+        }
+        _ => conn::task::serve(stream, peer, accepted, ctx, rx, info, prefix).await,
+    }
     lock(&conns).conns.remove(&id);
 }
 

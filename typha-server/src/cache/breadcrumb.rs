@@ -10,6 +10,8 @@ use tokio::time::Instant;
 use typha_protocol::message::{Deltas, Epoch, Message, Seq};
 use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update};
 
+use super::calico::{CalicoCrumb, CalicoCrumbError, Carriage};
+use crate::calico::libcalico::SyncerType;
 use crate::fanout::{PerVariant, encode};
 use crate::metrics::{FrameKind, Metrics};
 
@@ -115,10 +117,33 @@ impl Breadcrumb {
     }
 }
 
+impl Breadcrumb {
+    /// The `MsgKVs` taking a Calico client of `syncer` to this breadcrumb (empty bytes: nothing
+    /// for it), translated and encoded on first use. `before` is the previous breadcrumb, whose
+    /// map holds the values this one changed.
+    pub fn calico_frame(
+        &self,
+        before: Option<&Breadcrumb>,
+        syncer: SyncerType,
+        carriage: Carriage,
+        m: &Metrics,
+    ) -> Result<Bytes, CalicoCrumbError> {
+        let previous = || {
+            let map = before?.map()?;
+            Some(move |k: &KeyPath| map.get(k).map(|kv| kv.value.clone()))
+        };
+        self.frames
+            .calico
+            .frame(self.seq, &self.deltas, previous, syncer, carriage, m)
+    }
+}
+
 /// Frames kept with a breadcrumb, built once on first use and shared by every connection.
 #[derive(Debug, Default)]
 pub(super) struct CrumbFrames {
     delta: PerVariant<OnceLock<Bytes>>,
+    /// For Calico clients: the translated changes and their `MsgKVs` per syncer type.
+    calico: CalicoCrumb,
     /// Spans ending at this breadcrumb: stride 256, stride 16.
     span256: PerVariant<OnceLock<Option<Bytes>>>,
     span16: PerVariant<OnceLock<Option<Bytes>>>,

@@ -11,11 +11,13 @@
 
 //!
 //! Files: [`breadcrumb`] (one step and its frames), [`writer`] (the single writer),
+//! [`calico`] (what Calico-protocol clients get, encoded once per syncer type),
 //! [`pipeline`] (conversion, validation and key ownership between the syncer and the writer),
 //! [`snapshot`] (the shared frames that bring a joining client up to date); this file holds the
 //! read side, [`Cache`].
 
 pub mod breadcrumb;
+pub mod calico;
 pub mod pipeline;
 pub mod snapshot;
 pub mod writer;

@@ -14,12 +14,14 @@
 //! position falls past the fall-behind limit.
 
 //!
-//! Files: [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
+//! Files: [`calico`] (a client of Calico's own Typha protocol, on the same port: its hello,
+//! snapshot, breadcrumbs and pings), [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
 //! pongs and acks), `sync` (what to send: the initial sync by deltas, digest buckets or
 //! snapshot, and catching up), `out` (queueing frames and bounded writes), [`info`] (what each
 //! connection is doing, for `/status?nodes` and the per-phase gauges); this file holds what
 //! they share.
 
+pub mod calico;
 pub mod info;
 mod out;
 mod sync;
@@ -35,6 +37,7 @@ use typha_protocol::message::{GoodbyeReason, MessageType};
 
 use self::info::ConnTable;
 use crate::cache::Cache;
+use crate::cache::calico::CalicoSnapshots;
 use crate::cache::snapshot::Snapshots;
 use crate::governor::share::Ranking;
 use crate::syncer::freshness::Freshness;
@@ -97,6 +100,8 @@ pub struct Ctx {
     pub cache: Arc<Cache>,
     /// Shared snapshot and bucket frames for joining and resuming clients.
     pub snapshots: Snapshots,
+    /// Shared snapshots for Calico-protocol clients, per syncer type.
+    pub calico_snapshots: CalicoSnapshots,
     /// Settings.
     pub cfg: ConnConfig,
     /// What the handshake offers.
@@ -132,6 +137,7 @@ impl Ctx {
         Self {
             cache,
             snapshots: Snapshots::default(),
+            calico_snapshots: CalicoSnapshots::default(),
             cfg: cfg.normalized(),
             offer,
             started: Instant::now(),

@@ -98,6 +98,14 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         Ok(())
     }
 
+    /// Closes the write side, dropping anything still queued (Calico's protocol has no
+    /// goodbye).
+    pub(super) async fn close(&mut self) {
+        self.pending.clear();
+        self.pending_len = 0;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.w.shutdown()).await;
+    }
+
     /// Sends a Goodbye (with servers to try, when the reason calls for them) in place of
     /// anything still queued, and closes the write side.
     pub(super) async fn goodbye(&mut self, reason: GoodbyeReason, message: &str) {

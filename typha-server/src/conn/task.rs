@@ -24,7 +24,7 @@ use crate::fanout::encode;
 use crate::metrics::DropReason;
 
 /// Serves one connection until it ends, reporting what it does in `info`; logs the outcome
-/// once.
+/// once. `prefix`: bytes already read from the stream (to tell its protocol).
 pub async fn serve<S>(
     stream: S,
     peer: SocketAddr,
@@ -32,11 +32,12 @@ pub async fn serve<S>(
     ctx: Arc<Ctx>,
     close: oneshot::Receiver<Close>,
     info: &ConnInfo,
+    prefix: BytesMut,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let m = ctx.cache.metrics.clone();
-    match run(stream, accepted, ctx, close, info).await {
+    match run(stream, accepted, ctx, close, info, prefix).await {
         Ok(()) | Err(ConnError::PeerClosed) => debug!(%peer, "connection closed"),
         // Sent away on purpose (a drain, a balancing move): expected, counted, not logged.
         Err(e @ ConnError::Closed(GoodbyeReason::Shutdown | GoodbyeReason::Rebalance)) => {
@@ -69,6 +70,7 @@ async fn run<S>(
     ctx: Arc<Ctx>,
     mut close: oneshot::Receiver<Close>,
     info: &ConnInfo,
+    prefix: BytesMut,
 ) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -76,7 +78,9 @@ where
     let (mut r, w) = tokio::io::split(stream);
     let mut out = Out::new(w, ctx.clone());
     let mut dec = FrameDecoder::new(Limits::SERVER_INBOUND);
-    let mut rbuf = BytesMut::with_capacity(1024);
+    // The bytes read to tell the protocol are the start of the hello.
+    let mut rbuf = prefix;
+    rbuf.reserve(1024);
 
     // Handshake: the deadline counts from accept, so TLS and hello share it.
     let deadline = accepted + ctx.cfg.handshake_timeout;

@@ -13,10 +13,21 @@ pub enum FrameKind {
     snapshot,
     /// A chunk of a digest bucket.
     bucket,
+    /// One breadcrumb's `MsgKVs` for Calico clients of one syncer type (plain or snappy).
+    calico_delta,
+    /// A `MsgKVs` of a Calico snapshot of one syncer type (plain or snappy).
+    calico_snapshot,
 }
 
 impl FrameKind {
-    pub(super) const ALL: [FrameKind; 4] = [Self::delta, Self::span, Self::snapshot, Self::bucket];
+    pub(super) const ALL: [FrameKind; 6] = [
+        Self::delta,
+        Self::span,
+        Self::snapshot,
+        Self::bucket,
+        Self::calico_delta,
+        Self::calico_snapshot,
+    ];
 
     pub(super) fn label(self) -> &'static str {
         match self {
@@ -24,6 +35,8 @@ impl FrameKind {
             Self::span => "span",
             Self::snapshot => "snapshot",
             Self::bucket => "bucket",
+            Self::calico_delta => "calico_delta",
+            Self::calico_snapshot => "calico_snapshot",
         }
     }
 }

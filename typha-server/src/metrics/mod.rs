@@ -34,6 +34,7 @@ mod labels;
 
 use std::sync::Arc;
 
+use crate::calico::libcalico::SyncerType;
 use bytes::Bytes;
 use prometheus::{Histogram, IntCounter, IntGauge, Registry};
 use typha_service::metrics::{
@@ -112,7 +113,7 @@ pub struct Metrics {
     pub updates_invalid: IntCounter,
     /// `typha_frames_encoded_total{kind}`, indexed by [`FrameKind`]: frames encoded (and
     /// compressed), each once for all clients.
-    frames_encoded: [IntCounter; 4],
+    frames_encoded: [IntCounter; 6],
     /// `typha_resumes_total{kind}`, indexed by [`ResumeKind`].
     resumes: [IntCounter; 3],
     /// `typha_resume_bytes_total{kind}`, indexed by [`ResumeKind`]: bytes of initial syncs.
@@ -123,6 +124,9 @@ pub struct Metrics {
     pub syncs_waiting: IntGauge,
     /// `typha_connections_handshaking`: accepted, TLS and hello not done yet.
     pub connections_handshaking: IntGauge,
+    /// `typha_calico_connections{syncer}`: connections speaking Calico's own Typha protocol,
+    /// past their hello, by syncer type (felix, bgp, tunnel-ip-allocation, node-status).
+    calico_connections: [IntGauge; 4],
     /// `typha_connections_syncing`: being sent their initial sync.
     pub connections_syncing: IntGauge,
     /// `typha_in_sync{syncer}`: 1 while the cache is in sync with the datastore.
@@ -350,6 +354,15 @@ impl Metrics {
                 "typha_connections_handshaking",
                 "Connections accepted whose TLS handshake or hello is not done yet.",
             ),
+            calico_connections: {
+                let v = gauge_vec(
+                    r,
+                    "typha_calico_connections",
+                    "Connections speaking Calico's Typha protocol, past their hello, by syncer type.",
+                    &["syncer"],
+                );
+                SyncerType::ALL.map(|t| v.with_label_values(&[t.as_str()]))
+            },
             connections_syncing: gauge(
                 r,
                 "typha_connections_syncing",
@@ -442,18 +455,31 @@ impl Metrics {
         self.frames(kind).inc();
     }
 
+    /// The `typha_calico_connections` gauge of syncer type `t`.
+    pub fn calico_connections(&self, t: SyncerType) -> &IntGauge {
+        let [felix, bgp, tunnel, status] = &self.calico_connections;
+        match t {
+            SyncerType::Felix => felix,
+            SyncerType::Bgp => bgp,
+            SyncerType::TunnelIpAllocation => tunnel,
+            SyncerType::NodeStatus => status,
+        }
+    }
+
     /// Frames of `kind` encoded so far.
     pub fn encoded_count(&self, kind: FrameKind) -> u64 {
         self.frames(kind).get()
     }
 
     fn frames(&self, kind: FrameKind) -> &IntCounter {
-        let [delta, span, snapshot, bucket] = &self.frames_encoded;
+        let [delta, span, snapshot, bucket, calico_delta, calico_snapshot] = &self.frames_encoded;
         match kind {
             FrameKind::delta => delta,
             FrameKind::span => span,
             FrameKind::snapshot => snapshot,
             FrameKind::bucket => bucket,
+            FrameKind::calico_delta => calico_delta,
+            FrameKind::calico_snapshot => calico_snapshot,
         }
     }
 

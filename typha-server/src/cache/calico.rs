@@ -1,0 +1,310 @@
+//! What Calico clients (Calico's own Typha protocol, `conn::calico`) get from the cache, encoded
+//! once and shared by every Calico client of a syncer type:
+//!
+//! - [`CalicoCrumb`]: kept with each breadcrumb. Its changes are translated by
+//!   [`libcalico`](crate::calico::libcalico) once, for all four syncer types, by the first
+//!   Calico client that reaches the breadcrumb; its `MsgKVs` is encoded once per syncer type
+//!   and carriage (plain gob or a snappy chunk).
+//! - [`CalicoSnapshots`]: the `MsgKVs` messages of a whole map version for one syncer type and
+//!   carriage, sorted by Calico key, built by the first joiner and reused by every joiner
+//!   until the version is at least 1 s old and a newer breadcrumb exists (Typha's rule).
+//!
+//! Every stream our server writes to a Calico client starts with the server preamble
+//! ([`Side::preamble`]), so a value message has the same bytes on every connection.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+use typha_protocol::calico::messages::{
+    self, Message, Revision as CalicoRevision, SerializedUpdate, Side, UpdateType,
+};
+use typha_protocol::calico::snappy::ChunkEncoder;
+use typha_protocol::message::Seq;
+use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
+
+use crate::calico::libcalico::{
+    CalicoKv, SyncerType, calico_changes_encoded, calico_kvs, receivers,
+};
+use crate::metrics::{FrameKind, Metrics};
+
+/// KVs per `MsgKVs` in a snapshot on a snappy stream (Typha's pre-encoded snapshot).
+pub const SNAPSHOT_BATCH_SNAPPY: usize = 1000;
+/// KVs per `MsgKVs` in a snapshot on a plain stream (Typha's `MaxMessageSize`).
+pub const SNAPSHOT_BATCH_PLAIN: usize = 100;
+
+/// How the gob stream to a client is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Carriage {
+    /// Plain gob value messages.
+    Plain,
+    /// Each message as its own snappy chunks (after a decoder restart into snappy).
+    Snappy,
+}
+
+impl Carriage {
+    /// `msg` as bytes for a stream of this carriage that started with the server preamble.
+    /// Empty if it cannot be encoded (a bug: our messages always encode).
+    pub fn encode(self, msg: &Message) -> Bytes {
+        let Ok(gob) = messages::encode(Side::Server, msg) else {
+            tracing::error!(kind = %msg.kind(), "a Calico message could not be encoded");
+            return Bytes::new();
+        };
+        match self {
+            Carriage::Plain => gob,
+            Carriage::Snappy => {
+                let mut out = Vec::with_capacity(gob.len() + 16);
+                ChunkEncoder::new().encode(&gob, &mut out);
+                Bytes::from(out)
+            }
+        }
+    }
+}
+
+/// A translated change, with the revision it came from.
+#[derive(Debug, Clone)]
+struct Change {
+    kv: CalicoKv,
+    revision: Revision,
+}
+
+/// Why a breadcrumb cannot be given to a Calico client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CalicoCrumbError {
+    /// The values before the breadcrumb (its predecessor's map version) are no longer kept, and
+    /// no Calico client translated it while they were: a client this far behind must resync.
+    #[error("the values before breadcrumb {0} are no longer kept")]
+    NoPrevious(u64),
+}
+
+/// One frame per carriage.
+#[derive(Debug, Default)]
+struct PerCarriage {
+    plain: OnceLock<Bytes>,
+    snappy: OnceLock<Bytes>,
+}
+
+/// A breadcrumb's Calico form, built on first use and shared.
+#[derive(Debug, Default)]
+pub struct CalicoCrumb {
+    changes: OnceLock<Result<Arc<[Change]>, CalicoCrumbError>>,
+    /// `MsgKVs` per (syncer type, carriage); empty when the syncer type receives nothing.
+    frames: [PerCarriage; 4],
+}
+
+impl CalicoCrumb {
+    /// The `MsgKVs` taking a client of `syncer` from `seq - 1` to `seq`, or empty bytes when
+    /// nothing in `deltas` concerns it. `previous` gives a key's value before the breadcrumb.
+    pub fn frame<P: Fn(&KeyPath) -> Option<EncodedValue>>(
+        &self,
+        seq: Seq,
+        deltas: &[Update],
+        previous: impl FnOnce() -> Option<P>,
+        syncer: SyncerType,
+        carriage: Carriage,
+        m: &Metrics,
+    ) -> Result<Bytes, CalicoCrumbError> {
+        let changes = self
+            .changes
+            .get_or_init(|| translate(seq, deltas, previous))
+            .clone()?;
+        let [felix, bgp, tunnel, status] = &self.frames;
+        let per = match syncer {
+            SyncerType::Felix => felix,
+            SyncerType::Bgp => bgp,
+            SyncerType::TunnelIpAllocation => tunnel,
+            SyncerType::NodeStatus => status,
+        };
+        let slot = match carriage {
+            Carriage::Plain => &per.plain,
+            Carriage::Snappy => &per.snappy,
+        };
+        Ok(slot
+            .get_or_init(|| {
+                let kvs: Vec<SerializedUpdate> = changes
+                    .iter()
+                    .filter(|c| c.kv.syncers.contains(syncer))
+                    .map(|c| serialized(&c.kv, c.revision))
+                    .collect();
+                if kvs.is_empty() {
+                    return Bytes::new();
+                }
+                m.kvs_per_msg.observe(kvs.len() as f64);
+                m.counted(FrameKind::calico_delta, carriage.encode(&Message::Kvs(kvs)))
+            })
+            .clone())
+    }
+}
+
+fn translate<P: Fn(&KeyPath) -> Option<EncodedValue>>(
+    seq: Seq,
+    deltas: &[Update],
+    previous: impl FnOnce() -> Option<P>,
+) -> Result<Arc<[Change]>, CalicoCrumbError> {
+    if deltas.is_empty() {
+        return Ok(Arc::from(Vec::new()));
+    }
+    let lookup = previous().ok_or(CalicoCrumbError::NoPrevious(seq.0))?;
+    // A key changed twice in one batch: the second change's previous value is the first's.
+    let mut seen: HashMap<&KeyPath, Option<&EncodedValue>> = HashMap::new();
+    let mut out = Vec::with_capacity(deltas.len());
+    for u in deltas {
+        let before = match seen.get(&u.key) {
+            Some(v) => v.cloned(),
+            None => lookup(&u.key),
+        };
+        match calico_changes_encoded(&u.key, before.as_ref(), u.value.as_ref()) {
+            Ok(kvs) => out.extend(kvs.into_iter().map(|kv| Change {
+                kv,
+                revision: u.revision,
+            })),
+            // The cache holds only values that decode for their key.
+            Err(e) => {
+                tracing::warn!(key = %u.key, error = %e, "a cached value does not decode; not sent to Calico clients")
+            }
+        }
+        seen.insert(&u.key, u.value.as_ref());
+    }
+    Ok(Arc::from(out))
+}
+
+/// One KV as `SerializedUpdate`: the revision as a decimal string, and for v3 resources also as
+/// `V3ResourceVersion`.
+fn serialized(kv: &CalicoKv, revision: Revision) -> SerializedUpdate {
+    let rev = revision.to_string();
+    SerializedUpdate {
+        key: kv.key.to_string(),
+        value: kv.value.clone().unwrap_or_default(),
+        v3_resource_version: if kv.is_v3_resource() {
+            rev.clone()
+        } else {
+            String::new()
+        },
+        revision: CalicoRevision::String(rev),
+        ttl: 0,
+        update_type: match kv.kind {
+            UpdateKind::New => UpdateType::New,
+            UpdateKind::Updated => UpdateType::Updated,
+            UpdateKind::Deleted => UpdateType::Deleted,
+        },
+    }
+}
+
+/// A Calico snapshot of one map version for one syncer type and carriage.
+#[derive(Debug)]
+pub struct CalicoSnapshot {
+    /// The breadcrumb it is the state of.
+    pub seq: Seq,
+    /// Its sync status.
+    pub status: SyncStatus,
+    /// When it was built.
+    pub built: Instant,
+    /// The `MsgKVs` messages, in Calico key order.
+    pub frames: Vec<Bytes>,
+    /// KVs in it.
+    pub kvs: usize,
+}
+
+/// The current snapshot of one (syncer type, carriage); locked while one is built, so joiners
+/// meanwhile wait for it.
+type SnapshotSlot = Arc<tokio::sync::Mutex<Option<Arc<CalicoSnapshot>>>>;
+
+/// Shared Calico snapshots, one current per (syncer type, carriage).
+#[derive(Debug, Default)]
+pub struct CalicoSnapshots {
+    current: Mutex<HashMap<(SyncerType, Carriage), SnapshotSlot>>,
+}
+
+/// How long a snapshot is reused even when newer breadcrumbs exist (Typha's rule).
+const REUSE_FOR: Duration = Duration::from_secs(1);
+
+impl CalicoSnapshots {
+    /// The snapshot to send a joining client of `syncer`: the current one if it is of the latest
+    /// breadcrumb or younger than 1 s, else the one `build` makes (of the latest breadcrumb,
+    /// with [`build`]), run on a blocking thread so that a large translation does not hold up
+    /// the connections' tasks. Joiners during a build wait for it.
+    pub async fn get(
+        &self,
+        syncer: SyncerType,
+        carriage: Carriage,
+        latest: Seq,
+        build: impl FnOnce() -> CalicoSnapshot + Send + 'static,
+        m: &Metrics,
+    ) -> Arc<CalicoSnapshot> {
+        let slot = {
+            let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            cur.entry((syncer, carriage)).or_default().clone()
+        };
+        let mut slot = slot.lock().await;
+        if let Some(s) = slot.as_ref()
+            && (s.seq == latest || s.built.elapsed() < REUSE_FOR)
+        {
+            m.snapshots_reused.inc();
+            return s.clone();
+        }
+        let snap = match tokio::task::spawn_blocking(build).await {
+            Ok(s) => Arc::new(s),
+            // The build panicked (a bug); the panic has been reported.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        *slot = Some(snap.clone());
+        snap
+    }
+}
+
+/// A Calico snapshot for `syncer` of the KVs `kvs` (a map version at breadcrumb `seq`): each
+/// KV translated, sorted by Calico key, cut into `MsgKVs` of [`SNAPSHOT_BATCH_SNAPPY`] or
+/// [`SNAPSHOT_BATCH_PLAIN`] KVs, each encoded once.
+pub fn build<'a>(
+    syncer: SyncerType,
+    carriage: Carriage,
+    (seq, status): (Seq, SyncStatus),
+    kvs: impl Iterator<Item = (&'a KeyPath, &'a EncodedValue, Revision)>,
+    m: &Metrics,
+) -> CalicoSnapshot {
+    let mut all: Vec<SerializedUpdate> = Vec::new();
+    for (path, value, revision) in kvs {
+        let key = path.key();
+        if !receivers(&key).contains(syncer) {
+            continue;
+        }
+        let Ok(v) = value.decode_for(&key) else {
+            continue;
+        };
+        all.extend(
+            calico_kvs(&key, &v)
+                .iter()
+                .filter(|kv| kv.syncers.contains(syncer))
+                .map(|kv| serialized(kv, revision)),
+        );
+    }
+    all.sort_by(|a, b| a.key.cmp(&b.key));
+    let batch = match carriage {
+        Carriage::Plain => SNAPSHOT_BATCH_PLAIN,
+        Carriage::Snappy => SNAPSHOT_BATCH_SNAPPY,
+    };
+    let n = all.len();
+    let frames = all
+        .chunks(batch)
+        .map(|c| {
+            m.kvs_per_msg.observe(c.len() as f64);
+            m.counted(
+                FrameKind::calico_snapshot,
+                carriage.encode(&Message::Kvs(c.to_vec())),
+            )
+        })
+        .collect();
+    m.snapshots_generated.inc();
+    CalicoSnapshot {
+        seq,
+        status,
+        built: Instant::now(),
+        frames,
+        kvs: n,
+    }
+}
+
+#[cfg(test)]
+mod tests;

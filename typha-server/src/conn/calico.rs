@@ -1,0 +1,439 @@
+//! A client speaking Calico's own Typha protocol (calico-node's Felix, confd, tunnel IP
+//! allocator, node status reporter), on the same port as ours, told apart by its first bytes
+//! ([`sniff`]).
+//!
+//! ```text
+//! MsgClientHello ─▶ preamble, MsgServerHello ─▶ (snappy offered: MsgDecoderRestart, wait
+//! for MsgACK, snappy identifier + preamble chunk) ─▶ snapshot MsgKVs, MsgSyncStatus ─▶
+//! per breadcrumb: MsgKVs, MsgSyncStatus on change; MsgPing every ping interval, pongs read
+//! ```
+//!
+//! Every stream starts with the server preamble, so the `MsgKVs` of a breadcrumb and of a
+//! snapshot are encoded once per syncer type and carriage for every Calico client
+//! ([`crate::cache::calico`]). Only the hello, the restart, sync status and pings are encoded
+//! per connection (all tiny). Calico's protocol has no goodbye: a connection the server ends
+//! (shutdown, limit, refusal) is simply closed.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::sync::oneshot;
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tracing::{debug, info, warn};
+use typha_protocol::calico::gob::Limits;
+use typha_protocol::calico::messages::{
+    COMPRESSION_SNAPPY, ClientHello, DecoderRestart, GoTime, Message, MessageKind, Ping,
+    RESTART_ENABLE_SNAPPY, ServerHello, Side,
+};
+use typha_protocol::calico::snappy::{self, STREAM_IDENTIFIER};
+use typha_protocol::calico::{Protocol, StreamDecoder, StreamError, detect};
+use typha_protocol::message::Seq;
+use typha_protocol::model::SyncStatus;
+
+use super::info::{ConnInfo, Phase};
+use super::out::{Out, jitter, scopeguard};
+use super::{Close, ConnError, Ctx};
+use crate::cache::calico::{CalicoCrumbError, Carriage, build as build_snapshot};
+use crate::calico::libcalico::SyncerType;
+use crate::metrics::{DropReason, ResumeKind};
+
+/// Why a Calico connection ended.
+#[derive(Debug, thiserror::Error)]
+pub enum CalicoError {
+    /// Writing, the write timeout, or the peer going away.
+    #[error(transparent)]
+    Conn(#[from] ConnError),
+    /// The client's byte stream is not valid.
+    #[error("protocol error: {0}")]
+    Stream(#[from] StreamError),
+    /// The hello asked for something we do not serve (named in the text).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// A message the client may not send at this point.
+    #[error("protocol error: unexpected {0} from a Calico client")]
+    Unexpected(MessageKind),
+    /// No hello, or no ACK, in time.
+    #[error("handshake: no {0} in time")]
+    Timeout(&'static str),
+    /// No pong for the pong timeout.
+    #[error("no pong in time")]
+    PingTimeout,
+    /// The client is further behind than the cache can translate for it.
+    #[error("fell behind: {0}")]
+    FellBehind(String),
+    /// The server closed it (shutdown, rebalancing).
+    #[error("closed by the server")]
+    Closed,
+}
+
+/// Why a connection ended before its protocol was told.
+#[derive(Debug, thiserror::Error)]
+pub enum SniffError {
+    /// The socket failed.
+    #[error("i/o: {0}")]
+    Io(#[source] std::io::Error),
+    /// The peer closed before its first message.
+    #[error("peer closed the connection before a hello")]
+    Closed,
+}
+
+/// Reads the first bytes of a connection until they tell its protocol (within `deadline`).
+/// Returns the protocol and the bytes read, which belong to its first message. Bytes that are
+/// neither protocol's, or none before the deadline, are left to ours, which answers them as it
+/// always has (a Goodbye saying what was wrong).
+pub async fn sniff<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    deadline: Instant,
+) -> Result<(Protocol, BytesMut), SniffError> {
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        match detect(&buf) {
+            Ok(Some(p)) => return Ok((p, buf)),
+            Ok(None) => {}
+            Err(e) => {
+                debug!(error = %e, "first bytes are not Calico's; left to our protocol");
+                return Ok((Protocol::Ours, buf));
+            }
+        }
+        match timeout_at(deadline, stream.read_buf(&mut buf)).await {
+            Ok(Ok(0)) => return Err(SniffError::Closed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(SniffError::Io(e)),
+            Err(_) => return Ok((Protocol::Ours, buf)),
+        }
+    }
+}
+
+/// Serves one Calico-protocol connection until it ends; logs the outcome once. `prefix`: the
+/// bytes [`sniff`] read.
+pub async fn serve<S>(
+    stream: S,
+    peer: SocketAddr,
+    accepted: Instant,
+    ctx: Arc<Ctx>,
+    close: oneshot::Receiver<Close>,
+    info: &ConnInfo,
+    prefix: BytesMut,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let m = ctx.cache.metrics.clone();
+    match run(stream, accepted, ctx, close, info, prefix).await {
+        Ok(()) | Err(CalicoError::Conn(ConnError::PeerClosed)) => {
+            debug!(%peer, "Calico connection closed")
+        }
+        Err(CalicoError::Closed) => debug!(%peer, "Calico connection closed by the server"),
+        Err(e) => {
+            let reason = match &e {
+                CalicoError::Conn(ConnError::WriteTimeout(_)) => Some(DropReason::write_timeout),
+                CalicoError::Stream(_) | CalicoError::Unexpected(_) => {
+                    Some(DropReason::protocol_error)
+                }
+                CalicoError::Refused(_) | CalicoError::Timeout(_) => Some(DropReason::handshake),
+                CalicoError::PingTimeout => Some(DropReason::ping_timeout),
+                CalicoError::FellBehind(_) => Some(DropReason::fell_behind),
+                _ => None,
+            };
+            if let Some(r) = reason {
+                m.dropped(r);
+            }
+            if let CalicoError::Refused(_) = e {
+                warn!(%peer, error = %e, "Calico client refused; closing");
+            } else {
+                info!(%peer, error = %e, "Calico connection ended");
+            }
+        }
+    }
+}
+
+/// The snappy stream's opening for every connection: the identifier and the preamble's chunks.
+fn snappy_opening() -> Bytes {
+    static OPENING: OnceLock<Bytes> = OnceLock::new();
+    OPENING
+        .get_or_init(|| {
+            let mut out = STREAM_IDENTIFIER.to_vec();
+            out.extend_from_slice(&snappy::encode_chunks(&Side::Server.preamble()));
+            Bytes::from(out)
+        })
+        .clone()
+}
+
+/// A connection id for the hello: a random prefix per process and a counter, as Typha's.
+fn conn_id() -> u64 {
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let prefix = *PREFIX.get_or_init(|| u64::from(rand::random::<u32>()) << 32);
+    prefix | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
+}
+
+struct Reader<R> {
+    r: R,
+    dec: StreamDecoder,
+    buf: BytesMut,
+}
+
+impl<R: AsyncRead + Unpin> Reader<R> {
+    /// The next message, or `None` at the deadline.
+    async fn next(&mut self, deadline: Instant) -> Result<Option<Message>, CalicoError> {
+        loop {
+            if let Some(m) = self.dec.decode(&mut self.buf)? {
+                return Ok(Some(m));
+            }
+            match timeout_at(deadline, self.r.read_buf(&mut self.buf)).await {
+                Ok(Ok(0)) => return Err(ConnError::PeerClosed.into()),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(ConnError::Io(e).into()),
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+}
+
+/// What a hello asks for, if we serve it.
+fn check_hello(h: &ClientHello) -> Result<(SyncerType, Carriage), CalicoError> {
+    let Some(syncer) = SyncerType::from_hello(&h.syncer_type) else {
+        return Err(CalicoError::Refused(format!(
+            "syncer type {:?} is not served (felix, bgp, tunnel-ip-allocation, node-status)",
+            h.syncer_type
+        )));
+    };
+    if !h.supports_modern_policy_keys {
+        return Err(CalicoError::Refused(
+            "SupportsModernPolicyKeys is false (a client older than Calico 3.30; Typha 3.32 refuses it too)".into(),
+        ));
+    }
+    let snappy = h.supports_decoder_restart
+        && h.supported_compression_algorithms
+            .iter()
+            .any(|a| a == COMPRESSION_SNAPPY);
+    let carriage = if snappy {
+        Carriage::Snappy
+    } else {
+        Carriage::Plain
+    };
+    Ok((syncer, carriage))
+}
+
+async fn run<S>(
+    stream: S,
+    accepted: Instant,
+    ctx: Arc<Ctx>,
+    mut close: oneshot::Receiver<Close>,
+    info: &ConnInfo,
+    prefix: BytesMut,
+) -> Result<(), CalicoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (r, w) = tokio::io::split(stream);
+    let mut out = Out::new(w, ctx.clone());
+    let mut rd = Reader {
+        r,
+        dec: StreamDecoder::new(Limits::SERVER_INBOUND),
+        buf: prefix,
+    };
+
+    // Hello, within the handshake deadline (counted from accept, so TLS shares it).
+    let hello = match rd.next(accepted + ctx.cfg.handshake_timeout).await? {
+        Some(Message::ClientHello(h)) => h,
+        Some(other) => return Err(CalicoError::Unexpected(other.kind())),
+        None => return Err(CalicoError::Timeout("MsgClientHello")),
+    };
+    let (syncer, carriage) = check_hello(&hello)?;
+    info.hello(
+        &hello.hostname,
+        &hello.info,
+        format!("calico {}", hello.version),
+    );
+    let by_type = ctx.cache.metrics.calico_connections(syncer).clone();
+    by_type.inc();
+    let _by_type = scopeguard(move || by_type.dec());
+    debug!(host = %hello.hostname, syncer = %syncer, version = %hello.version, ?carriage, client_conn_id = hello.client_conn_id, "Calico client hello");
+
+    out.queue(Side::Server.preamble())?;
+    let reply = Message::ServerHello(ServerHello {
+        version: concat!("typha-server ", env!("CARGO_PKG_VERSION")).into(),
+        syncer_type: syncer.as_str().into(),
+        supports_node_resource_updates: true,
+        server_conn_id: conn_id(),
+    });
+    out.queue(Carriage::Plain.encode(&reply))?;
+    if carriage == Carriage::Snappy {
+        let restart = Message::DecoderRestart(DecoderRestart {
+            message: RESTART_ENABLE_SNAPPY.into(),
+            compression_algorithm: COMPRESSION_SNAPPY.into(),
+        });
+        out.queue(Carriage::Plain.encode(&restart))?;
+        out.flush().await?;
+        // Nothing more may be written until the ACK: the client's old decoder could read
+        // ahead and swallow it.
+        match rd.next(Instant::now() + ctx.cfg.pong_timeout).await? {
+            Some(Message::Ack) => {}
+            Some(other) => return Err(CalicoError::Unexpected(other.kind())),
+            None => return Err(CalicoError::Timeout("MsgACK")),
+        }
+        out.queue(snappy_opening())?;
+    }
+
+    // Initial syncs take turns with ours; the client is pinged while it waits.
+    info.set_phase(Phase::Waiting);
+    let _slot = match &ctx.sync_slots {
+        None => None,
+        Some(slots) => {
+            let acquire = slots.clone().acquire_owned();
+            tokio::pin!(acquire);
+            loop {
+                out.flush().await?;
+                tokio::select! {
+                    p = &mut acquire => break p.ok(),
+                    _ = &mut close => return Err(CalicoError::Closed),
+                    () = tokio::time::sleep(jitter(ctx.cfg.ping_interval)) => {
+                        out.queue(ping(carriage))?;
+                    }
+                }
+            }
+        }
+    };
+
+    info.set_phase(Phase::Syncing);
+    let sync_started = Instant::now();
+    let latest = ctx.cache.latest();
+    let m = &ctx.cache.metrics;
+    let build = {
+        let (map, metrics) = (latest.map(), m.clone());
+        let at = (latest.seq, latest.status);
+        move || {
+            let kvs = map
+                .iter()
+                .flat_map(|m| m.iter())
+                .map(|(k, kv)| (k, &kv.value, kv.revision));
+            build_snapshot(syncer, carriage, at, kvs, &metrics)
+        }
+    };
+    let snap = ctx
+        .calico_snapshots
+        .get(syncer, carriage, latest.seq, build, m)
+        .await;
+    for f in &snap.frames {
+        out.queue(f.clone())?;
+    }
+    let mut sent_status = snap.status;
+    if snap.status != SyncStatus::WaitForDatastore {
+        out.queue(status_frame(carriage, snap.status))?;
+    }
+    out.flush().await?;
+    drop(_slot);
+    let mut cursor = snap.seq;
+    info.synced(ResumeKind::snapshot, cursor);
+    m.client_snapshot_send_secs
+        .observe(sync_started.elapsed().as_secs_f64());
+    debug!(syncer = %syncer, kvs = snap.kvs, seq = cursor.0, "Calico snapshot sent");
+    m.connections_streaming.inc();
+    let _streaming = scopeguard(|| {
+        ctx.cache.metrics.connections_streaming.dec();
+    });
+
+    let mut crumbs = ctx.cache.subscribe();
+    let grace_until = Instant::now() + ctx.cfg.new_client_grace;
+    let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
+    let mut last_heard = Instant::now();
+    let mut ping_sent: Option<(GoTime, Instant)> = None;
+    let mut writing_seen = out.writing;
+    loop {
+        // Breadcrumbs published since the cursor, each as its shared MsgKVs.
+        let latest = ctx.cache.latest().seq;
+        while cursor < latest {
+            let next = Seq(cursor.0 + 1);
+            let Some(crumb) = ctx.cache.get(next) else {
+                return Err(CalicoError::FellBehind(format!(
+                    "breadcrumb {} has left the history",
+                    next.0
+                )));
+            };
+            // Typha's fall-behind limit, with the grace after the snapshot.
+            let mut allowance = ctx.cfg.max_fall_behind;
+            if Instant::now() < grace_until {
+                allowance += ctx.cfg.new_client_grace;
+            }
+            if crumb.created.elapsed() > allowance {
+                return Err(CalicoError::FellBehind(format!(
+                    "breadcrumb {} is {:?} old",
+                    next.0,
+                    crumb.created.elapsed()
+                )));
+            }
+            let before = ctx.cache.get(cursor);
+            let frame = crumb
+                .calico_frame(before.as_deref(), syncer, carriage, m)
+                .map_err(|e: CalicoCrumbError| CalicoError::FellBehind(e.to_string()))?;
+            if !frame.is_empty() {
+                out.queue(frame)?;
+            }
+            if crumb.status != sent_status {
+                out.queue(status_frame(carriage, crumb.status))?;
+                sent_status = crumb.status;
+            }
+            cursor = next;
+            if out.pending_len >= ctx.cfg.max_write {
+                out.flush().await?;
+            }
+        }
+        out.flush().await?;
+        info.sent(cursor);
+        tokio::select! {
+            _ = &mut close => {
+                out.close().await;
+                return Err(CalicoError::Closed);
+            }
+            changed = crumbs.changed() => {
+                if changed.is_err() {
+                    out.close().await;
+                    return Err(CalicoError::Closed);
+                }
+            }
+            msg = rd.next(Instant::now() + Duration::from_secs(3600)) => {
+                match msg? {
+                    None => {}
+                    Some(Message::Pong(p)) => {
+                        last_heard = Instant::now();
+                        if let Some((_, at)) = ping_sent.take_if(|(ts, _)| *ts == p.ping_timestamp) {
+                            m.ping_latency.observe(at.elapsed().as_secs_f64());
+                        }
+                    }
+                    // As in Typha: anything but a pong ends the connection.
+                    Some(other) => return Err(CalicoError::Unexpected(other.kind())),
+                }
+            }
+            () = sleep_until(next_ping) => {
+                // Time spent blocked writing to the client does not count against it.
+                let paused = out.writing.saturating_sub(writing_seen);
+                writing_seen = out.writing;
+                last_heard = (last_heard + paused).min(Instant::now());
+                let now = Instant::now();
+                if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
+                    out.close().await;
+                    return Err(CalicoError::PingTimeout);
+                }
+                let ts = GoTime::from_system_time(SystemTime::now());
+                out.queue(Carriage::encode(carriage, &Message::Ping(Ping { timestamp: ts })))?;
+                if ping_sent.is_none() {
+                    ping_sent = Some((ts, now));
+                }
+                next_ping = now + jitter(ctx.cfg.ping_interval);
+            }
+        }
+    }
+}
+
+fn ping(carriage: Carriage) -> Bytes {
+    let ts = GoTime::from_system_time(SystemTime::now());
+    carriage.encode(&Message::Ping(Ping { timestamp: ts }))
+}
+
+fn status_frame(carriage: Carriage, s: SyncStatus) -> Bytes {
+    carriage.encode(&Message::SyncStatus(s.into()))
+}

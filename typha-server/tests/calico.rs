@@ -1,0 +1,510 @@
+//! Calico's own Typha protocol on our port: the Go reference peer (`calico-peer client`, Go's
+//! own gob, behaving as calico-node's syncclient) against a real typha-server over mutual TLS,
+//! for each of the four syncer types, next to a client of our own protocol on the same port.
+//! Its end state must equal, key for key, what libcalico translation of the server's cache gives
+//! that syncer type: after the snapshot, and after churn that creates, changes and deletes.
+//!
+//! Needs `target/peers/bin/calico-peer` (`peers/build calico-peer`; `TYPHA_PEERS_DIR` names
+//! another folder). Without it the tests fail, saying so.
+
+// In tests a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{Peer, cluster, eventually, server, tls_client};
+use typha_protocol::calico::StreamDecoder;
+use typha_protocol::calico::gob::Limits;
+use typha_protocol::calico::messages::{ClientHello, Message, Side, encode};
+use typha_server::calico::libcalico::{SyncerType, calico_kvs};
+use typha_server::calico::v3::Resource;
+use typha_server::config::Config;
+use typha_server::control_plane::peer;
+use typha_server::datastore::embedded::Embedded;
+use typha_server::metrics::DropReason;
+use typha_server::pki::Ca;
+use typha_server::server::RunningServer;
+use typha_server::tls::TlsConfig;
+
+struct Pki {
+    dir: tempfile::TempDir,
+    ca: Ca,
+    cfg: TlsConfig,
+}
+
+fn pki() -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("test-ca").unwrap();
+    let srv = ca
+        .server("typha-server", &["localhost", "127.0.0.1"])
+        .unwrap();
+    let node = ca.client("typha-client", None).unwrap();
+    let w = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    };
+    w("node.crt", &node.cert_pem);
+    w("node.key", &node.key_pem);
+    let stranger = ca.client("someone-else", None).unwrap();
+    w("stranger.crt", &stranger.cert_pem);
+    w("stranger.key", &stranger.key_pem);
+    let cfg = TlsConfig {
+        cert_file: w("server.crt", &srv.cert_pem),
+        key_file: w("server.key", &srv.key_pem),
+        ca_file: w("ca.crt", &ca.cert_pem),
+        client_cns: vec!["typha-client".into()],
+        client_uri_sans: vec![],
+    };
+    Pki { dir, ca, cfg }
+}
+
+/// The Go peer as a Calico client of `syncer`; `extra` adds flags.
+fn calico_peer(
+    p: &Pki,
+    srv: &RunningServer,
+    syncer: SyncerType,
+    out: &Path,
+    extra: &[&str],
+) -> Child {
+    let bin = peer("calico-peer").expect("calico-peer: run peers/build calico-peer");
+    let d = p.dir.path();
+    Command::new(bin)
+        .arg("client")
+        .args(["--addr", &srv.addr.to_string()])
+        .args(["--syncer", syncer.as_str()])
+        .args(["--hostname", "node-0"])
+        .arg("--ca")
+        .arg(d.join("ca.crt"))
+        .arg("--cert")
+        .arg(d.join("node.crt"))
+        .arg("--key")
+        .arg(d.join("node.key"))
+        .args(["--server-cn", "typha-server", "--quiet"])
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait(mut c: Child) {
+    let status = tokio::task::spawn_blocking(move || c.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "calico-peer: {status}");
+}
+
+/// What the peer ended with: key → (value, revision, v3 resource version).
+type State = BTreeMap<String, (String, String, String)>;
+
+fn read_state(path: &Path) -> (State, serde_json::Value) {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let kvs = v["kvs"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, e)| {
+            let s = |f: &str| e[f].as_str().unwrap_or_default().to_owned();
+            (
+                k.clone(),
+                (s("value"), s("revision"), s("v3ResourceVersion")),
+            )
+        })
+        .collect();
+    (kvs, v["summary"].clone())
+}
+
+/// What libcalico translation of the server's cache gives `syncer`.
+fn expected(srv: &RunningServer, syncer: SyncerType) -> State {
+    let map = srv.cache.latest().map().unwrap();
+    let mut out = State::new();
+    for (k, kv) in map.iter() {
+        let key = k.key();
+        let value = kv.value.decode_for(&key).unwrap();
+        for c in calico_kvs(&key, &value) {
+            if !c.syncers.contains(syncer) {
+                continue;
+            }
+            let rev = kv.revision.to_string();
+            let v3 = if c.is_v3_resource() {
+                rev.clone()
+            } else {
+                String::new()
+            };
+            let value = String::from_utf8(c.value.unwrap().to_vec()).unwrap();
+            out.insert(c.key.to_string(), (value, rev, v3));
+        }
+    }
+    out
+}
+
+fn assert_same(got: &State, want: &State, what: &str) {
+    for (k, v) in want {
+        assert_eq!(got.get(k), Some(v), "{what}: key {k}");
+    }
+    for k in got.keys() {
+        assert!(want.contains_key(k), "{what}: extra key {k}");
+    }
+}
+
+async fn tls_server(p: &Pki) -> (RunningServer, Embedded) {
+    let mut cfg = Config::for_tests();
+    cfg.tls = Some(p.cfg.clone());
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(4, 5));
+    loaded(&srv, &store).await;
+    (srv, store)
+}
+
+/// Waits until the cache holds all of `store` (a bulk load may span several breadcrumbs).
+async fn loaded(srv: &RunningServer, store: &Embedded) {
+    let want = common::expected_digest(store).0;
+    eventually("the cache to hold the store", || {
+        srv.cache.latest().digest == want
+    })
+    .await;
+}
+
+fn res(v: serde_json::Value) -> Resource {
+    Resource::from_json(v).unwrap()
+}
+
+/// Creates, changes and deletes something each syncer type receives.
+fn churn(store: &Embedded) {
+    let spec = typha_server::sample::Spec {
+        nodes: 4,
+        pods_per_node: 5,
+        ..Default::default()
+    };
+    // Change: pods (felix), the pool (felix, bgp, tunnel-ip-allocation), a node's address.
+    for g in 1..=3u64 {
+        store.put(spec.workload_endpoint(g as usize, g as usize, 100 + g));
+    }
+    store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool",
+        "metadata": {"name": "default-ipv4-ippool"},
+        "spec": {"cidr": "10.128.0.0/9", "vxlanMode": "Always", "natOutgoing": false, "blockSize": 24}})));
+    store.put(res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "Node",
+        "metadata": {"name": typha_server::sample::node_name(1)},
+        "spec": {"bgp": {"ipv4Address": "10.99.0.1/16"}}}),
+    ));
+    // Create: a node and a pool.
+    store.put(res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "Node",
+        "metadata": {"name": "new-node"}, "spec": {"bgp": {"ipv4Address": "10.98.0.1/16"}}}),
+    ));
+    store.put(res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool",
+        "metadata": {"name": "extra"}, "spec": {"cidr": "10.64.0.0/16", "blockSize": 26}}),
+    ));
+    // Delete: a pod, a node, the global network set.
+    store.delete(&spec.workload_endpoint(0, 0, 0).id());
+    let node2 = res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "Node",
+        "metadata": {"name": typha_server::sample::node_name(2)}, "spec": {}}),
+    );
+    store.delete(&node2.id());
+    let gns = res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+        "metadata": {"name": "blocked-ranges"}, "spec": {}}),
+    );
+    store.delete(&gns.id());
+}
+
+fn out_file(p: &Pki, name: &str) -> PathBuf {
+    p.dir.path().join(format!("{name}.json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_syncer_type_reaches_in_sync_with_the_translated_cache() {
+    let p = pki();
+    let (srv, _store) = tls_server(&p).await;
+    for syncer in SyncerType::ALL {
+        for extra in [
+            &[][..],
+            &["--no-compression"][..],
+            &["--no-decoder-restart"][..],
+        ] {
+            let out = out_file(&p, syncer.as_str());
+            let mut args = vec!["--until-in-sync", "--duration", "20s"];
+            args.extend_from_slice(extra);
+            wait(calico_peer(&p, &srv, syncer, &out, &args)).await;
+            let (got, summary) = read_state(&out);
+            assert_eq!(summary["inSync"], true, "{syncer} {extra:?}: {summary}");
+            assert_eq!(summary["serverHello"]["syncerType"], syncer.as_str());
+            let snappy = extra.is_empty();
+            assert_eq!(
+                summary["decoderRestarted"], snappy,
+                "{syncer} {extra:?}: {summary}"
+            );
+            assert_same(
+                &got,
+                &expected(&srv, syncer),
+                &format!("{syncer} {extra:?}"),
+            );
+            if syncer != SyncerType::NodeStatus {
+                assert!(
+                    !got.is_empty(),
+                    "{syncer}: the sample cluster has keys for it"
+                );
+            }
+        }
+    }
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_reaches_every_syncer_type_next_to_our_own_client() {
+    let p = pki();
+    let (srv, store) = tls_server(&p).await;
+    let clients: Vec<_> = SyncerType::ALL
+        .into_iter()
+        .map(|s| {
+            let out = out_file(&p, s.as_str());
+            (
+                s,
+                out.clone(),
+                calico_peer(&p, &srv, s, &out, &["--duration", "6s"]),
+            )
+        })
+        .collect();
+    // Ours, on the same port at the same time.
+    let cert = p.ca.client("typha-client", None).unwrap();
+    let mut ours = Peer::connect_tls(srv.addr, tls_client(&p.ca.cert_pem, Some(&cert)))
+        .await
+        .unwrap();
+    ours.hello(Peer::offer("ours", None)).await.unwrap();
+    ours.sync_to(&srv).await;
+    eventually("every Calico client streaming", || {
+        srv.metrics.connections_streaming.get() == 5
+    })
+    .await;
+    for s in SyncerType::ALL {
+        assert_eq!(srv.metrics.calico_connections(s).get(), 1, "{s}");
+    }
+    churn(&store);
+    loaded(&srv, &store).await;
+    ours.sync_to(&srv).await;
+    for (syncer, out, child) in clients {
+        wait(child).await;
+        let (got, summary) = read_state(&out);
+        assert_eq!(summary["inSync"], true, "{syncer}: {summary}");
+        if syncer != SyncerType::NodeStatus {
+            // A deleted node reaches every syncer type but node-status, after its snapshot.
+            assert!(
+                summary["deletionsReceived"].as_u64().unwrap() > 0,
+                "{syncer}: {summary}"
+            );
+        }
+        assert_same(
+            &got,
+            &expected(&srv, syncer),
+            &format!("{syncer} after churn"),
+        );
+    }
+    assert!(
+        srv.metrics
+            .encoded_count(typha_server::metrics::FrameKind::calico_delta)
+            > 0
+    );
+    srv.shutdown().await;
+}
+
+/// A Calico client of our own making (plain TCP, our gob encoder), for what the Go peer will
+/// not do: ask for a syncer type nobody serves, never answer a ping.
+struct Raw {
+    tcp: tokio::net::TcpStream,
+    dec: StreamDecoder,
+    buf: bytes::BytesMut,
+}
+
+impl Raw {
+    async fn hello(srv: &RunningServer, syncer: &str, modern: bool) -> Raw {
+        use tokio::io::AsyncWriteExt;
+        let mut tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+        let hello = Message::ClientHello(ClientHello {
+            hostname: "raw".into(),
+            version: "v3.32.0".into(),
+            syncer_type: syncer.into(),
+            supports_modern_policy_keys: modern,
+            ..Default::default()
+        });
+        let mut bytes = Side::Client.preamble().to_vec();
+        bytes.extend_from_slice(&encode(Side::Client, &hello).unwrap());
+        tcp.write_all(&bytes).await.unwrap();
+        Raw {
+            tcp,
+            dec: StreamDecoder::new(Limits::CLIENT_INBOUND),
+            buf: bytes::BytesMut::new(),
+        }
+    }
+
+    /// Every message until the server closes the connection (within 20 s).
+    async fn until_closed(&mut self) -> Vec<Message> {
+        use tokio::io::AsyncReadExt;
+        let mut got = Vec::new();
+        let deadline = tokio::time::Instant::now() + common::WAIT;
+        loop {
+            while let Some(m) = self.dec.decode(&mut self.buf).unwrap() {
+                got.push(m);
+            }
+            let n = tokio::time::timeout_at(deadline, self.tcp.read_buf(&mut self.buf))
+                .await
+                .expect("the server should have closed the connection")
+                .unwrap_or(0);
+            if n == 0 {
+                return got;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hello_we_do_not_serve_is_closed_without_a_word() {
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(2, 2));
+    for (syncer, modern) in [("bogus", true), ("felix", false)] {
+        let mut c = Raw::hello(&srv, syncer, modern).await;
+        assert!(c.until_closed().await.is_empty(), "{syncer} {modern}");
+    }
+    eventually("counted", || {
+        srv.metrics.dropped_count(DropReason::handshake) == 2
+    })
+    .await;
+    // The empty syncer type is felix.
+    let mut c = Raw::hello(&srv, "", true).await;
+    let first = loop {
+        use tokio::io::AsyncReadExt;
+        if let Some(m) = c.dec.decode(&mut c.buf).unwrap() {
+            break m;
+        }
+        assert!(c.tcp.read_buf(&mut c.buf).await.unwrap() > 0);
+    };
+    match first {
+        Message::ServerHello(h) => {
+            assert_eq!(h.syncer_type, "felix");
+            assert!(h.supports_node_resource_updates);
+        }
+        other => panic!("{other:?}"),
+    }
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_pongs_is_dropped_and_shutdown_closes_the_rest() {
+    let mut cfg = Config::for_tests();
+    cfg.conn.ping_interval = Duration::from_millis(100);
+    cfg.conn.pong_timeout = Duration::from_millis(500);
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(2, 2));
+    eventually("in sync", || {
+        srv.cache.latest().status == typha_protocol::model::SyncStatus::InSync
+    })
+    .await;
+    let mut silent = Raw::hello(&srv, "felix", true).await;
+    let got = silent.until_closed().await;
+    assert!(matches!(got[0], Message::ServerHello(_)), "{:?}", got[0]);
+    assert!(got.iter().any(|m| matches!(m, Message::Kvs(_))));
+    assert!(got.iter().filter(|m| matches!(m, Message::Ping(_))).count() >= 2);
+    assert_eq!(srv.metrics.dropped_count(DropReason::ping_timeout), 1);
+
+    // Shutdown closes a Calico client with no goodbye (there is none in its protocol).
+    let mut c = Raw::hello(&srv, "bgp", true).await;
+    eventually("streaming", || srv.metrics.connections_streaming.get() == 1).await;
+    let (_, got) = tokio::join!(srv.shutdown(), c.until_closed());
+    assert!(matches!(got[0], Message::ServerHello(_)));
+}
+
+#[tokio::test]
+async fn over_the_limit_a_calico_client_is_closed() {
+    let mut cfg = Config::for_tests();
+    cfg.max_connections = 1;
+    let (srv, _store) = server(cfg).await;
+    let _first = Raw::hello(&srv, "felix", true).await;
+    eventually("active", || srv.metrics.connections_active.get() == 1).await;
+    let mut second = Raw::hello(&srv, "felix", true).await;
+    assert!(second.until_closed().await.is_empty());
+    assert_eq!(
+        srv.metrics.dropped_count(DropReason::too_many_connections),
+        1
+    );
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breadcrumb_is_encoded_once_for_every_client_of_a_syncer_type() {
+    use typha_server::metrics::FrameKind;
+    let p = pki();
+    let (srv, store) = tls_server(&p).await;
+    let clients: Vec<_> = (0..3)
+        .map(|i| {
+            let out = out_file(&p, &format!("felix-{i}"));
+            let c = calico_peer(&p, &srv, SyncerType::Felix, &out, &["--duration", "5s"]);
+            (out, c)
+        })
+        .collect();
+    eventually("every client streaming", || {
+        srv.metrics.connections_streaming.get() == 3
+    })
+    .await;
+    let (seq0, encoded0) = (
+        srv.cache.latest().seq.0,
+        srv.metrics.encoded_count(FrameKind::calico_delta),
+    );
+    churn(&store);
+    loaded(&srv, &store).await;
+    let want = expected(&srv, SyncerType::Felix);
+    for (out, child) in clients {
+        wait(child).await;
+        assert_same(&read_state(&out).0, &want, "felix after churn");
+    }
+    let crumbs = srv.cache.latest().seq.0 - seq0;
+    let encoded = srv.metrics.encoded_count(FrameKind::calico_delta) - encoded0;
+    assert!(crumbs > 0 && encoded > 0);
+    assert!(
+        encoded <= crumbs,
+        "{encoded} MsgKVs encoded for {crumbs} breadcrumbs and 3 clients"
+    );
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calico_client_whose_cn_is_not_allowed_is_turned_away() {
+    let p = pki();
+    let (srv, _store) = tls_server(&p).await;
+    let d = p.dir.path();
+    let mut cmd = Command::new(peer("calico-peer").unwrap());
+    cmd.arg("client")
+        .args([
+            "--addr",
+            &srv.addr.to_string(),
+            "--syncer",
+            "felix",
+            "--hostname",
+            "x",
+        ])
+        .arg("--ca")
+        .arg(d.join("ca.crt"))
+        .arg("--cert")
+        .arg(d.join("stranger.crt"))
+        .arg("--key")
+        .arg(d.join("stranger.key"))
+        .args(["--server-cn", "typha-server", "--quiet", "--until-in-sync"])
+        .args(["--duration", "10s"]);
+    let status = tokio::task::spawn_blocking(move || cmd.status().unwrap())
+        .await
+        .unwrap();
+    assert!(!status.success());
+    eventually("counted", || {
+        srv.metrics.dropped_count(DropReason::tls_identity) == 1
+    })
+    .await;
+    srv.shutdown().await;
+}
