@@ -8,10 +8,14 @@
 //! [`config`] holds the settings (and reads Felix's `FELIX_TYPHA*` variables), [`tls`] the
 //! mutual TLS, [`metrics`] the `typha_client_*` metrics.
 //!
+//! [`calico`] is a client of Calico's own Typha protocol, for testing and measuring
+//! Calico-protocol servers (ours and Calico's).
+//!
 //! Features: `kubernetes` (default) finds servers through a Service's EndpointSlices; `cli`
 //! adds [`cli::ConnectArgs`] (the flags the bundled programs share) and [`tail`], the
 //! `typha-tail` program. The node agent is its own crate, `typha-agent`.
 
+pub mod calico;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
