@@ -88,6 +88,8 @@ pub(crate) struct Side {
     pub(crate) server_cpu_churn_secs: f64,
     /// Server CPU per delivery during the churn, µs.
     pub(crate) server_cpu_per_delivery_us: f64,
+    /// Swarm CPU seconds during the initial sync (the nodes' side of it).
+    pub(crate) swarm_cpu_sync_secs: f64,
     /// Swarm CPU seconds during the churn.
     pub(crate) swarm_cpu_churn_secs: f64,
     /// Server RSS before any client, bytes.
@@ -183,6 +185,8 @@ async fn side(
         harness::wait_for(&swarms, "in_sync", a.nodes as u64, what, limit),
     )?;
     let cpu_synced = harness::cpu(&[server.pid()]);
+    let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
+    let swarm_cpu_synced = harness::cpu(&swarm_pids);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let connected = usage(server.pid()).context("server usage")?;
     let synced = server.state().await?;
@@ -202,7 +206,6 @@ async fn side(
     }
     harness::phase_histogram(&mut swarms).await?;
 
-    let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
     let (cpu1, swarm_cpu1) = (harness::cpu(&[server.pid()]), harness::cpu(&swarm_pids));
     let (churn, latency) = harness::churn_phase(
         server.pid(),
@@ -235,6 +238,7 @@ async fn side(
         server_cpu_sync_secs: cpu_synced - cpu0,
         server_cpu_churn_secs: cpu2 - cpu1,
         server_cpu_per_delivery_us: (cpu2 - cpu1) * 1e6 / churn.deliveries.max(1) as f64,
+        swarm_cpu_sync_secs: swarm_cpu_synced,
         swarm_cpu_churn_secs: swarm_cpu2 - swarm_cpu1,
         rss_idle: idle.rss,
         rss_connected: connected.rss,
@@ -377,6 +381,7 @@ fn table(a: &CalicoArgs, c: &Side, o: Option<&Side>, took: Duration) -> String {
     t += &row("all nodes connected after", &|s| s.connect_secs, &secs);
     t += &row("all nodes in sync after", &|s| s.sync_secs, &secs);
     t += &row("server CPU, initial sync", &|s| s.server_cpu_sync_secs, &secs);
+    t += &row("swarm CPU, initial sync", &|s| s.swarm_cpu_sync_secs, &secs);
     t += &row("latency p50", &|s| s.latency_ms.p50, &ms);
     t += &row("latency p99", &|s| s.latency_ms.p99, &ms);
     t += &row("latency max", &|s| s.latency_ms.max, &ms);
