@@ -144,7 +144,11 @@ fn expected(nodes: usize, pods: usize, syncer: SyncerType) -> anyhow::Result<(us
 async fn digests(
     swarms: &mut [Child],
     event: &str,
-) -> anyhow::Result<(BTreeMap<String, u64>, BTreeMap<String, u64>, Vec<serde_json::Value>)> {
+) -> anyhow::Result<(
+    BTreeMap<String, u64>,
+    BTreeMap<String, u64>,
+    Vec<serde_json::Value>,
+)> {
     let (mut all, mut full, mut events) = (BTreeMap::new(), BTreeMap::new(), Vec::new());
     for s in swarms.iter_mut() {
         s.send(if event == "done" { "finish" } else { "digests" })
@@ -171,7 +175,11 @@ async fn side(
 ) -> anyhow::Result<(Side, hdrhistogram::Histogram<u64>)> {
     let c = &a.common;
     let mut server = wd
-        .server(if calico.is_some() { "server-calico" } else { "server-ours" })
+        .server(if calico.is_some() {
+            "server-calico"
+        } else {
+            "server-ours"
+        })
         .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = usage(server.pid()).context("server usage")?;
@@ -189,7 +197,10 @@ async fn side(
         harness::wait_for(&swarms, "in_sync", a.nodes as u64, what, limit),
     )?;
     let cpu_synced = harness::cpu(&[server.pid()]);
-    let reconnects_sync: u64 = swarms.iter().map(|s| s.progress_u64("calico_failures")).sum();
+    let reconnects_sync: u64 = swarms
+        .iter()
+        .map(|s| s.progress_u64("calico_failures"))
+        .sum();
     let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
     let swarm_cpu_synced = harness::cpu(&swarm_pids);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -255,7 +266,10 @@ async fn side(
     };
     match calico {
         Some((_, n, _)) => {
-            let reconnects: u64 = swarms.iter().map(|s| s.progress_u64("calico_failures")).sum();
+            let reconnects: u64 = swarms
+                .iter()
+                .map(|s| s.progress_u64("calico_failures"))
+                .sum();
             let (all, full, events) = digests(&mut swarms, "done").await?;
             // The churn relabels existing endpoints: the key count stays the translation's.
             s.nodes_exact = all.get(&n.to_string()).copied().unwrap_or(0) as usize;
@@ -381,18 +395,28 @@ fn table(a: &CalicoArgs, c: &Side, o: Option<&Side>, took: Duration) -> String {
         took.as_secs_f64(),
     );
     t += match o {
-        Some(_) => "| measure | Calico protocol | our protocol | Calico / ours |\n|---|---|---|---|\n",
+        Some(_) => {
+            "| measure | Calico protocol | our protocol | Calico / ours |\n|---|---|---|---|\n"
+        }
         None => "| measure | Calico protocol |\n|---|---|\n",
     };
     t += &row("all nodes connected after", &|s| s.connect_secs, &secs);
     t += &row("all nodes in sync after", &|s| s.sync_secs, &secs);
-    t += &row("server CPU, initial sync", &|s| s.server_cpu_sync_secs, &secs);
+    t += &row(
+        "server CPU, initial sync",
+        &|s| s.server_cpu_sync_secs,
+        &secs,
+    );
     t += &row("swarm CPU, initial sync", &|s| s.swarm_cpu_sync_secs, &secs);
     t += &row("latency p50", &|s| s.latency_ms.p50, &ms);
     t += &row("latency p99", &|s| s.latency_ms.p99, &ms);
     t += &row("latency max", &|s| s.latency_ms.max, &ms);
     t += &row("server CPU, churn", &|s| s.server_cpu_churn_secs, &secs);
-    t += &row("server CPU per delivery", &|s| s.server_cpu_per_delivery_us, &us);
+    t += &row(
+        "server CPU per delivery",
+        &|s| s.server_cpu_per_delivery_us,
+        &us,
+    );
     t += &row("swarm CPU, churn", &|s| s.swarm_cpu_churn_secs, &secs);
     t += &row("server RSS idle", &|s| s.rss_idle as f64, &mb);
     t += &row("server RSS connected", &|s| s.rss_connected as f64, &mb);
@@ -403,7 +427,11 @@ fn table(a: &CalicoArgs, c: &Side, o: Option<&Side>, took: Duration) -> String {
     t += &row("bytes per update per node", &|s| s.bytes_per_update, &b);
     t += &row("deliveries", &|s| s.deliveries as f64, &n);
     t += &row("deliveries expected", &|s| s.deliveries_expected as f64, &n);
-    t += &row("nodes exact after sync", &|s| s.nodes_exact_before_churn as f64, &n);
+    t += &row(
+        "nodes exact after sync",
+        &|s| s.nodes_exact_before_churn as f64,
+        &n,
+    );
     t += &row("nodes exact at the end", &|s| s.nodes_exact as f64, &n);
     t += &format!(
         "Calico side: {} of {} full nodes agree on (key, value) at the end; {} sessions \

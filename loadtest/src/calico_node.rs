@@ -81,12 +81,21 @@ pub(crate) fn state_digest<'a>(kvs: impl Iterator<Item = (&'a str, &'a [u8])>) -
     format!("{n}:{sum:016x}")
 }
 
-/// Runs a node until `stop`: sessions against `addr`, reconnecting after failures.
+/// Who a node is and where it connects.
+pub(crate) struct NodeConf {
+    /// The server, `host:port`.
+    pub(crate) addr: String,
+    /// Mutual TLS, or plaintext.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+    /// The hello's hostname.
+    pub(crate) hostname: String,
+    /// The hello's syncer type.
+    pub(crate) syncer: String,
+}
+
+/// Runs a node until `stop`: sessions against the server, reconnecting after failures.
 pub(crate) async fn node(
-    addr: String,
-    tls: Option<Arc<rustls::ClientConfig>>,
-    hostname: String,
-    syncer: String,
+    conf: NodeConf,
     state: Arc<Mutex<NodeState>>,
     shared: Arc<Shared>,
     shard: usize,
@@ -96,7 +105,7 @@ pub(crate) async fn node(
         let mut in_sync = false;
         let mut connected = false;
         let r = tokio::select! {
-            r = session(&addr, tls.as_ref(), &hostname, &syncer, &state, &shared, shard, &mut in_sync, &mut connected) => r,
+            r = session(&conf, &state, &shared, shard, &mut in_sync, &mut connected) => r,
             _ = stop.wait_for(|s| *s) => return,
         };
         if in_sync {
@@ -112,7 +121,7 @@ pub(crate) async fn node(
         }
         shared.calico_failures.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = r {
-            tracing::debug!(node = %hostname, error = %format!("{e:#}"), "Calico session ended; reconnecting");
+            tracing::debug!(node = %conf.hostname, error = %format!("{e:#}"), "Calico session ended; reconnecting");
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -121,25 +130,23 @@ pub(crate) async fn node(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn session(
-    addr: &str,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-    hostname: &str,
-    syncer: &str,
+    conf: &NodeConf,
     state: &Mutex<NodeState>,
     shared: &Shared,
     shard: usize,
     in_sync: &mut bool,
     connected: &mut bool,
 ) -> anyhow::Result<()> {
-    let conn = crate::raw::dial(addr, tls).await.context("connecting")?;
+    let conn = crate::raw::dial(&conf.addr, conf.tls.as_ref())
+        .await
+        .context("connecting")?;
     let (mut rd, mut wr) = tokio::io::split(conn);
     let hello = Message::ClientHello(ClientHello {
-        hostname: hostname.to_owned(),
+        hostname: conf.hostname.clone(),
         info: "loadtest calico fleet".into(),
         version: "v3.32.0".into(),
-        syncer_type: syncer.to_owned(),
+        syncer_type: conf.syncer.clone(),
         supports_decoder_restart: true,
         supported_compression_algorithms: vec![COMPRESSION_SNAPPY.to_owned()],
         supports_modern_policy_keys: true,

@@ -258,12 +258,19 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                 i < a.full_nodes,
             )));
             calico_states.push(state.clone());
-            let addr = a.server.get(i % a.server.len()).cloned().unwrap_or_default();
-            calico_tasks.push(tokio::spawn(crate::calico_node::node(
+            let addr = a
+                .server
+                .get(i % a.server.len())
+                .cloned()
+                .unwrap_or_default();
+            let conf = crate::calico_node::NodeConf {
                 addr,
-                raw_tls.clone(),
-                format!("sim-{}", a.first + i),
-                syncer.clone(),
+                tls: raw_tls.clone(),
+                hostname: format!("sim-{}", a.first + i),
+                syncer: syncer.clone(),
+            };
+            calico_tasks.push(tokio::spawn(crate::calico_node::node(
+                conf,
                 state,
                 shared.clone(),
                 i % SHARDS,
@@ -347,7 +354,10 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             // Calico-protocol nodes: how many hold each state now.
             "digests" => {
                 let (d, f) = calico_digests(&calico_states);
-                println!("{}", json!({"event": "digests", "digests": d, "full_digests": f}));
+                println!(
+                    "{}",
+                    json!({"event": "digests", "digests": d, "full_digests": f})
+                );
             }
             _ => {}
         }

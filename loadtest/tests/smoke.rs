@@ -359,7 +359,10 @@ fn a_small_calico_fleet_loses_nothing_beside_our_protocol() {
     assert!(c["latency_ms"]["p99"].as_f64().unwrap() > 0.0, "{r}");
     assert!(c["bytes_per_kv"].as_f64().unwrap() > 0.0, "{r}");
     assert!(c["bytes_per_update"].as_f64().unwrap() > 0.0, "{r}");
-    assert!(c["server_cpu_per_delivery_us"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(
+        c["server_cpu_per_delivery_us"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
     // The baseline ran in the same invocation, on a fresh server.
     assert_eq!(o["protocol"], "ours", "{r}");
     assert_eq!(o["nodes_exact"], 6, "{r}");
@@ -369,13 +372,30 @@ fn a_small_calico_fleet_loses_nothing_beside_our_protocol() {
 #[test]
 fn the_calico_scenario_says_calicos_typha_needs_a_datastore_and_exits_2() {
     let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args(["calico", "--nodes", "2", "--pods-per-node", "2", "--rate", "5"])
-        .args(["--secs", "1", "--no-baseline", "--calico-typha", "/nonexistent/calico-typha"])
+        .args([
+            "calico",
+            "--nodes",
+            "2",
+            "--pods-per-node",
+            "2",
+            "--rate",
+            "5",
+        ])
+        .args([
+            "--secs",
+            "1",
+            "--no-baseline",
+            "--calico-typha",
+            "/nonexistent/calico-typha",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("needs an etcd or Kubernetes datastore"), "{err}");
+    assert!(
+        err.contains("needs an etcd or Kubernetes datastore"),
+        "{err}"
+    );
     // Our side still ran and passed.
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("nothing lost"), "{text}");
