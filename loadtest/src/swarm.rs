@@ -68,18 +68,45 @@ pub(crate) struct SwarmArgs {
     /// The nodes' bearer token (a throwaway ServiceAccount's, on a loopback API server).
     #[arg(long)]
     pub(crate) kube_token: Option<String>,
+    /// Every node speaks Calico's Typha protocol as calico-node does, with this syncer type
+    /// (`felix`, `bgp`, `tunnel-ip-allocation`, `node-status`), not our own (see `calico_node`).
+    #[arg(long, value_name = "SYNCER")]
+    pub(crate) calico: Option<String>,
 }
 
 const SHARDS: usize = 16;
 
-struct Shared {
-    in_sync: AtomicUsize,
-    /// Direct (etcd or Kubernetes) nodes connected.
-    direct_connected: AtomicU64,
-    updates: AtomicU64,
+/// What a swarm's nodes count together.
+pub(crate) struct Shared {
+    pub(crate) in_sync: AtomicUsize,
+    /// Direct (etcd or Kubernetes) or Calico-protocol nodes connected.
+    pub(crate) direct_connected: AtomicU64,
+    pub(crate) updates: AtomicU64,
     churn_updates: AtomicU64,
     churn_frames: AtomicU64,
+    /// Bytes Calico-protocol nodes read.
+    pub(crate) calico_bytes: AtomicU64,
+    /// Calico-protocol sessions that ended (each reconnects).
+    pub(crate) calico_failures: AtomicU64,
     latency: Vec<Mutex<Histogram<u64>>>,
+}
+
+impl Shared {
+    /// Counts one frame's churn updates and records their latencies (µs).
+    pub(crate) fn record(&self, shard: usize, lat: &[u64]) {
+        if lat.is_empty() {
+            return;
+        }
+        self.churn_updates
+            .fetch_add(lat.len() as u64, Ordering::Relaxed);
+        self.churn_frames.fetch_add(1, Ordering::Relaxed);
+        if let Some(h) = self.latency.get(shard) {
+            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+            for us in lat {
+                h.saturating_record(*us);
+            }
+        }
+    }
 }
 
 struct Node {
@@ -88,7 +115,7 @@ struct Node {
     in_sync: bool,
 }
 
-fn now_ns() -> u128 {
+pub(crate) fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -166,6 +193,8 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         updates: AtomicU64::new(0),
         churn_updates: AtomicU64::new(0),
         churn_frames: AtomicU64::new(0),
+        calico_bytes: AtomicU64::new(0),
+        calico_failures: AtomicU64::new(0),
         latency,
     });
     let metrics = ClientMetrics::unregistered();
@@ -181,7 +210,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let raw_tls = match &tls {
-        Some(t) if a.raw || a.stalled > 0 => {
+        Some(t) if a.raw || a.stalled > 0 || a.calico.is_some() => {
             Some(typha_client::tls::client_config(t).context("client TLS settings")?)
         }
         _ => None,
@@ -221,8 +250,36 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             )));
         }
     }
-    // Direct nodes replace the typha-clients (and stalled or raw ones).
-    let simulated = if a.etcd.is_some() || a.kube.is_some() {
+    let mut calico_tasks = Vec::new();
+    let mut calico_states = Vec::new();
+    if let Some(syncer) = &a.calico {
+        for i in 0..a.nodes {
+            let state = Arc::new(Mutex::new(crate::calico_node::NodeState::new(
+                i < a.full_nodes,
+            )));
+            calico_states.push(state.clone());
+            let addr = a
+                .server
+                .get(i % a.server.len())
+                .cloned()
+                .unwrap_or_default();
+            let conf = crate::calico_node::NodeConf {
+                addr,
+                tls: raw_tls.clone(),
+                hostname: format!("sim-{}", a.first + i),
+                syncer: syncer.clone(),
+            };
+            calico_tasks.push(tokio::spawn(crate::calico_node::node(
+                conf,
+                state,
+                shared.clone(),
+                i % SHARDS,
+                stop_rx.clone(),
+            )));
+        }
+    }
+    // Direct and Calico-protocol nodes replace the typha-clients (and stalled or raw ones).
+    let simulated = if a.etcd.is_some() || a.kube.is_some() || a.calico.is_some() {
         0
     } else {
         a.nodes
@@ -272,7 +329,8 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                         "updates": shared.updates.load(Ordering::Relaxed),
                         "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
                         "churn_frames": shared.churn_frames.load(Ordering::Relaxed),
-                        "bytes_received": metrics.bytes_received.get(),
+                        "bytes_received": metrics.bytes_received.get() + shared.calico_bytes.load(Ordering::Relaxed),
+                        "calico_failures": shared.calico_failures.load(Ordering::Relaxed),
                         "resumed_deltas": metrics.resume_count(ResumeKind::Deltas),
                         "resumed_digest": metrics.resume_count(ResumeKind::Digest),
                         "resumed_snapshot": metrics.resume_count(ResumeKind::Snapshot),
@@ -293,6 +351,14 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                 "{}",
                 json!({"event": "histogram", "histogram": take_histogram(&shared)?})
             ),
+            // Calico-protocol nodes: how many hold each state now.
+            "digests" => {
+                let (d, f) = calico_digests(&calico_states);
+                println!(
+                    "{}",
+                    json!({"event": "digests", "digests": d, "full_digests": f})
+                );
+            }
             _ => {}
         }
     }
@@ -322,7 +388,13 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         };
         *digests.entry(d).or_default() += 1;
     }
-    let mut full_digests: BTreeMap<String, usize> = BTreeMap::new();
+    for t in calico_tasks {
+        let _ = t.await;
+    }
+    let (calico_d, mut full_digests) = calico_digests(&calico_states);
+    for (d, n) in calico_d {
+        *digests.entry(d).or_default() += n;
+    }
     for (i, t) in tasks.into_iter().enumerate() {
         if let Ok((_, store)) = t.await {
             let d = format!("{:016x}", store.combined_digest());
@@ -421,6 +493,27 @@ async fn direct(
         stop,
     )
     .await
+}
+
+/// How many Calico-protocol nodes hold each state (light nodes: their key count; full nodes
+/// also in the second map, with their digest).
+fn calico_digests(
+    states: &[Arc<Mutex<crate::calico_node::NodeState>>],
+) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let (mut all, mut full) = (BTreeMap::new(), BTreeMap::new());
+    for s in states {
+        let s = s.lock().unwrap_or_else(|p| p.into_inner());
+        let d = s.digest();
+        if s.full {
+            *full.entry(d.clone()).or_default() += 1;
+            // Every node counts by its key count in the first map.
+            let count = d.split(':').next().unwrap_or_default().to_owned();
+            *all.entry(count).or_default() += 1;
+        } else {
+            *all.entry(d).or_default() += 1;
+        }
+    }
+    (all, full)
 }
 
 /// The merged latency histogram of every shard (HdrHistogram V2, hex), and resets the shards.

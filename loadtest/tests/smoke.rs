@@ -328,3 +328,75 @@ fn a_small_agent_run_measures_both_dataplanes_against_the_baseline() {
         assert!(text.contains("baseline / ours: pod added p50"), "{text}");
     }
 }
+
+#[test]
+fn a_small_calico_fleet_loses_nothing_beside_our_protocol() {
+    let r = run(&[
+        "calico",
+        "--nodes",
+        "6",
+        "--pods-per-node",
+        "3",
+        "--rate",
+        "20",
+        "--secs",
+        "2",
+        "--nodes-per-swarm",
+        "4",
+    ]);
+    let (c, o) = (&r["calico"], &r["ours"]);
+    assert_eq!(c["protocol"], "calico/felix", "{r}");
+    // Before and after the churn, every Calico node holds the libcalico translation of the
+    // cluster; one full node per swarm (two swarms) checked it value by value.
+    assert_eq!(c["nodes_exact_before_churn"], 6, "{r}");
+    assert_eq!(c["nodes_exact"], 6, "{r}");
+    assert_eq!(c["full_nodes"], 2, "{r}");
+    assert_eq!(c["full_nodes_exact"], 2, "{r}");
+    assert_eq!(c["reconnects"], 0, "{r}");
+    assert_eq!(c["updates"], 40);
+    // Latency is measured from the churn stamp carried in the Calico JSON.
+    assert_eq!(c["deliveries"], c["deliveries_expected"], "{r}");
+    assert!(c["latency_ms"]["p99"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(c["bytes_per_kv"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(c["bytes_per_update"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(
+        c["server_cpu_per_delivery_us"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
+    // The baseline ran in the same invocation, on a fresh server.
+    assert_eq!(o["protocol"], "ours", "{r}");
+    assert_eq!(o["nodes_exact"], 6, "{r}");
+    assert_eq!(o["deliveries"], o["deliveries_expected"], "{r}");
+}
+
+#[test]
+fn the_calico_scenario_says_calicos_typha_needs_a_datastore_and_exits_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args([
+            "calico",
+            "--nodes",
+            "2",
+            "--pods-per-node",
+            "2",
+            "--rate",
+            "5",
+        ])
+        .args([
+            "--secs",
+            "1",
+            "--no-baseline",
+            "--calico-typha",
+            "/nonexistent/calico-typha",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("needs an etcd or Kubernetes datastore"),
+        "{err}"
+    );
+    // Our side still ran and passed.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("nothing lost"), "{text}");
+}
