@@ -29,7 +29,7 @@ use typha_protocol::calico::messages::{
 };
 use typha_protocol::calico::{Compression, StreamDecoder};
 
-use crate::swarm::Shared;
+use crate::tally::{Shared, now_ns};
 
 /// One node's Calico state: key hash → hash of (key, value) (0 on light nodes).
 #[derive(Debug, Default)]
@@ -206,7 +206,7 @@ async fn session(
                     if !hello_seen {
                         bail!("updates before the ServerHello");
                     }
-                    let received = crate::swarm::now_ns();
+                    let received = now_ns();
                     let mut lat = Vec::new();
                     {
                         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -252,7 +252,7 @@ async fn session(
 
 fn rand_u32() -> u32 {
     // A connection id for the server's logs only; the clock's low bits are enough.
-    (crate::swarm::now_ns() as u32).rotate_left(7) ^ std::process::id()
+    (now_ns() as u32).rotate_left(7) ^ std::process::id()
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ mod slow;
 mod steady;
 mod storm;
 mod swarm;
+mod tally;
 
 use std::process::ExitCode;
 

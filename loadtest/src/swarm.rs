@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
@@ -27,6 +27,7 @@ use typha_protocol::model::{KeyType, SyncStatus, Update};
 
 use crate::raw::RawCounters;
 use crate::server::SENT_LABEL;
+use crate::tally::{Shared, now_ns};
 
 /// Settings of a swarm.
 #[derive(Debug, Clone, clap::Args)]
@@ -76,50 +77,10 @@ pub(crate) struct SwarmArgs {
 
 const SHARDS: usize = 16;
 
-/// What a swarm's nodes count together.
-pub(crate) struct Shared {
-    pub(crate) in_sync: AtomicUsize,
-    /// Direct (etcd or Kubernetes) or Calico-protocol nodes connected.
-    pub(crate) direct_connected: AtomicU64,
-    pub(crate) updates: AtomicU64,
-    churn_updates: AtomicU64,
-    churn_frames: AtomicU64,
-    /// Bytes Calico-protocol nodes read.
-    pub(crate) calico_bytes: AtomicU64,
-    /// Calico-protocol sessions that ended (each reconnects).
-    pub(crate) calico_failures: AtomicU64,
-    latency: Vec<Mutex<Histogram<u64>>>,
-}
-
-impl Shared {
-    /// Counts one frame's churn updates and records their latencies (µs).
-    pub(crate) fn record(&self, shard: usize, lat: &[u64]) {
-        if lat.is_empty() {
-            return;
-        }
-        self.churn_updates
-            .fetch_add(lat.len() as u64, Ordering::Relaxed);
-        self.churn_frames.fetch_add(1, Ordering::Relaxed);
-        if let Some(h) = self.latency.get(shard) {
-            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
-            for us in lat {
-                h.saturating_record(*us);
-            }
-        }
-    }
-}
-
 struct Node {
     shared: Arc<Shared>,
     shard: usize,
     in_sync: bool,
-}
-
-pub(crate) fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
 }
 
 /// The write time the churner stamped on a workload endpoint, found in its encoded value

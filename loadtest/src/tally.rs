@@ -1,0 +1,49 @@
+//! What a swarm's nodes count together (ours and the Calico-protocol ones), and the clock
+//! their latencies are measured against: a leaf both kinds of node use.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+
+/// What a swarm's nodes count together.
+pub(crate) struct Shared {
+    pub(crate) in_sync: AtomicUsize,
+    /// Direct (etcd or Kubernetes) or Calico-protocol nodes connected.
+    pub(crate) direct_connected: AtomicU64,
+    pub(crate) updates: AtomicU64,
+    pub(crate) churn_updates: AtomicU64,
+    pub(crate) churn_frames: AtomicU64,
+    /// Bytes Calico-protocol nodes read.
+    pub(crate) calico_bytes: AtomicU64,
+    /// Calico-protocol sessions that ended (each reconnects).
+    pub(crate) calico_failures: AtomicU64,
+    pub(crate) latency: Vec<Mutex<Histogram<u64>>>,
+}
+
+impl Shared {
+    /// Counts one frame's churn updates and records their latencies (µs).
+    pub(crate) fn record(&self, shard: usize, lat: &[u64]) {
+        if lat.is_empty() {
+            return;
+        }
+        self.churn_updates
+            .fetch_add(lat.len() as u64, Ordering::Relaxed);
+        self.churn_frames.fetch_add(1, Ordering::Relaxed);
+        if let Some(h) = self.latency.get(shard) {
+            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+            for us in lat {
+                h.saturating_record(*us);
+            }
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
