@@ -127,19 +127,7 @@ impl SyncerCallbacks for Node {
                 lat.push(u64::try_from(received.saturating_sub(sent) / 1000).unwrap_or(u64::MAX));
             }
         }
-        if lat.is_empty() {
-            return;
-        }
-        self.shared
-            .churn_updates
-            .fetch_add(lat.len() as u64, Ordering::Relaxed);
-        self.shared.churn_frames.fetch_add(1, Ordering::Relaxed);
-        if let Some(h) = self.shared.latency.get(self.shard) {
-            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
-            for us in lat {
-                h.saturating_record(us);
-            }
-        }
+        self.shared.record(self.shard, &lat);
     }
 }
 
@@ -409,13 +397,7 @@ async fn direct_kube(
                 return;
             };
             let us = u64::try_from(now_ns().saturating_sub(sent) / 1000).unwrap_or(u64::MAX);
-            shared.churn_updates.fetch_add(1, Ordering::Relaxed);
-            shared.churn_frames.fetch_add(1, Ordering::Relaxed);
-            if let Some(h) = shared.latency.get(shard) {
-                h.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .saturating_record(us);
-            }
+            shared.record(shard, &[us]);
         },
         stop,
     )
@@ -443,13 +425,7 @@ async fn direct(
                 return;
             };
             let us = u64::try_from(now_ns().saturating_sub(sent) / 1000).unwrap_or(u64::MAX);
-            shared.churn_updates.fetch_add(1, Ordering::Relaxed);
-            shared.churn_frames.fetch_add(1, Ordering::Relaxed);
-            if let Some(h) = shared.latency.get(shard) {
-                h.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .saturating_record(us);
-            }
+            shared.record(shard, &[us]);
         },
         stop,
     )
