@@ -15,20 +15,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::etcd::{self, EtcdProc};
 use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir, mib};
-use crate::kube::KubeCluster;
 use crate::procstat::usage;
-
-/// Which datastore the nodes (and then our server) read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum DirectStore {
-    /// etcd v3 in Calico's layout (Debian's etcd-server).
-    Etcd,
-    /// A real kube-apiserver over etcd 3.6 (peers/build).
-    Kubernetes,
-}
+use crate::store::{Store, StoreKind};
 
 /// Settings of a direct run.
 #[derive(Debug, Clone, clap::Args)]
@@ -36,7 +25,7 @@ pub(crate) struct DirectArgs {
     /// The datastore: `etcd`, or `kubernetes` (a real kube-apiserver over etcd 3.6, from
     /// peers/build).
     #[arg(long, value_enum, default_value = "etcd")]
-    pub(crate) datastore: DirectStore,
+    pub(crate) datastore: StoreKind,
     /// Simulated nodes (the generated cluster has as many).
     #[arg(long, default_value_t = 1000)]
     pub(crate) nodes: usize,
@@ -87,7 +76,7 @@ pub(crate) struct Side {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DirectResult {
     /// The datastore.
-    pub(crate) datastore: DirectStore,
+    pub(crate) datastore: StoreKind,
     /// Nodes.
     pub(crate) nodes: usize,
     /// Resources (etcd) or objects (Kubernetes) in the datastore.
@@ -98,13 +87,6 @@ pub(crate) struct DirectResult {
     pub(crate) direct: Side,
     /// Every node connected to our server in front of etcd.
     pub(crate) via_server: Side,
-}
-
-/// The processes a side measures: the datastore the nodes talk to (etcd, or kube-apiserver),
-/// and for Kubernetes the etcd under it.
-struct Watched {
-    datastore: u32,
-    etcd_under: Option<u32>,
 }
 
 /// Samples a process's RSS every 100 ms until dropped; the highest.
@@ -158,7 +140,7 @@ async fn side(
     let etcd_under_cpu_sync_secs = etcd_cpu().map(|c| c - cpu_before.1);
     harness::phase_histogram(swarms).await?;
     let (cpu, ecpu) = (ds_cpu(), etcd_cpu());
-    let churn = store.churn(wd, a)?;
+    let churn = store.churn(wd, a.rate, a.secs)?;
     let (phase, latency) =
         harness::churn_phase(w.datastore, churn, swarms, a.nodes, a.rate, a.secs, what).await?;
     let side = Side {
@@ -186,117 +168,10 @@ fn ratio(ours: f64, theirs: f64) -> String {
     }
 }
 
-/// The datastore of a run, started and seeded.
-enum Store {
-    Etcd(EtcdProc),
-    Kube(KubeCluster, Arc<AtomicU64>),
-}
-
-impl Store {
-    fn watched(&self) -> Watched {
-        match self {
-            Store::Etcd(e) => Watched {
-                datastore: e.pid(),
-                etcd_under: None,
-            },
-            Store::Kube(k, _) => Watched {
-                datastore: k.apiserver_pid(),
-                etcd_under: Some(k.etcd_pid()),
-            },
-        }
-    }
-
-    fn cpu(&self) -> (f64, f64) {
-        let w = self.watched();
-        (
-            harness::cpu(&[w.datastore]),
-            w.etcd_under.map_or(0.0, |p| harness::cpu(&[p])),
-        )
-    }
-
-    fn churn(&self, wd: &Workdir, a: &DirectArgs) -> anyhow::Result<crate::server::Churn> {
-        Ok(match self {
-            Store::Etcd(e) => etcd::churn(e.endpoint.clone(), wd.shape(), a.rate, a.secs),
-            Store::Kube(k, last) => {
-                crate::kube::churn(k, wd.shape(), a.rate, a.secs, last.clone())?
-            }
-        })
-    }
-
-    /// The swarm arguments that make its nodes direct ones.
-    fn swarm_args(&self) -> (String, Vec<String>) {
-        match self {
-            Store::Etcd(e) => (
-                e.endpoint.clone(),
-                vec!["--etcd".into(), e.endpoint.clone()],
-            ),
-            Store::Kube(k, _) => (
-                k.url(),
-                vec![
-                    "--kube".into(),
-                    k.url(),
-                    "--kube-ca".into(),
-                    k.ca_file().display().to_string(),
-                    "--kube-token".into(),
-                    k.node_token.clone(),
-                ],
-            ),
-        }
-    }
-
-    /// What every direct node must end at: etcd's revision, or the last churn write's pod
-    /// resourceVersion.
-    async fn final_mark(&self) -> anyhow::Result<String> {
-        Ok(match self {
-            Store::Etcd(e) => {
-                let rev = e
-                    .client()
-                    .await?
-                    .get("/", None)
-                    .await?
-                    .header()
-                    .map_or(0, |h| h.revision());
-                format!("rev-{rev}")
-            }
-            Store::Kube(_, last) => format!("rv-{}", last.load(Ordering::Relaxed)),
-        })
-    }
-
-    async fn server(&self, wd: &Workdir) -> anyhow::Result<crate::server::Server> {
-        match self {
-            Store::Etcd(e) => wd.etcd_server("server", &e.endpoint).await,
-            Store::Kube(k, _) => wd.kube_server("server", &k.typha_kubeconfig).await,
-        }
-    }
-
-    fn names(&self) -> (&'static str, &'static str) {
-        match self {
-            Store::Etcd(_) => ("etcd", "etcd"),
-            Store::Kube(..) => ("kube-apiserver", "the API server"),
-        }
-    }
-}
-
 pub(crate) async fn run(a: DirectArgs) -> anyhow::Result<Outcome> {
     a.common.own_server_only("direct")?;
     let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
-    let (store, resources) = match a.datastore {
-        DirectStore::Etcd => {
-            let e = EtcdProc::start(wd.path()).await?;
-            let n = etcd::seed(&e, wd.shape()).await?;
-            (Store::Etcd(e), n)
-        }
-        DirectStore::Kubernetes => {
-            let k = KubeCluster::start(wd.path()).await?;
-            let seeding = std::time::Instant::now();
-            let n = crate::kube::seed(&k, wd.shape()).await?;
-            eprintln!(
-                "seeded {n} objects through the API in {:.0} s",
-                seeding.elapsed().as_secs_f64()
-            );
-            (Store::Kube(k, Arc::new(AtomicU64::new(0))), n)
-        }
-    };
+    let (store, resources) = Store::start(a.datastore, &wd).await?;
     let timeline = Timeline::start();
     let w = store.watched();
     timeline.add_server(w.datastore);
@@ -316,7 +191,7 @@ pub(crate) async fn run(a: DirectArgs) -> anyhow::Result<Outcome> {
     // Side 2: the same nodes through our server, which holds the one watch.
     let cpu1 = store.cpu();
     let rss = RssPeak::start(w.datastore);
-    let mut server = store.server(&wd).await?;
+    let mut server = store.server(&wd, "server").await?;
     timeline.add_server(server.pid());
     let scpu0 = harness::cpu(&[server.pid()]);
     let mut swarms = wd.swarms(&[&server.addr], a.nodes, 0, &a.common, &[])?;
@@ -367,7 +242,7 @@ fn table(r: &DirectResult, a: &DirectArgs, name: &str, the: &str, mark: &str, ok
         name,
         r.nodes,
         r.resources,
-        if a.datastore == DirectStore::Etcd {
+        if a.datastore == StoreKind::Etcd {
             "resources"
         } else {
             "objects"

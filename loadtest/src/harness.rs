@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::child::Child;
 use crate::cluster::write_cluster;
 use crate::procstat::usage;
-use crate::server::{Server, ServerOpts, Spawn};
+use crate::server::{Backend, Server, ServerOpts, Spawn};
 
 /// Settings every scenario has.
 #[derive(Debug, Clone, clap::Args)]
@@ -106,40 +106,42 @@ impl Workdir {
             tls,
             log_dir: &self.path,
             bin: self.server_bin.as_deref(),
-            etcd: None,
-            kubeconfig: None,
+            backend: &Backend::Embedded,
+            calico_typha: None,
         })
         .await
     }
 
-    /// Starts a server over an etcd (client URL) and waits until its cache holds all of it.
-    pub(crate) async fn etcd_server(&self, name: &str, etcd: &str) -> anyhow::Result<Server> {
+    /// Starts our server over `backend` and waits until its cache holds all of it.
+    pub(crate) async fn server_on(&self, name: &str, backend: &Backend) -> anyhow::Result<Server> {
         Server::spawn(Spawn {
             name,
             manifests: &self.manifests,
             tls: self.tls.as_deref(),
             log_dir: &self.path,
             bin: self.server_bin.as_deref(),
-            etcd: Some(etcd),
-            kubeconfig: None,
+            backend,
+            calico_typha: None,
         })
         .await
     }
 
-    /// Our server over the Kubernetes API server this kubeconfig names.
-    pub(crate) async fn kube_server(
+    /// Starts Calico's own Typha (`bin`) over `backend` with the run's TLS bundle, and waits
+    /// until it says it is ready.
+    pub(crate) async fn calico_typha(
         &self,
         name: &str,
-        kubeconfig: &Path,
+        bin: &Path,
+        backend: &Backend,
     ) -> anyhow::Result<Server> {
         Server::spawn(Spawn {
             name,
             manifests: &self.manifests,
             tls: self.tls.as_deref(),
             log_dir: &self.path,
-            bin: self.server_bin.as_deref(),
-            etcd: None,
-            kubeconfig: Some(kubeconfig),
+            bin: None,
+            backend,
+            calico_typha: Some(bin),
         })
         .await
     }

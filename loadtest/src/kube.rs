@@ -97,6 +97,12 @@ impl KubeCluster {
         self.cp.ca_file()
     }
 
+    /// A kubeconfig with the cluster admin's credentials, written under the control plane's
+    /// directory.
+    pub(crate) fn admin_kubeconfig(&self) -> anyhow::Result<std::path::PathBuf> {
+        Ok(self.cp.write_admin_kubeconfig()?)
+    }
+
     fn admin(&self) -> anyhow::Result<kube::Client> {
         Ok(self.cp.admin()?)
     }

@@ -35,11 +35,31 @@ pub(crate) fn usage(pid: u32) -> Option<Usage> {
     })
 }
 
+/// Bytes the process has passed to write-like system calls (`wchar` of /proc/<pid>/io):
+/// sockets and files alike.
+pub(crate) fn written(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn reads_this_process() {
         let u = super::usage(std::process::id()).unwrap();
         assert!(u.rss > 0 && u.peak_rss >= u.rss);
+    }
+
+    #[test]
+    fn counts_what_this_process_writes() {
+        let before = super::written(std::process::id()).unwrap();
+        let path = std::env::temp_dir().join(format!("procstat-{}", std::process::id()));
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(super::written(std::process::id()).unwrap() >= before + 4096);
     }
 }

@@ -52,9 +52,22 @@ pub(crate) struct ServerOpts {
     pub(crate) tls_dir: Option<PathBuf>,
 }
 
+/// What a server reads.
+#[derive(Debug, Clone)]
+pub(crate) enum Backend {
+    /// The embedded datastore over the run's manifests, with its write API.
+    Embedded,
+    /// etcd v3 at this client URL.
+    Etcd(String),
+    /// The Kubernetes API server this kubeconfig names.
+    Kube(PathBuf),
+}
+
 /// A server under test.
 pub(crate) struct Server {
     name: String,
+    /// Calico's own Typha (no `/status`, none of our metrics), not ours.
+    calico: bool,
     /// `None` for an external server.
     proc: Option<tokio::process::Child>,
     log: Option<PathBuf>,
@@ -79,10 +92,11 @@ pub(crate) struct Spawn<'a> {
     pub(crate) log_dir: &'a Path,
     /// `None`: the built-in program.
     pub(crate) bin: Option<&'a Path>,
-    /// Serve from this etcd (client URL) instead of the embedded datastore.
-    pub(crate) etcd: Option<&'a str>,
-    /// Serve from the Kubernetes API server this kubeconfig names instead.
-    pub(crate) kubeconfig: Option<&'a Path>,
+    /// What it serves from.
+    pub(crate) backend: &'a Backend,
+    /// Run Calico's own `calico-typha` executable instead of ours (not over the embedded
+    /// datastore, which it cannot read).
+    pub(crate) calico_typha: Option<&'a Path>,
 }
 
 /// A free TCP port on the loopback.
@@ -129,9 +143,9 @@ impl Server {
     /// Starts a server and waits until its cache holds the whole datastore.
     pub(crate) async fn spawn(s: Spawn<'_>) -> anyhow::Result<Server> {
         let (port, http_port, api_port) = (free_port()?, free_port()?, free_port()?);
-        let mut cmd = match s.bin {
-            Some(b) => Command::new(b),
-            None => {
+        let mut cmd = match (s.calico_typha, s.bin) {
+            (Some(b), _) | (None, Some(b)) => Command::new(b),
+            (None, None) => {
                 let mut c =
                     Command::new(std::env::current_exe().context("finding this executable")?);
                 c.arg(SERVER_ROLE);
@@ -148,25 +162,43 @@ impl Server {
         }
         let http = format!("127.0.0.1:{http_port}");
         let api = format!("127.0.0.1:{api_port}");
-        match (s.etcd, s.kubeconfig) {
-            (Some(endpoint), _) => cmd
+        match s.backend {
+            Backend::Etcd(endpoint) => cmd
                 .env("TYPHA_DATASTORETYPE", "etcdv3")
                 .env("TYPHA_ETCDENDPOINTS", endpoint),
-            (None, Some(kubeconfig)) => cmd
+            Backend::Kube(kubeconfig) => cmd
                 .env("TYPHA_DATASTORETYPE", "kubernetes")
                 .env("KUBECONFIG", kubeconfig)
                 .env_remove("KUBERNETES_SERVICE_HOST"),
-            (None, None) => cmd
+            Backend::Embedded if s.calico_typha.is_some() => {
+                bail!("Calico's Typha cannot read the embedded datastore: use etcd or kubernetes")
+            }
+            Backend::Embedded => cmd
                 .env("TYPHA_DATASTORETYPE", "embedded")
                 .env("TYPHA_EMBEDDEDDIR", s.manifests)
                 .env("TYPHA_EMBEDDEDAPIADDR", &api),
+        };
+        // Calico's Typha serves health and metrics on two listeners; ours shares one port.
+        let metrics_port = if s.calico_typha.is_some() {
+            free_port()?
+        } else {
+            http_port
         };
         cmd.env("TYPHA_SERVERHOST", "127.0.0.1")
             .env("TYPHA_SERVERPORT", port.to_string())
             .env("TYPHA_HEALTHHOST", "127.0.0.1")
             .env("TYPHA_HEALTHPORT", http_port.to_string())
             .env("TYPHA_PROMETHEUSMETRICSHOST", "127.0.0.1")
-            .env("TYPHA_PROMETHEUSMETRICSPORT", http_port.to_string());
+            .env("TYPHA_PROMETHEUSMETRICSPORT", metrics_port.to_string());
+        if s.calico_typha.is_some() {
+            // Off by default in Calico's Typha; its log goes to the screen only, at warning
+            // (its level names are upper case), as ours runs.
+            cmd.env("TYPHA_HEALTHENABLED", "true")
+                .env("TYPHA_PROMETHEUSMETRICSENABLED", "true")
+                .env("TYPHA_LOGFILEPATH", "none")
+                .env("TYPHA_LOGSEVERITYSCREEN", "WARNING")
+                .env("TYPHA_LOGSEVERITYSYS", "none");
+        }
         if let Some(t) = s.tls {
             cmd.env("TYPHA_SERVERCERTFILE", t.join("server.crt"))
                 .env("TYPHA_SERVERKEYFILE", t.join("server.key"))
@@ -185,6 +217,7 @@ impl Server {
             .with_context(|| format!("starting {}", s.name))?;
         let mut server = Server {
             name: s.name.to_owned(),
+            calico: s.calico_typha.is_some(),
             proc: Some(proc),
             log: Some(log),
             addr: format!("localhost:{port}"),
@@ -204,6 +237,7 @@ impl Server {
         };
         let mut server = Server {
             name: format!("server at {addr}"),
+            calico: false,
             proc: None,
             log: None,
             addr: addr.clone(),
@@ -235,6 +269,11 @@ impl Server {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        if self.calico {
+            // Calico's Typha says how many KVs only per syncer type in its metrics; the
+            // scenario counts them with a client instead.
+            return Ok(());
+        }
         self.kvs = self.http.get_json("/status").await?["kvs"]
             .as_u64()
             .unwrap_or(0);
@@ -256,8 +295,14 @@ impl Server {
         self.proc.as_ref().and_then(|p| p.id()).unwrap_or(0)
     }
 
-    /// The cache's position (`/status`) and the counters the scenarios use (`/metrics`).
+    /// The cache's position (`/status`) and the counters the scenarios use (`/metrics`), and
+    /// the bytes it has written (`wchar`, from /proc: TLS records and its log). For Calico's
+    /// Typha, `wchar` alone.
     pub(crate) async fn state(&mut self) -> anyhow::Result<serde_json::Value> {
+        let wchar = crate::procstat::written(self.pid()).unwrap_or(0);
+        if self.calico {
+            return Ok(json!({ "wchar": wchar }));
+        }
         let mut v = self.http.get_json("/status").await?;
         let m = self.http.get_metrics().await?;
         // A series that is not there is an error, not a zero: a renamed metric must not
@@ -280,6 +325,7 @@ impl Server {
                 ("resumes_deltas", resumes("deltas")?),
                 ("resumes_digest", resumes("digest")?),
                 ("resumes_snapshot", resumes("snapshot")?),
+                ("wchar", wchar),
             ] {
                 o.insert(k.into(), json!(n));
             }
@@ -312,8 +358,9 @@ impl Server {
         match tokio::time::timeout(Duration::from_secs(60), p.wait()).await {
             Ok(status) => {
                 let status = status?;
+                // Calico's Typha ends its drain with a fatal log line and exit status 1.
                 anyhow::ensure!(
-                    status.success(),
+                    status.success() || (self.calico && status.code() == Some(1)),
                     "{} exited with {status}{}",
                     self.name,
                     self.log_tail()
