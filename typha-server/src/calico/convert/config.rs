@@ -31,7 +31,9 @@ pub(super) fn felix_configuration(
     };
     let mut out = Vec::new();
     for (field, v) in fields {
-        let param = felix_param_name(field);
+        let Some(param) = felix_param_name(field) else {
+            continue;
+        };
         let Some(value) = config_value(v, param.ends_with("Millis"))
             .map_err(|e| cx.at(&format!("spec.{field}")).err(e.to_string()))?
         else {
@@ -70,32 +72,130 @@ pub(super) fn cluster_information(s: &ClusterInformationSpec) -> Vec<(Key, Value
     out
 }
 
-/// Felix's name for a FelixConfiguration field: the field with its first letter upper-cased,
-/// except for the fields Calico renames.
-fn felix_param_name(field: &str) -> String {
-    const RENAMES: &[(&str, &str)] = &[
-        ("reportingInterval", "ReportingIntervalSecs"),
-        ("reportingTTL", "ReportingTTLSecs"),
-        ("ipipEnabled", "IpInIpEnabled"),
-        ("ipipMTU", "IpInIpMtu"),
-        ("ipv6Support", "Ipv6Support"),
-        ("netlinkTimeout", "NetlinkTimeoutSecs"),
-        (
-            "iptablesLockProbeInterval",
-            "IptablesLockProbeIntervalMillis",
-        ),
-        ("iptablesLockTimeout", "IptablesLockTimeoutSecs"),
-        ("metadataAddr", "MetadataAddr"),
-        ("interfacePrefix", "InterfacePrefix"),
-    ];
-    if let Some((_, v1)) = RENAMES.iter().find(|(v3, _)| *v3 == field) {
-        return (*v1).to_owned();
+/// The FelixConfiguration fields whose Felix names are not the field capitalised, sorted.
+const RENAMES: &[(&str, &str)] = &[
+    ("awsSrcDstCheck", "AWSSrcDstCheck"),
+    ("bpfAttachType", "BPFAttachType"),
+    ("bpfCTLBLogFilter", "BPFCTLBLogFilter"),
+    ("bpfConnectTimeLoadBalancing", "BPFConnectTimeLoadBalancing"),
+    (
+        "bpfConnectTimeLoadBalancingEnabled",
+        "BPFConnectTimeLoadBalancingEnabled",
+    ),
+    ("bpfConntrackLogLevel", "BPFConntrackLogLevel"),
+    ("bpfConntrackMode", "BPFConntrackCleanupMode"),
+    ("bpfConntrackTimeouts", "BPFConntrackTimeouts"),
+    ("bpfDSROptoutCIDRs", "BPFDSROptoutCIDRs"),
+    ("bpfDataIfacePattern", "BPFDataIfacePattern"),
+    ("bpfDisableGROForIfaces", "BPFDisableGROForIfaces"),
+    ("bpfDisableUnprivileged", "BPFDisableUnprivileged"),
+    ("bpfEnabled", "BPFEnabled"),
+    ("bpfEnforceRPF", "BPFEnforceRPF"),
+    ("bpfExcludeCIDRsFromNAT", "BPFExcludeCIDRsFromNAT"),
+    ("bpfExportBufferSizeMB", "BPFExportBufferSizeMB"),
+    ("bpfExtToServiceConnmark", "BPFExtToServiceConnmark"),
+    ("bpfExternalServiceMode", "BPFExternalServiceMode"),
+    (
+        "bpfForceTrackPacketsFromIfaces",
+        "BPFForceTrackPacketsFromIfaces",
+    ),
+    ("bpfHostConntrackBypass", "BPFHostConntrackBypass"),
+    (
+        "bpfHostNetworkedNATWithoutCTLB",
+        "BPFHostNetworkedNATWithoutCTLB",
+    ),
+    ("bpfJITHardening", "BPFJITHardening"),
+    ("bpfKubeProxyHealthzPort", "BPFKubeProxyHealthzPort"),
+    (
+        "bpfKubeProxyIptablesCleanupEnabled",
+        "BPFKubeProxyIptablesCleanupEnabled",
+    ),
+    ("bpfKubeProxyMinSyncPeriod", "BPFKubeProxyMinSyncPeriod"),
+    ("bpfL3IfacePattern", "BPFL3IfacePattern"),
+    ("bpfLogFilters", "BPFLogFilters"),
+    ("bpfLogLevel", "BPFLogLevel"),
+    (
+        "bpfMaglevMaxEndpointsPerService",
+        "BPFMaglevMaxEndpointsPerService",
+    ),
+    ("bpfMaglevMaxServices", "BPFMaglevMaxServices"),
+    ("bpfMapSizeConntrack", "BPFMapSizeConntrack"),
+    (
+        "bpfMapSizeConntrackCleanupQueue",
+        "BPFMapSizeConntrackCleanupQueue",
+    ),
+    ("bpfMapSizeConntrackScaling", "BPFMapSizeConntrackScaling"),
+    ("bpfMapSizeIPSets", "BPFMapSizeIPSets"),
+    ("bpfMapSizeIfState", "BPFMapSizeIfState"),
+    ("bpfMapSizeNATAffinity", "BPFMapSizeNATAffinity"),
+    ("bpfMapSizeNATBackend", "BPFMapSizeNATBackend"),
+    ("bpfMapSizeNATFrontend", "BPFMapSizeNATFrontend"),
+    ("bpfMapSizePerCpuConntrack", "BPFMapSizePerCPUConntrack"),
+    ("bpfMapSizeRoute", "BPFMapSizeRoute"),
+    ("bpfPSNATPorts", "BPFPSNATPorts"),
+    ("bpfPolicyDebugEnabled", "BPFPolicyDebugEnabled"),
+    ("bpfProfiling", "BPFProfiling"),
+    ("bpfRedirectToPeer", "BPFRedirectToPeer"),
+    ("endpointReportingDelay", "EndpointReportingDelaySecs"),
+    ("externalNodesList", "ExternalNodesCIDRList"),
+    ("ipForwarding", "IPForwarding"),
+    ("ipipEnabled", "IpInIpEnabled"),
+    ("ipipMTU", "IpInIpMtu"),
+    (
+        "iptablesLockProbeInterval",
+        "IptablesLockProbeIntervalMillis",
+    ),
+    (
+        "iptablesPostWriteCheckInterval",
+        "IptablesPostWriteCheckIntervalSecs",
+    ),
+    ("ipv4ElevatedRoutePriority", "IPv4ElevatedRoutePriority"),
+    ("ipv4NormalRoutePriority", "IPv4NormalRoutePriority"),
+    ("ipv6ElevatedRoutePriority", "IPv6ElevatedRoutePriority"),
+    ("ipv6NormalRoutePriority", "IPv6NormalRoutePriority"),
+    ("mtuIfacePattern", "MTUIfacePattern"),
+    ("natOutgoingAddress", "NATOutgoingAddress"),
+    ("natOutgoingExclusions", "NATOutgoingExclusions"),
+    ("natPortRange", "NATPortRange"),
+    ("netlinkTimeout", "NetlinkTimeoutSecs"),
+    ("nftablesMode", "NFTablesMode"),
+    ("reportingInterval", "ReportingIntervalSecs"),
+    ("reportingTTL", "ReportingTTLSecs"),
+    (
+        "usageReportingInitialDelay",
+        "UsageReportingInitialDelaySecs",
+    ),
+    ("usageReportingInterval", "UsageReportingIntervalSecs"),
+    ("vxlanEnabled", "VXLANEnabled"),
+    ("vxlanMTU", "VXLANMTU"),
+    ("vxlanMTUV6", "VXLANMTUV6"),
+    ("vxlanPort", "VXLANPort"),
+    ("vxlanVNI", "VXLANVNI"),
+    ("wireguardKeepAlive", "WireguardPersistentKeepAlive"),
+    ("xdpEnabled", "XDPEnabled"),
+    ("xdpRefreshInterval", "XDPRefreshInterval"),
+];
+
+/// Felix's name for a FelixConfiguration field (the v1 config key), or `None` for a field that
+/// is not a Felix parameter (`nodeSelector`). Calico names each parameter after its Go field
+/// (or a v1 name it gives the field); that is the field with its first letter upper-cased,
+/// except for the fields below, whose names keep acronyms upper-case (`BPFEnabled`) or carry a
+/// unit (`ReportingIntervalSecs`). The list is every such field of Calico v3.32's
+/// FelixConfiguration; a field missing from it would reach Felix under a name it ignores,
+/// which the side-by-side with Calico's Typha found for `bpfEnabled`
+/// (docs/replacing-calico-typha.md).
+fn felix_param_name(field: &str) -> Option<String> {
+    if field == "nodeSelector" {
+        return None;
+    }
+    if let Ok(i) = RENAMES.binary_search_by(|(v3, _)| (*v3).cmp(field)) {
+        return RENAMES.get(i).map(|(_, v1)| (*v1).to_owned());
     }
     let mut c = field.chars();
-    match c.next() {
+    Some(match c.next() {
         Some(first) => first.to_ascii_uppercase().to_string() + c.as_str(),
         None => String::new(),
-    }
+    })
 }
 
 /// Felix's string form of a config value: `None` for null/empty (not set).
@@ -198,4 +298,16 @@ fn format_float(f: f64) -> String {
     } else {
         format!("{f}")
     }
+}
+
+/// [`felix_param_name`] for the tests, which also check that its list is sorted (it is
+/// binary-searched).
+#[cfg(test)]
+pub(super) fn felix_param_name_for_tests(field: &str) -> Option<String> {
+    let names: Vec<&str> = RENAMES.iter().map(|(v3, _)| *v3).collect();
+    assert!(
+        names.windows(2).all(|w| w[0] < w[1]),
+        "RENAMES is not sorted"
+    );
+    felix_param_name(field)
 }

@@ -274,7 +274,7 @@ fn felix_configuration_becomes_config_keys() {
     let kvs = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {logSeverityScreen: Info, reportingInterval: 90s, iptablesRefreshInterval: 100ms, bpfEnabled: false, failsafeInboundHostPorts: [{protocol: tcp, port: 22}], healthPort: 9099, empty: ''}\n").unwrap();
     let got: Vec<(String, Value)> = kvs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     let want = [
-        ("/calico/v1/config/BpfEnabled", "false"),
+        ("/calico/v1/config/BPFEnabled", "false"),
         ("/calico/v1/config/FailsafeInboundHostPorts", "tcp:22"),
         ("/calico/v1/config/HealthPort", "9099"),
         ("/calico/v1/config/IptablesRefreshInterval", "0.1"),
@@ -327,4 +327,23 @@ fn felix_configuration_lists_of_lists_are_refused() {
     let e = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: default}\nspec: {failsafeInboundHostPorts: [[22]]}\n").unwrap_err();
     assert_eq!(e.field, "spec.failsafeInboundHostPorts");
     assert_eq!(e.reason, "unsupported list item [22]");
+}
+
+#[test]
+fn felix_parameter_names_keep_calicos_acronyms_and_units() {
+    for (field, name) in [
+        ("bpfEnabled", Some("BPFEnabled")),
+        ("vxlanMTU", Some("VXLANMTU")),
+        ("ipipEnabled", Some("IpInIpEnabled")),
+        ("reportingInterval", Some("ReportingIntervalSecs")),
+        ("wireguardKeepAlive", Some("WireguardPersistentKeepAlive")),
+        ("logSeverityScreen", Some("LogSeverityScreen")),
+        ("nodeSelector", None),
+    ] {
+        assert_eq!(
+            super::config::felix_param_name_for_tests(field).as_deref(),
+            name,
+            "{field}"
+        );
+    }
 }

@@ -1081,7 +1081,8 @@ fn golden_corpus_is_current() {
     let committed = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         committed == now,
-        "{path} is out of date: run with UPDATE_GOLDEN=1, then scripts/libcalico-check"
+        "{path} is out of date: run with UPDATE_GOLDEN=1, and replay it through libcalico-go \
+         as docs/calico-conversion.md says"
     );
 }
 
