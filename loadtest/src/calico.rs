@@ -34,7 +34,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use typha_client::calico::{self, CalicoHello, Until};
 use typha_client::tls::ClientTls;
-use typha_server::calico::libcalico::{SyncerType, calico_kvs};
+use typha_server::calico::libcalico::{SyncerType, builtin_kvs, calico_kvs};
 
 use crate::child::Child;
 use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir, mib};
@@ -288,6 +288,13 @@ fn translation(nodes: usize, pods: usize) -> anyhow::Result<Vec<(SyncerType, Kvs
             }
         }
     }
+    for (t, kvs) in &mut out {
+        for c in builtin_kvs(*t) {
+            if let Some(v) = c.value {
+                kvs.insert(c.key.to_string(), v);
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -313,8 +320,9 @@ pub(crate) struct Checks {
     pub(crate) ours_vs_calico_typha: Vec<Diff>,
 }
 
-/// Takes every syncer type's state from our server and (if given) Calico's, each started alone
-/// on the seeded datastore, and compares them.
+/// Takes every syncer type's state from our server on the freshly seeded datastore (checked
+/// against the translation) and, if given, from Calico's and then ours again, each started
+/// alone, and compares the last two.
 async fn check_states(
     wd: &Workdir,
     a: &CalicoArgs,
@@ -331,9 +339,16 @@ async fn check_states(
         }
     }
     if let Some(bin) = &a.calico_typha {
+        // Calico's Typha initializes the datastore when it starts, as calico-node and
+        // kube-controllers would have in a real cluster: it writes the three default tiers
+        // and fills in ClusterInformation. Our server is asked again after it, so both are
+        // compared on the same datastore.
         let theirs = start(wd, store, Target::Calico(bin), "calico-typha-check").await?;
         let got = dump_all(&theirs.addr, tls).await?;
         theirs.quit().await?;
+        let server = start(wd, store, Target::Ours, "server-check-after").await?;
+        let ours = dump_all(&server.addr, tls).await?;
+        server.quit().await?;
         for ((t, o), (_, g)) in ours.iter().zip(&got) {
             c.ours_vs_calico_typha.push(diff(*t, o, g));
         }

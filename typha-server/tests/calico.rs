@@ -21,7 +21,7 @@ use common::{Peer, cluster, eventually, server, tls_client};
 use typha_protocol::calico::StreamDecoder;
 use typha_protocol::calico::gob::Limits;
 use typha_protocol::calico::messages::{ClientHello, Message, Side, encode};
-use typha_server::calico::libcalico::{SyncerType, calico_kvs};
+use typha_server::calico::libcalico::{SyncerType, builtin_kvs, calico_kvs};
 use typha_server::calico::v3::Resource;
 use typha_server::config::Config;
 use typha_server::control_plane::peer;
@@ -141,6 +141,12 @@ fn expected(srv: &RunningServer, syncer: SyncerType) -> State {
             let value = String::from_utf8(c.value.unwrap().to_vec()).unwrap();
             out.insert(c.key.to_string(), (value, rev, v3));
         }
+    }
+    // What Calico's drivers always provide, at revision 1.
+    for c in builtin_kvs(syncer) {
+        let v3 = if c.is_v3_resource() { "1" } else { "" };
+        let value = String::from_utf8(c.value.unwrap().to_vec()).unwrap();
+        out.insert(c.key.to_string(), (value, "1".into(), v3.into()));
     }
     out
 }

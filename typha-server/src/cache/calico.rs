@@ -26,7 +26,7 @@ use typha_protocol::message::Seq;
 use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
 
 use crate::calico::libcalico::{
-    CalicoKv, SyncerType, calico_changes_encoded, calico_kvs, receivers,
+    CalicoKv, SyncerType, builtin_kvs, calico_changes_encoded, calico_kvs, receivers,
 };
 use crate::metrics::{FrameKind, Metrics};
 
@@ -280,6 +280,12 @@ pub fn build<'a>(
                 .map(|kv| serialized(kv, revision)),
         );
     }
+    // Calico's drivers give these revision 1.
+    all.extend(
+        builtin_kvs(syncer)
+            .iter()
+            .map(|kv| serialized(kv, Revision(1))),
+    );
     all.sort_by(|a, b| a.key.cmp(&b.key));
     let batch = match carriage {
         Carriage::Plain => SNAPSHOT_BATCH_PLAIN,

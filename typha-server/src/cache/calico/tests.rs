@@ -140,7 +140,8 @@ fn a_snapshot_is_sorted_by_calico_key_and_cut_into_messages() {
         it,
         &m,
     );
-    assert_eq!((s.kvs, s.frames.len()), (250, 3));
+    // The 250 network sets and the built-in default-allow profile's two KVs.
+    assert_eq!((s.kvs, s.frames.len()), (252, 3));
     let keys: Vec<String> = s
         .frames
         .iter()
@@ -150,5 +151,9 @@ fn a_snapshot_is_sorted_by_calico_key_and_cut_into_messages() {
     let mut sorted = keys.clone();
     sorted.sort();
     assert_eq!(keys, sorted);
+    assert!(
+        keys.iter()
+            .any(|k| k.ends_with("/profile/projectcalico-default-allow/rules"))
+    );
     assert_eq!(m.encoded_count(FrameKind::calico_snapshot), 3);
 }

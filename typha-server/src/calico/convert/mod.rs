@@ -52,5 +52,6 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::Node(s) => network::node(&cx, meta, s),
         Spec::FelixConfiguration(fields) => config::felix_configuration(&cx, name, fields),
         Spec::ClusterInformation(s) => Ok(config::cluster_information(s)),
+        Spec::Tier(s) => Ok(policy::tier(meta, s)),
     }
 }

@@ -1,13 +1,14 @@
 //! Policies (namespaced, global and Kubernetes) and profiles; their rules are in [`super::rule`].
 
 use typha_protocol::model::{
-    Key, Policy, PolicyKey, PolicyKind, PolicyType, ProfileKey, ProfileRules, Value,
+    Key, Policy, PolicyKey, PolicyKind, PolicyType, ProfileKey, ProfileRules,
+    Resource as ResourceValue, ResourceKey, ResourceKind, Value,
 };
 use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
 use super::context::{ConvertError, Cx};
 use super::rule::rules;
-use crate::calico::v3::{PolicySpec, ProfileSpec};
+use crate::calico::v3::{ObjectMeta, PolicySpec, ProfileSpec, TierSpec};
 
 /// A policy of `kind`; `ns` is its namespace, `None` for a global policy.
 pub(super) fn policy(
@@ -122,4 +123,22 @@ pub(super) fn profile(
         ));
     }
     Ok(out)
+}
+
+/// A tier, carried as the raw resource (order and default action): our agent orders policies by
+/// their own order within tier `default`; Calico's clients get `model.Tier` from it
+/// (`libcalico::route`).
+pub(super) fn tier(meta: &ObjectMeta, s: &TierSpec) -> Vec<(Key, Value)> {
+    vec![(
+        Key::Resource(ResourceKey {
+            kind: ResourceKind::Tier,
+            namespace: None,
+            name: meta.name.clone(),
+        }),
+        Value::Resource(ResourceValue {
+            labels: meta.labels.clone(),
+            // Serializing a plain struct to JSON cannot fail.
+            spec_json: serde_json::to_string(s).unwrap_or_default(),
+        }),
+    )]
 }

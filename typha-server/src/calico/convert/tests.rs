@@ -347,3 +347,31 @@ fn felix_parameter_names_keep_calicos_acronyms_and_units() {
         );
     }
 }
+
+/// A tier is carried as its raw resource, which Calico's clients receive as `model.Tier`.
+#[test]
+fn a_tier_is_carried_with_its_order_and_default_action() {
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: kube-admin}\nspec: {order: 1000, defaultAction: Pass}\n").unwrap();
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/resources/v3/projectcalico.org/tiers/kube-admin"
+    );
+    let Value::Resource(r) = &kvs[0].1 else {
+        panic!("{kvs:?}")
+    };
+    let spec: serde_json::Value = serde_json::from_str(&r.spec_json).unwrap();
+    assert_eq!(
+        spec,
+        serde_json::json!({"order": 1000.0, "defaultAction": "Pass"})
+    );
+    let calico = crate::calico::libcalico::calico_kvs(&kvs[0].0, &kvs[0].1);
+    assert_eq!(
+        &*calico[0].key,
+        "/calico/v1/policy/tier/kube-admin/metadata"
+    );
+    assert_eq!(
+        calico[0].value.as_deref(),
+        Some(&br#"{"order":1000,"defaultAction":"Pass"}"#[..])
+    );
+}

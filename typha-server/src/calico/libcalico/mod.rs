@@ -36,12 +36,50 @@ mod rule;
 #[cfg(test)]
 mod tests;
 
+use bytes::Bytes;
 use typha_protocol::model::{EncodedValue, Key, KeyPath, UpdateKind, Value, ValueError};
 
 pub use self::kv::{CalicoKv, SyncerSet, SyncerType};
 pub use self::path::CalicoKey;
 pub use self::route::receivers;
 use self::route::{Entry, entries, share};
+
+/// The profile Calico's datastore drivers provide whatever the datastore holds: allow
+/// everything both ways. kube-controllers' automatic host endpoints name it, so a Felix that
+/// lacked it would drop their traffic.
+pub const DEFAULT_ALLOW_PROFILE: &str = "projectcalico-default-allow";
+
+/// What every felix snapshot holds besides the cache's KVs, as Calico's drivers send it: the
+/// default-allow profile's rules and its v3 resource (revision `1` in Calico's). A stored
+/// profile of that name is ignored, as Calico's drivers ignore it.
+pub fn builtin_kvs(syncer: SyncerType) -> Vec<CalicoKv> {
+    if syncer != SyncerType::Felix {
+        return Vec::new();
+    }
+    [
+        (
+            CalicoKey::ProfileRules(DEFAULT_ALLOW_PROFILE.into()),
+            &br#"{"inbound_rules":[{"action":"allow"}],"outbound_rules":[{"action":"allow"}]}"#[..],
+        ),
+        (
+            CalicoKey::Resource {
+                plural: "profiles".into(),
+                namespace: None,
+                name: DEFAULT_ALLOW_PROFILE.into(),
+            },
+            &br#"{"kind":"Profile","apiVersion":"projectcalico.org/v3","metadata":{"name":"projectcalico-default-allow","creationTimestamp":null},"spec":{"ingress":[{"action":"Allow","source":{},"destination":{}}],"egress":[{"action":"Allow","source":{},"destination":{}}]}}"#[..],
+        ),
+    ]
+    .into_iter()
+    .map(|(key, value)| CalicoKv {
+        syncers: SyncerSet::of(&[SyncerType::Felix]),
+        key: key.path().into(),
+        value: Some(Bytes::from_static(value)),
+        kind: UpdateKind::New,
+        legacy_key: None,
+    })
+    .collect()
+}
 
 /// The Calico KVs `value` under `key` stands for in a snapshot: every one a put of update type
 /// new. Empty when no syncer type receives the key (or the value is not of the key's type).

@@ -96,6 +96,13 @@ pub(super) fn entries(key: &Key, value: Option<&Value>) -> Vec<Entry> {
             e.legacy = Some(legacy_policy_key(k, &tier_name));
             vec![e]
         }
+        // Calico's datastore drivers always list a built-in profile of this name and ignore a
+        // stored one; the built-in is in every felix snapshot ([`super::builtin_kvs`]).
+        (Key::ProfileRules(k), _) | (Key::ProfileLabels(k), _)
+            if k.name == super::DEFAULT_ALLOW_PROFILE =>
+        {
+            vec![]
+        }
         (Key::ProfileRules(k), v) => match v {
             Some(Value::ProfileRules(r)) => one(
                 FELIX,

@@ -1105,3 +1105,45 @@ fn each_calico_key_has_one_source() {
     }
     assert!(seen.len() > 100);
 }
+
+/// The built-in default-allow profile: felix only; its rules are what our encoder writes for
+/// allow-all rules; a stored profile of that name gives nothing (Calico ignores it).
+#[test]
+fn the_default_allow_profile_is_built_in_and_a_stored_one_is_ignored() {
+    use typha_protocol::model::ProfileKey;
+    assert!(super::builtin_kvs(SyncerType::Bgp).is_empty());
+    let kvs = super::builtin_kvs(SyncerType::Felix);
+    let keys: Vec<&str> = kvs.iter().map(|k| &*k.key).collect();
+    assert_eq!(
+        keys,
+        [
+            "/calico/v1/policy/profile/projectcalico-default-allow/rules",
+            "/calico/resources/v3/projectcalico.org/profiles/projectcalico-default-allow",
+        ]
+    );
+    // Calico's default-allow profile, through our own conversion and encoders.
+    let stored = crate::calico::v3::Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "Profile",
+        "metadata": {"name": super::DEFAULT_ALLOW_PROFILE},
+        "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}]},
+    }))
+    .unwrap();
+    let converted = crate::calico::convert::convert(&stored).unwrap();
+    let (_, rules) = converted
+        .iter()
+        .find(|(k, _)| matches!(k, Key::ProfileRules(_)))
+        .unwrap();
+    let other = Key::ProfileRules(ProfileKey {
+        name: "kns.default".into(),
+    });
+    let encoded = calico_kvs(&other, rules);
+    assert_eq!(encoded[0].value, kvs[0].value);
+    for kv in &kvs {
+        let v: serde_json::Value = serde_json::from_slice(kv.value.as_deref().unwrap()).unwrap();
+        assert!(v.is_object());
+    }
+    // The stored one gives nothing: every KV it converts to is dropped.
+    for (k, v) in &converted {
+        assert!(calico_kvs(k, v).is_empty(), "{k:?}");
+    }
+}

@@ -41,11 +41,13 @@ pub enum Kind {
     FelixConfiguration,
     /// Cluster information (`default`).
     ClusterInformation,
+    /// Policy tier: its order and default action.
+    Tier,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::WorkloadEndpoint,
         Kind::NetworkPolicy,
         Kind::GlobalNetworkPolicy,
@@ -60,6 +62,7 @@ impl Kind {
         Kind::Node,
         Kind::FelixConfiguration,
         Kind::ClusterInformation,
+        Kind::Tier,
     ];
 
     /// The kind's name as written in manifests.
@@ -79,6 +82,7 @@ impl Kind {
             Kind::Node => "Node",
             Kind::FelixConfiguration => "FelixConfiguration",
             Kind::ClusterInformation => "ClusterInformation",
+            Kind::Tier => "Tier",
         }
     }
 
@@ -115,6 +119,7 @@ impl Kind {
             Kind::Node => "nodes",
             Kind::FelixConfiguration => "felixconfigurations",
             Kind::ClusterInformation => "clusterinformations",
+            Kind::Tier => "tiers",
         }
     }
 

@@ -26,7 +26,7 @@ pub use self::network::{
 };
 pub use self::policy::{
     ActionSpec, EntityRuleSpec, HttpPathSpec, HttpSpec, IcmpSpec, PolicySpec, PortSpec,
-    ProfileSpec, ProtocolSpec, RuleSpec, ServiceAccountMatch, ServiceSpec,
+    ProfileSpec, ProtocolSpec, RuleSpec, ServiceAccountMatch, ServiceSpec, TierSpec,
 };
 pub use self::resource::{ObjectMeta, ParseError, Resource, Spec};
 pub use self::yaml::{YamlError, yaml_documents};

@@ -189,3 +189,17 @@ pub struct ProfileSpec {
     /// Labels given to endpoints that use this profile.
     pub labels_to_apply: BTreeMap<String, String>,
 }
+
+/// Tier spec: where the tier's policies sit among the others, and what happens to traffic no
+/// policy of the tier decides (`Deny`, or `Pass` to the next tier). Calico creates `default`
+/// (Deny), `kube-admin` and `kube-baseline` (Pass) when it initializes a datastore.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TierSpec {
+    /// Order: lower first; none is last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<f64>,
+    /// `Deny` (Calico's default) or `Pass`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_action: Option<String>,
+}

@@ -10,7 +10,7 @@ use super::id::{API_VERSION, Kind, ResourceId};
 use super::network::{
     BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec, NodeSpec,
 };
-use super::policy::{PolicySpec, ProfileSpec};
+use super::policy::{PolicySpec, ProfileSpec, TierSpec};
 
 /// Object metadata (the parts we use).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -64,6 +64,7 @@ pub enum Spec {
     /// Felix configuration fields, kept as JSON: each becomes a config parameter.
     FelixConfiguration(serde_json::Map<String, serde_json::Value>),
     ClusterInformation(ClusterInformationSpec),
+    Tier(TierSpec),
 }
 
 impl Resource {
@@ -84,6 +85,7 @@ impl Resource {
             Spec::Node(_) => Kind::Node,
             Spec::FelixConfiguration(_) => Kind::FelixConfiguration,
             Spec::ClusterInformation(_) => Kind::ClusterInformation,
+            Spec::Tier(_) => Kind::Tier,
         }
     }
 
@@ -185,6 +187,7 @@ impl Resource {
             Kind::ClusterInformation => {
                 Spec::ClusterInformation(serde_json::from_value(spec_json).map_err(bad)?)
             }
+            Kind::Tier => Spec::Tier(serde_json::from_value(spec_json).map_err(bad)?),
         };
         Ok(Resource { metadata, spec })
     }
@@ -211,6 +214,7 @@ impl Resource {
             Spec::Node(s) => serde_json::to_value(s),
             Spec::FelixConfiguration(m) => Ok(serde_json::Value::Object(m.clone())),
             Spec::ClusterInformation(s) => serde_json::to_value(s),
+            Spec::Tier(s) => serde_json::to_value(s),
         }
         // Serializing plain data structs to a JSON value cannot fail.
         .unwrap_or_default();
