@@ -1,9 +1,9 @@
 //! A Calico-protocol node inside a swarm (`__swarm --calico SYNCER`): one connection speaking
 //! Calico's Typha protocol as calico-node v3.32 does (the hello with snappy offered, an ACK
-//! for each decoder restart, a pong for each ping), over the same codec as
-//! `typha_client::calico` (`typha_protocol::calico`). It is its own loop rather than
-//! `typha_client::calico::run` because the fleet needs to see each message as it arrives
-//! (in sync, latency of every update, counts), and `run` reports only when the session ends.
+//! for each decoder restart, a pong for each ping). The session is
+//! `typha_client::calico::run_with`, the one our differential tests hold against Go's client;
+//! this node is its observer, seeing each event as it arrives (in sync, the latency of every
+//! update, counts and bytes) and keeping only what is below.
 //!
 //! What a node keeps is small, as the light store of our own protocol's nodes: a hash per key
 //! (so deletions and updates are applied, and keys counted) and, on full nodes, a hash of each
@@ -21,13 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use typha_protocol::calico::gob::Limits;
-use typha_protocol::calico::messages::{
-    self, COMPRESSION_SNAPPY, ClientHello, Message, Pong, Side, SyncStatus,
-};
-use typha_protocol::calico::{Compression, StreamDecoder};
+use typha_client::calico::{self, CalicoHello, Event, Until};
+use typha_protocol::calico::messages::{SerializedUpdate, SyncStatus};
 
 use crate::tally::{Shared, now_ns};
 
@@ -130,6 +125,9 @@ pub(crate) async fn node(
     }
 }
 
+/// calico-node's read timeout is its ping interval's multiple; 90 s is generous.
+const READ_TIMEOUT: Duration = Duration::from_secs(90);
+
 async fn session(
     conf: &NodeConf,
     state: &Mutex<NodeState>,
@@ -141,118 +139,67 @@ async fn session(
     let conn = crate::raw::dial(&conf.addr, conf.tls.as_ref())
         .await
         .context("connecting")?;
-    let (mut rd, mut wr) = tokio::io::split(conn);
-    let hello = Message::ClientHello(ClientHello {
-        hostname: conf.hostname.clone(),
-        info: "loadtest calico fleet".into(),
-        version: "v3.32.0".into(),
-        syncer_type: conf.syncer.clone(),
-        supports_decoder_restart: true,
-        supported_compression_algorithms: vec![COMPRESSION_SNAPPY.to_owned()],
-        supports_modern_policy_keys: true,
-        client_conn_id: (u64::from(rand_u32()) << 32) + 1,
-    });
-    let mut out = BytesMut::new();
-    out.extend_from_slice(&Side::Client.preamble());
-    out.extend_from_slice(&messages::encode(Side::Client, &hello)?);
-    wr.write_all(&out).await?;
-    wr.flush().await?;
-
-    let mut dec = StreamDecoder::new(Limits::CLIENT_INBOUND);
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut hello_seen = false;
-    // calico-node's read timeout is its ping interval's multiple; 90 s is generous.
-    let read_timeout = Duration::from_secs(90);
-    loop {
-        while let Some(msg) = dec.decode(&mut buf)? {
-            match msg {
-                Message::ServerHello(_) => {
-                    if hello_seen {
-                        bail!("a second ServerHello");
-                    }
-                    hello_seen = true;
-                    *connected = true;
-                    shared.direct_connected.fetch_add(1, Ordering::Relaxed);
-                }
-                Message::DecoderRestart(r) => {
-                    let c = Compression::from_name(&r.compression_algorithm)
-                        .with_context(|| format!("restart into {:?}", r.compression_algorithm))?;
-                    dec.restart(c)?;
-                    wr.write_all(&messages::encode(Side::Client, &Message::Ack)?)
-                        .await?;
-                    wr.flush().await?;
-                }
-                Message::SyncStatus(s) => {
-                    let now = s == SyncStatus::InSync;
-                    if now != *in_sync {
-                        *in_sync = now;
-                        if now {
-                            shared.in_sync.fetch_add(1, Ordering::Relaxed);
-                        } else {
-                            shared.in_sync.fetch_sub(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                Message::Ping(p) => {
-                    let pong = Message::Pong(Pong {
-                        ping_timestamp: p.timestamp,
-                        ..Pong::default()
-                    });
-                    wr.write_all(&messages::encode(Side::Client, &pong)?)
-                        .await?;
-                    wr.flush().await?;
-                }
-                Message::Kvs(updates) => {
-                    if !hello_seen {
-                        bail!("updates before the ServerHello");
-                    }
-                    let received = now_ns();
-                    let mut lat = Vec::new();
-                    {
-                        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-                        let full = st.full;
-                        for u in &updates {
-                            let k = hash_of(&[u.key.as_bytes()]);
-                            if u.value.is_empty() {
-                                st.kvs.remove(&k);
-                                continue;
-                            }
-                            let v = if full {
-                                hash_of(&[u.key.as_bytes(), &u.value])
-                            } else {
-                                0
-                            };
-                            st.kvs.insert(k, v);
-                            if let Some(sent) = crate::etcd::sent_ns_json(&u.value) {
-                                lat.push(
-                                    u64::try_from(received.saturating_sub(sent) / 1000)
-                                        .unwrap_or(u64::MAX),
-                                );
-                            }
-                        }
-                    }
-                    shared
-                        .updates
-                        .fetch_add(updates.len() as u64, Ordering::Relaxed);
-                    shared.record(shard, &lat);
-                }
-                // calico-node ignores what it does not handle.
-                _ => {}
+    let hello = CalicoHello::calico_node(conf.hostname.clone(), conf.syncer.clone());
+    calico::run_with(
+        conn,
+        &hello,
+        Until::Closed,
+        READ_TIMEOUT,
+        |event| match event {
+            Event::Received(n) => {
+                shared.calico_bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
-        }
-        let n = tokio::time::timeout(read_timeout, rd.read_buf(&mut buf))
-            .await
-            .map_err(|_| anyhow::anyhow!("nothing from the server for {read_timeout:?}"))??;
-        if n == 0 {
-            bail!("the server closed the connection");
-        }
-        shared.calico_bytes.fetch_add(n as u64, Ordering::Relaxed);
-    }
+            Event::ServerHello(_) => {
+                *connected = true;
+                shared.direct_connected.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::SyncStatus(s) => {
+                let now = s == SyncStatus::InSync;
+                if now != *in_sync {
+                    *in_sync = now;
+                    if now {
+                        shared.in_sync.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        shared.in_sync.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Event::Kvs(updates) => apply(&updates, state, shared, shard),
+            _ => {}
+        },
+    )
+    .await?;
+    bail!("the server closed the connection")
 }
 
-fn rand_u32() -> u32 {
-    // A connection id for the server's logs only; the clock's low bits are enough.
-    (now_ns() as u32).rotate_left(7) ^ std::process::id()
+/// One message's updates: into the node's hashes, counted, stamped ones timed.
+fn apply(updates: &[SerializedUpdate], state: &Mutex<NodeState>, shared: &Shared, shard: usize) {
+    let received = now_ns();
+    let mut lat = Vec::new();
+    {
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let full = st.full;
+        for u in updates {
+            let k = hash_of(&[u.key.as_bytes()]);
+            if u.value.is_empty() {
+                st.kvs.remove(&k);
+                continue;
+            }
+            let v = if full {
+                hash_of(&[u.key.as_bytes(), &u.value])
+            } else {
+                0
+            };
+            st.kvs.insert(k, v);
+            if let Some(sent) = crate::etcd::sent_ns_json(&u.value) {
+                lat.push(u64::try_from(received.saturating_sub(sent) / 1000).unwrap_or(u64::MAX));
+            }
+        }
+    }
+    shared
+        .updates
+        .fetch_add(updates.len() as u64, Ordering::Relaxed);
+    shared.record(shard, &lat);
 }
 
 #[cfg(test)]

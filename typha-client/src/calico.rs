@@ -6,6 +6,11 @@
 //! offered, an ACK for each decoder restart, a pong for each ping, and updates applied in
 //! order to a map of Calico keys.
 //!
+//! [`run`] keeps that map and returns it at the end; [`run_with`] is the same session with
+//! nothing kept, each [`Event`] (the server's hello, a decoder restart, a sync status, a
+//! message's updates, a ping answered, bytes read) handed to the caller as it happens: the
+//! fleet's nodes keep only hashes and time each update on arrival.
+//!
 //! The wire codec is [`typha_protocol::calico`]: what we write is our preamble and plain
 //! values, which Go's decoder reads like any gob stream.
 
@@ -16,7 +21,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use typha_protocol::calico::gob::Limits;
 use typha_protocol::calico::messages::{
-    self, COMPRESSION_SNAPPY, ClientHello, EncodeError, Message, Pong, Side, SyncStatus, UpdateType,
+    self, COMPRESSION_SNAPPY, ClientHello, EncodeError, Message, Pong, SerializedUpdate,
+    ServerHello, Side, SyncStatus, UpdateType,
 };
 use typha_protocol::calico::{Compression, StreamDecoder, StreamError};
 
@@ -102,15 +108,72 @@ impl CalicoState {
     pub fn in_sync(&self) -> bool {
         self.statuses.last() == Some(&SyncStatus::InSync)
     }
+
+    /// Takes one event into the state, as [`run`] does with each: updates applied in order
+    /// (an empty value deletes the key), statuses, restarts and pongs counted. A caller of
+    /// [`run_with`] that also wants the end state passes its events on here.
+    pub fn apply(&mut self, event: Event) {
+        match event {
+            Event::ServerHello(h) => self.server_version = h.version,
+            Event::DecoderRestart(_) => self.decoder_restarts += 1,
+            Event::SyncStatus(s) => self.statuses.push(s),
+            Event::PingAnswered => self.pongs += 1,
+            Event::Kvs(updates) => {
+                for u in updates {
+                    self.updates += 1;
+                    if u.value.is_empty() {
+                        self.deletions += 1;
+                        self.kvs.remove(&u.key);
+                    } else {
+                        self.kvs.insert(
+                            u.key,
+                            CalicoKv {
+                                value: u.value,
+                                revision: u.revision.to_string(),
+                                v3_resource_version: u.v3_resource_version,
+                                update_type: u.update_type,
+                            },
+                        );
+                    }
+                }
+            }
+            Event::Received(_) => {}
+        }
+    }
 }
 
-/// When [`run`] returns.
+/// What a session sees, given to [`run_with`]'s observer as it happens, in the order of the
+/// stream. The session has already done its part when the observer hears of it: the hello
+/// was checked, the ACK or pong written.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// Bytes read from the connection, as read (before decoding): its traffic.
+    Received(usize),
+    /// The server's hello, checked: the syncer type asked for, node resource updates.
+    ServerHello(ServerHello),
+    /// The server restarted its stream into this compression; the ACK has been sent.
+    DecoderRestart(Compression),
+    /// A sync status.
+    SyncStatus(SyncStatus),
+    /// One `MsgKVs`: its updates in order (key, value, revision, update type; an empty value
+    /// is a deletion). Given as one event so that an observer sees which updates arrived
+    /// together (one message, one read).
+    Kvs(Vec<SerializedUpdate>),
+    /// A ping arrived and its pong has been sent.
+    PingAnswered,
+}
+
+/// When [`run`] or [`run_with`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Until {
     /// As soon as the server says InSync.
     InSync,
     /// When the server closes the connection (or after this long, whichever is first).
     ClosedOr(Duration),
+    /// When the server closes the connection, however long that takes: a node that lives
+    /// until its session fails (or until the caller drops the future).
+    Closed,
 }
 
 /// Why a session failed.
@@ -137,8 +200,9 @@ pub enum CalicoError {
 }
 
 /// Runs one session on `conn` (TCP or TLS, already connected): the hello, then messages
-/// until `until`. The state so far is returned with a closed connection when `until` is
-/// [`Until::ClosedOr`].
+/// until `until`, and returns what it left. With [`Until::ClosedOr`] and [`Until::Closed`]
+/// the state so far is returned when the server closes the connection (or the time is up).
+/// It is [`run_with`] with [`CalicoState::apply`] as the observer.
 pub async fn run<S>(
     conn: S,
     hello: &CalicoHello,
@@ -147,6 +211,33 @@ pub async fn run<S>(
 ) -> Result<CalicoState, CalicoError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut st = CalicoState::default();
+    run_with(conn, hello, until, read_timeout, |e| st.apply(e)).await?;
+    Ok(st)
+}
+
+/// Runs one session as [`run`] does, keeping nothing: each [`Event`] goes to `observe` as it
+/// happens, so a caller keeps what it needs (a fleet node: hashes, latencies, counts) and
+/// sees a status or an update when it arrives rather than at the end. `observe` runs between
+/// reads of the connection: it should be quick.
+///
+/// Returns `Ok` when `until` is reached (InSync; the connection closed or the time up with
+/// [`Until::ClosedOr`] or [`Until::Closed`]). Errors: the connection failed, nothing arrived
+/// for `read_timeout`, the stream is invalid, the server broke the protocol (a second
+/// hello, a syncer type other than the one asked for, no node resource updates, a decoder
+/// restart that was not offered or into an unknown compression, updates before the hello),
+/// or it closed before InSync with [`Until::InSync`].
+pub async fn run_with<S, F>(
+    conn: S,
+    hello: &CalicoHello,
+    until: Until,
+    read_timeout: Duration,
+    mut observe: F,
+) -> Result<(), CalicoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: FnMut(Event),
 {
     let (mut rd, mut wr) = tokio::io::split(conn);
     let mut out = BytesMut::new();
@@ -157,11 +248,10 @@ where
 
     let deadline = match until {
         Until::ClosedOr(d) => Some(tokio::time::Instant::now() + d),
-        Until::InSync => None,
+        Until::InSync | Until::Closed => None,
     };
     let mut dec = StreamDecoder::new(Limits::CLIENT_INBOUND);
     let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut st = CalicoState::default();
     let mut hello_seen = false;
     loop {
         // Every complete message in the buffer first.
@@ -172,27 +262,8 @@ where
                         return Err(CalicoError::Protocol("a second ServerHello".into()));
                     }
                     hello_seen = true;
-                    let asked = if hello.syncer_type.is_empty() {
-                        "felix"
-                    } else {
-                        &hello.syncer_type
-                    };
-                    let got = if h.syncer_type.is_empty() {
-                        "felix"
-                    } else {
-                        &h.syncer_type
-                    };
-                    if asked != got {
-                        return Err(CalicoError::Protocol(format!(
-                            "asked for syncer {asked}, the server serves {got}"
-                        )));
-                    }
-                    if !h.supports_node_resource_updates {
-                        return Err(CalicoError::Protocol(
-                            "the server does not support node resource updates".into(),
-                        ));
-                    }
-                    st.server_version = h.version;
+                    check_server_hello(hello, &h)?;
+                    observe(Event::ServerHello(h));
                 }
                 Message::DecoderRestart(r) => {
                     if !hello.snappy {
@@ -207,15 +278,15 @@ where
                         ))
                     })?;
                     dec.restart(c)?;
-                    st.decoder_restarts += 1;
                     wr.write_all(&messages::encode(Side::Client, &Message::Ack)?)
                         .await?;
                     wr.flush().await?;
+                    observe(Event::DecoderRestart(c));
                 }
                 Message::SyncStatus(s) => {
-                    st.statuses.push(s);
+                    observe(Event::SyncStatus(s));
                     if until == Until::InSync && s == SyncStatus::InSync {
-                        return Ok(st);
+                        return Ok(());
                     }
                 }
                 Message::Ping(p) => {
@@ -226,7 +297,7 @@ where
                     wr.write_all(&messages::encode(Side::Client, &pong)?)
                         .await?;
                     wr.flush().await?;
-                    st.pongs += 1;
+                    observe(Event::PingAnswered);
                 }
                 Message::Kvs(updates) => {
                     if !hello_seen {
@@ -234,23 +305,7 @@ where
                             "updates before the ServerHello".into(),
                         ));
                     }
-                    for u in updates {
-                        st.updates += 1;
-                        if u.value.is_empty() {
-                            st.deletions += 1;
-                            st.kvs.remove(&u.key);
-                        } else {
-                            st.kvs.insert(
-                                u.key,
-                                CalicoKv {
-                                    value: u.value,
-                                    revision: u.revision.to_string(),
-                                    v3_resource_version: u.v3_resource_version,
-                                    update_type: u.update_type,
-                                },
-                            );
-                        }
-                    }
+                    observe(Event::Kvs(updates));
                 }
                 // calico-node ignores what it does not handle.
                 _ => {}
@@ -260,7 +315,7 @@ where
         let n = match deadline {
             Some(d) => {
                 match tokio::time::timeout_at(d, tokio::time::timeout(read_timeout, read)).await {
-                    Err(_) => return Ok(st),
+                    Err(_) => return Ok(()),
                     Ok(r) => r.map_err(|_| CalicoError::ReadTimeout(read_timeout))??,
                 }
             }
@@ -270,9 +325,29 @@ where
         };
         if n == 0 {
             return match until {
-                Until::ClosedOr(_) => Ok(st),
+                Until::ClosedOr(_) | Until::Closed => Ok(()),
                 Until::InSync => Err(CalicoError::Closed("before InSync")),
             };
         }
+        observe(Event::Received(n));
     }
+}
+
+/// The checks calico-node makes of the server's hello.
+fn check_server_hello(hello: &CalicoHello, h: &ServerHello) -> Result<(), CalicoError> {
+    fn or_felix(t: &str) -> &str {
+        if t.is_empty() { "felix" } else { t }
+    }
+    let (asked, got) = (or_felix(&hello.syncer_type), or_felix(&h.syncer_type));
+    if asked != got {
+        return Err(CalicoError::Protocol(format!(
+            "asked for syncer {asked}, the server serves {got}"
+        )));
+    }
+    if !h.supports_node_resource_updates {
+        return Err(CalicoError::Protocol(
+            "the server does not support node resource updates".into(),
+        ));
+    }
+    Ok(())
 }

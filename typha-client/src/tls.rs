@@ -13,6 +13,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use typha_tls::{Change, Watched, earliest_expiry};
 
 /// TLS settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,39 +103,6 @@ pub fn client_config(t: &ClientTls) -> Result<Arc<rustls::ClientConfig>, TlsErro
     Ok(Arc::new(cfg))
 }
 
-/// The `notAfter` of the first certificate in a PEM file (`first_only`: a leaf with its
-/// chain) or the earliest of them all (a CA bundle), in Unix seconds.
-pub fn earliest_expiry(path: &Path, first_only: bool) -> Option<i64> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .ok()?
-        .filter_map(Result::ok)
-        .collect();
-    let take = if first_only { 1 } else { certs.len() };
-    certs
-        .iter()
-        .take(take)
-        .filter_map(|c| {
-            x509_parser::parse_x509_certificate(c.as_ref())
-                .ok()
-                .map(|(_, x)| x.validity().not_after.timestamp())
-        })
-        .min()
-}
-
-/// Fingerprint of files' contents (through symlinks, so a kubelet Secret volume's `..data`
-/// swap shows): equal fingerprints, same material. An unreadable file counts as its error.
-pub fn fingerprint(paths: &[&Path]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in paths {
-        match std::fs::read(p) {
-            Ok(bytes) => bytes.hash(&mut h),
-            Err(e) => e.kind().hash(&mut h),
-        }
-    }
-    h.finish()
-}
-
 /// The client's TLS material, re-read when its files change (a rotated Secret, cert-manager
 /// renewing a certificate): each dial checks the files and uses what they hold now. A new
 /// version that cannot be used is logged once and the last good one stays in use. Sessions
@@ -143,10 +111,7 @@ pub fn fingerprint(paths: &[&Path]) -> u64 {
 pub struct TlsSource {
     settings: ClientTls,
     current: Arc<rustls::ClientConfig>,
-    /// The files' fingerprint when `current` was built.
-    loaded: u64,
-    /// The fingerprint of the last version that failed (logged once).
-    failed: Option<u64>,
+    files: Watched,
     reloads: u64,
     failures: u64,
 }
@@ -154,13 +119,16 @@ pub struct TlsSource {
 impl TlsSource {
     /// Loads the material now: files that cannot be used at start are an error.
     pub fn load(settings: ClientTls) -> Result<Self, TlsError> {
-        let loaded = fingerprint(&[&settings.ca_file, &settings.cert_file, &settings.key_file]);
+        let files = Watched::new([
+            settings.ca_file.clone(),
+            settings.cert_file.clone(),
+            settings.key_file.clone(),
+        ]);
         let current = client_config(&settings)?;
         Ok(Self {
             settings,
             current,
-            loaded,
-            failed: None,
+            files,
             reloads: 0,
             failures: 0,
         })
@@ -183,22 +151,13 @@ impl TlsSource {
 
     fn check(&mut self) -> Arc<rustls::ClientConfig> {
         let s = &self.settings;
-        let now = fingerprint(&[&s.ca_file, &s.cert_file, &s.key_file]);
-        if now != self.loaded && self.failed != Some(now) {
-            match client_config(s) {
-                Ok(cfg) => {
-                    tracing::info!(ca = %s.ca_file.display(), cert = %s.cert_file.display(), "TLS files changed: new connections use them");
-                    self.current = cfg;
-                    self.loaded = now;
-                    self.failed = None;
-                    self.reloads += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "TLS files changed but cannot be used; keeping the previous ones");
-                    self.failed = Some(now);
-                    self.failures += 1;
-                }
+        match self.files.check(|| client_config(s)) {
+            Change::Unchanged => {}
+            Change::Reloaded(cfg) => {
+                self.current = cfg;
+                self.reloads += 1;
             }
+            Change::Failed(_) => self.failures += 1,
         }
         self.current.clone()
     }

@@ -9,6 +9,7 @@ use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use typha_tls::{Change, Watched, earliest_expiry};
 
 /// TLS settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,15 +115,7 @@ pub fn server_config(cfg: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsEr
 pub struct ServerTls {
     cfg: TlsConfig,
     current: arc_swap::ArcSwap<rustls::ServerConfig>,
-    state: std::sync::Mutex<Reload>,
-}
-
-#[derive(Debug, Default)]
-struct Reload {
-    /// The files' fingerprint when `current` was built.
-    loaded: u64,
-    /// The fingerprint of the last version that failed (logged once).
-    failed: Option<u64>,
+    files: std::sync::Mutex<Watched>,
 }
 
 /// What one [`ServerTls::reload`] did.
@@ -139,15 +132,16 @@ pub enum Reloaded {
 impl ServerTls {
     /// Loads the material now: files that cannot be used at start are an error.
     pub fn load(cfg: TlsConfig) -> Result<Self, TlsError> {
-        let loaded = fingerprint(&cfg);
+        let files = Watched::new([
+            cfg.cert_file.clone(),
+            cfg.key_file.clone(),
+            cfg.ca_file.clone(),
+        ]);
         let current = server_config(&cfg)?;
         Ok(Self {
             cfg,
             current: arc_swap::ArcSwap::new(current),
-            state: std::sync::Mutex::new(Reload {
-                loaded,
-                failed: None,
-            }),
+            files: std::sync::Mutex::new(files),
         })
     }
 
@@ -172,59 +166,16 @@ impl ServerTls {
 
     /// Re-reads the files if they changed.
     pub fn reload(&self) -> Reloaded {
-        let now = fingerprint(&self.cfg);
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if now == st.loaded || st.failed == Some(now) {
-            return Reloaded::Unchanged;
-        }
-        match server_config(&self.cfg) {
-            Ok(c) => {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        match files.check(|| server_config(&self.cfg)) {
+            Change::Unchanged => Reloaded::Unchanged,
+            Change::Reloaded(c) => {
                 self.current.store(c);
-                st.loaded = now;
-                st.failed = None;
-                tracing::info!(cert = %self.cfg.cert_file.display(), ca = %self.cfg.ca_file.display(), "TLS files changed: new connections use them");
                 Reloaded::Reloaded
             }
-            Err(e) => {
-                st.failed = Some(now);
-                tracing::warn!(error = %e, "TLS files changed but cannot be used; keeping the previous ones");
-                Reloaded::Failed
-            }
+            Change::Failed(_) => Reloaded::Failed,
         }
     }
-}
-
-/// The `notAfter` of the first certificate in a PEM file (`first_only`, a leaf with its
-/// chain), or the earliest of all of them (a CA bundle), in Unix seconds.
-pub fn earliest_expiry(path: &Path, first_only: bool) -> Option<i64> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .ok()?
-        .filter_map(Result::ok)
-        .collect();
-    let take = if first_only { 1 } else { certs.len() };
-    certs
-        .iter()
-        .take(take)
-        .filter_map(|c| {
-            x509_parser::parse_x509_certificate(c.as_ref())
-                .ok()
-                .map(|(_, x)| x.validity().not_after.timestamp())
-        })
-        .min()
-}
-
-/// Fingerprint of the three files' contents, read through symlinks; an unreadable file counts
-/// as its error.
-fn fingerprint(cfg: &TlsConfig) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in [&cfg.cert_file, &cfg.key_file, &cfg.ca_file] {
-        match std::fs::read(p) {
-            Ok(bytes) => bytes.hash(&mut h),
-            Err(e) => e.kind().hash(&mut h),
-        }
-    }
-    h.finish()
 }
 
 /// A certificate's identity: its subject CN and URI SANs.
