@@ -135,6 +135,9 @@ pub(crate) struct Side {
     /// Calico sessions that ended and reconnected after (fails the run: a resent snapshot
     /// would count stamped values as deliveries).
     pub(crate) reconnects: u64,
+    /// Connections the server closed, by reason, until every node was in sync (typha-server
+    /// only: Calico's Typha does not say why).
+    pub(crate) server_drops_sync: BTreeMap<String, u64>,
     /// Nothing lost.
     pub(crate) ok: bool,
 }
@@ -397,6 +400,7 @@ async fn side(
         .iter()
         .map(|s| s.progress_u64("calico_failures"))
         .sum();
+    let server_drops_sync = server.drops().await?;
     let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
     let swarm_cpu_synced = harness::cpu(&swarm_pids);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -456,6 +460,7 @@ async fn side(
         rss_per_connection: (connected.rss as f64 - idle.rss as f64) / a.nodes as f64,
         rss_idle_per_kv: idle.rss as f64 / kvs.max(1) as f64,
         nodes_exact_before_churn: exact_before,
+        server_drops_sync,
         ..Side::default()
     };
     match (calico, want) {
@@ -750,8 +755,16 @@ fn table(
         if s.protocol.starts_with("calico/") {
             t_ += &format!(
                 "{name}: {} of {} full nodes exact at the end; {} sessions reconnected before \
-                 all were in sync, {} after.\n",
-                s.full_nodes_exact, s.full_nodes, s.reconnects_sync, s.reconnects
+                 all were in sync, {} after{}.\n",
+                s.full_nodes_exact,
+                s.full_nodes,
+                s.reconnects_sync,
+                s.reconnects,
+                if s.server_drops_sync.is_empty() {
+                    String::new()
+                } else {
+                    format!("; the server closed {:?} until then", s.server_drops_sync)
+                }
             );
         }
     }

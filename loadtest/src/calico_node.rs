@@ -88,6 +88,9 @@ pub(crate) struct NodeConf {
     pub(crate) syncer: String,
 }
 
+/// Session failures per swarm whose reason is printed.
+const FAILURES_SHOWN: u64 = 5;
+
 /// Runs a node until `stop`: sessions against the server, reconnecting after failures.
 pub(crate) async fn node(
     conf: NodeConf,
@@ -114,9 +117,15 @@ pub(crate) async fn node(
             st.failures += 1;
             st.kvs.clear();
         }
-        shared.calico_failures.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = r {
-            tracing::debug!(node = %conf.hostname, error = %format!("{e:#}"), "Calico session ended; reconnecting");
+        let nth = shared.calico_failures.fetch_add(1, Ordering::Relaxed);
+        // The swarm has no log: the first few reasons go to the coordinator's terminal, so a
+        // run with reconnects says why.
+        if nth < FAILURES_SHOWN {
+            let why = match &r {
+                Err(e) => format!("{e:#}"),
+                Ok(()) => "the session ended".into(),
+            };
+            eprintln!("swarm: Calico node {}: {why}; reconnecting", conf.hostname);
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}

@@ -13,6 +13,7 @@
 //! state digest) and `/metrics`. Churn is written through the embedded datastore's write API
 //! ([`Churn`]), each update stamped with its write time so nodes can measure latency.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -331,6 +332,23 @@ impl Server {
             }
         }
         Ok(v)
+    }
+
+    /// Connections it has closed, by reason (`typha_connections_dropped_total{reason}`, the
+    /// reasons with a count); empty for Calico's Typha, which counts drops without reasons.
+    pub(crate) async fn drops(&mut self) -> anyhow::Result<BTreeMap<String, u64>> {
+        if self.calico {
+            return Ok(BTreeMap::new());
+        }
+        let m = self.http.get_metrics().await?;
+        Ok(m.iter()
+            .filter_map(|(series, v)| {
+                let reason = series
+                    .strip_prefix("typha_connections_dropped_total{reason=\"")?
+                    .strip_suffix("\"}")?;
+                (*v > 0.0).then(|| (reason.to_owned(), *v as u64))
+            })
+            .collect())
     }
 
     /// Kills it at once (SIGKILL), as a crash would.
