@@ -11,17 +11,18 @@ pub struct NetworkSetSpec {
     pub nets: Vec<String>,
 }
 
-/// IPPool spec.
+/// IPPool spec. An unset mode is left out when written, as Calico's API omits it (Calico
+/// v3.32's CRD refuses an empty one).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct IpPoolSpec {
     /// CIDR.
     pub cidr: String,
     /// `Always`, `CrossSubnet` or `Never` (default).
-    #[serde(rename = "ipipMode")]
+    #[serde(rename = "ipipMode", skip_serializing_if = "String::is_empty")]
     pub ipip_mode: String,
     /// `Always`, `CrossSubnet` or `Never` (default).
-    #[serde(rename = "vxlanMode")]
+    #[serde(rename = "vxlanMode", skip_serializing_if = "String::is_empty")]
     pub vxlan_mode: String,
     /// Masquerade outgoing traffic.
     pub nat_outgoing: bool,
