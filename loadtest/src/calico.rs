@@ -63,6 +63,10 @@ pub(crate) struct CalicoArgs {
     /// Skip the baseline (the same nodes over our own protocol).
     #[arg(long)]
     pub(crate) no_baseline: bool,
+    /// Skip the crash at the end of each Calico-protocol side (the server SIGKILLed and
+    /// started again on the same ports, every node reconnecting and resyncing).
+    #[arg(long)]
+    pub(crate) no_kill: bool,
     /// Calico's own `calico-typha` executable: its states are compared with ours and the same
     /// fleet is run against it (needs `--datastore`).
     #[arg(long, value_name = "PATH")]
@@ -138,6 +142,15 @@ pub(crate) struct Side {
     /// Connections the server closed, by reason, until every node was in sync (typha-server
     /// only: Calico's Typha does not say why).
     pub(crate) server_drops_sync: BTreeMap<String, u64>,
+    /// After the churn (Calico protocol): seconds from SIGKILL until the restarted server was
+    /// ready (its datastore listed again).
+    pub(crate) kill_ready_secs: Option<f64>,
+    /// Seconds from SIGKILL until every node was in sync again.
+    pub(crate) kill_resync_secs: Option<f64>,
+    /// CPU seconds of the restarted server until then.
+    pub(crate) kill_server_cpu_secs: Option<f64>,
+    /// Sessions that ended during the resync beyond the one each node lost to the kill.
+    pub(crate) kill_extra_reconnects: Option<u64>,
     /// Nothing lost.
     pub(crate) ok: bool,
 }
@@ -469,6 +482,28 @@ async fn side(
                 .iter()
                 .map(|s| s.progress_u64("calico_failures"))
                 .sum();
+            if !a.no_kill {
+                // A crash: every node loses its session, reconnects after a second (as
+                // calico-node's client does) and gets a new snapshot from the restarted server.
+                let nodes = a.nodes as u64;
+                let killed = Instant::now();
+                server.kill_and_restart().await?;
+                s.kill_ready_secs = Some(killed.elapsed().as_secs_f64());
+                harness::wait_for(
+                    &swarms,
+                    "calico_failures",
+                    reconnects + nodes,
+                    "sessions ended by the kill",
+                    limit,
+                )
+                .await?;
+                harness::wait_for(&swarms, "in_sync", nodes, "in sync again", limit).await?;
+                s.kill_resync_secs = Some(killed.elapsed().as_secs_f64());
+                s.kill_server_cpu_secs = Some(harness::cpu(&[server.pid()]));
+                s.kill_extra_reconnects = Some(
+                    harness::sum(&swarms, "calico_failures").saturating_sub(reconnects + nodes),
+                );
+            }
             // The churn relabels existing endpoints: what a client takes now is the end state.
             let (n, d) = digest_of(&dump(&server.addr, tls, t).await?);
             let (nodes_exact, full, full_exact, events) = exact(&mut swarms, "done", n, &d).await?;
@@ -685,10 +720,15 @@ fn table(
     let row = |name: &str, f: &dyn Fn(&Side) -> f64, fmt: &dyn Fn(f64) -> String| {
         let mut r = format!("| {name} |");
         for (_, s) in &cols {
-            r += &format!(" {} |", fmt(f(s)));
+            let v = f(s);
+            // Not measured on this side (NaN): a dash.
+            let cell = if v.is_nan() { "-".into() } else { fmt(v) };
+            r += &format!(" {cell} |");
         }
         let ratio = |x: f64, y: f64| {
-            if y > 0.0 {
+            if x.is_nan() {
+                " - |".into()
+            } else if y > 0.0 {
                 format!(" {:.2} |", x / y)
             } else {
                 " - |".into()
@@ -751,6 +791,29 @@ fn table(
         &n,
     );
     t_ += &row("nodes exact at the end", &|s| s.nodes_exact as f64, &n);
+    if c.kill_resync_secs.is_some() {
+        let opt = |v: Option<f64>| v.unwrap_or(f64::NAN);
+        t_ += &row(
+            "SIGKILL: restarted server ready after",
+            &|s| opt(s.kill_ready_secs),
+            &secs,
+        );
+        t_ += &row(
+            "SIGKILL: all nodes in sync again after",
+            &|s| opt(s.kill_resync_secs),
+            &secs,
+        );
+        t_ += &row(
+            "SIGKILL: restarted server's CPU until then",
+            &|s| opt(s.kill_server_cpu_secs),
+            &secs,
+        );
+        t_ += &row(
+            "SIGKILL: extra sessions ended in the resync",
+            &|s| opt(s.kill_extra_reconnects.map(|v| v as f64)),
+            &n,
+        );
+    }
     for (name, s) in &cols {
         if s.protocol.starts_with("calico/") {
             t_ += &format!(

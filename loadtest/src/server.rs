@@ -69,6 +69,9 @@ pub(crate) struct Server {
     name: String,
     /// Calico's own Typha (no `/status`, none of our metrics), not ours.
     calico: bool,
+    /// How it was started (program, arguments, environment), to start it again on the same
+    /// ports after a kill; `None` for an external server.
+    respawn: Option<std::process::Command>,
     /// `None` for an external server.
     proc: Option<tokio::process::Child>,
     log: Option<PathBuf>,
@@ -98,6 +101,23 @@ pub(crate) struct Spawn<'a> {
     /// Run Calico's own `calico-typha` executable instead of ours (not over the embedded
     /// datastore, which it cannot read).
     pub(crate) calico_typha: Option<&'a Path>,
+}
+
+/// A copy of a command: its program, arguments, environment and directory (the standard
+/// library's `Command` cannot be cloned, but says all of these).
+fn copy_of(c: &std::process::Command) -> std::process::Command {
+    let mut n = std::process::Command::new(c.get_program());
+    n.args(c.get_args());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => n.env(k, v),
+            None => n.env_remove(k),
+        };
+    }
+    if let Some(d) = c.get_current_dir() {
+        n.current_dir(d);
+    }
+    n
 }
 
 /// A free TCP port on the loopback.
@@ -206,6 +226,7 @@ impl Server {
                 .env("TYPHA_CAFILE", t.join("ca.crt"))
                 .env("TYPHA_CLIENTCN", "typha-client");
         }
+        let respawn = Some(copy_of(cmd.as_std()));
         let log = s.log_dir.join(format!("{}.log", s.name.replace(' ', "-")));
         let file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -219,6 +240,7 @@ impl Server {
         let mut server = Server {
             name: s.name.to_owned(),
             calico: s.calico_typha.is_some(),
+            respawn,
             proc: Some(proc),
             log: Some(log),
             addr: format!("localhost:{port}"),
@@ -239,6 +261,7 @@ impl Server {
         let mut server = Server {
             name: format!("server at {addr}"),
             calico: false,
+            respawn: None,
             proc: None,
             log: None,
             addr: addr.clone(),
@@ -359,6 +382,33 @@ impl Server {
                 .with_context(|| format!("killing {}", self.name))?;
         }
         Ok(())
+    }
+
+    /// Kills it (SIGKILL), as a crash would, and starts it again at once with the same
+    /// settings and ports, as its replacement would come back at the Service's address; its
+    /// log goes on in the same file. Returns when it says it is ready.
+    pub(crate) async fn kill_and_restart(&mut self) -> anyhow::Result<()> {
+        let Some(spec) = &self.respawn else {
+            bail!("{}: not started by loadtest, cannot restart it", self.name);
+        };
+        let mut cmd = Command::from(copy_of(spec));
+        self.kill().await?;
+        let file = match &self.log {
+            Some(log) => std::fs::OpenOptions::new()
+                .append(true)
+                .open(log)
+                .with_context(|| format!("opening {}", log.display()))?,
+            None => bail!("{}: no log file", self.name),
+        };
+        self.proc = Some(
+            cmd.stdin(Stdio::null())
+                .stdout(file.try_clone()?)
+                .stderr(file)
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("restarting {}", self.name))?,
+        );
+        self.ready(Duration::from_secs(600)).await
     }
 
     /// Stops it as an orchestrator would (SIGTERM) and checks that it exits cleanly.

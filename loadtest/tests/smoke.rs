@@ -411,6 +411,15 @@ fn the_calico_fleet_runs_on_a_real_etcd_read_by_the_server() {
         assert!(d["only_second"].as_array().unwrap().is_empty(), "{d}");
     }
     assert!(r["calico_typha"].is_null(), "{r}");
+    // After the churn the server was SIGKILLed and started again on the same ports: every node
+    // reconnected, resynced from etcd through it, and still ended exact (checked above, after
+    // the restart).
+    assert!(c["kill_resync_secs"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(
+        c["kill_resync_secs"].as_f64().unwrap() >= c["kill_ready_secs"].as_f64().unwrap(),
+        "{r}"
+    );
+    assert!(c["kill_server_cpu_secs"].as_f64().unwrap() > 0.0, "{r}");
 }
 
 #[test]

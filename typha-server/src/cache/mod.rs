@@ -23,7 +23,8 @@ pub mod snapshot;
 pub mod writer;
 
 use std::collections::VecDeque;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -59,6 +60,12 @@ pub struct CacheConfig {
     pub fanout_frames_per_sec: u64,
     /// The largest window the budget may ask for.
     pub max_interval: Duration,
+    /// How long a breadcrumb a Calico client still needs ([`Cache::pin`]) is kept past the
+    /// history limits: the longest such a client may lag before it is dropped (Typha's
+    /// fall-behind limit plus the new client's grace). Our own clients resume by digest when
+    /// they fall out of the history; Calico's protocol has no resume, so for them the history
+    /// must reach as far back as Typha's own rule lets them lag.
+    pub pinned_max_age: Duration,
 }
 
 impl CacheConfig {
@@ -82,6 +89,7 @@ impl Default for CacheConfig {
             min_interval: Duration::from_millis(20),
             fanout_frames_per_sec: 100_000,
             max_interval: Duration::from_millis(200),
+            pinned_max_age: Duration::from_secs(600),
         }
     }
 }
@@ -93,8 +101,23 @@ pub struct Cache {
     crumbs: RwLock<VecDeque<Arc<Breadcrumb>>>,
     latest: watch::Sender<Arc<Breadcrumb>>,
     ever_in_sync: std::sync::atomic::AtomicBool,
+    /// The cursors of connections that cannot resume (Calico's protocol): the breadcrumbs
+    /// after the oldest are kept up to [`CacheConfig::pinned_max_age`].
+    pins: Mutex<Vec<Weak<AtomicU64>>>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+}
+
+/// A connection's cursor, keeping the breadcrumbs after it in the history while it lags
+/// (up to [`CacheConfig::pinned_max_age`]); released when dropped.
+#[derive(Debug)]
+pub struct Pin(Arc<AtomicU64>);
+
+impl Pin {
+    /// The connection has sent everything up to `seq`.
+    pub fn set(&self, seq: Seq) {
+        self.0.store(seq.0, Ordering::Relaxed);
+    }
 }
 
 /// The breadcrumbs a client needs are no longer in the history window.
@@ -106,6 +129,29 @@ impl Cache {
     /// The server's epoch.
     pub fn epoch(&self) -> Epoch {
         self.epoch
+    }
+
+    /// Keeps the breadcrumbs after `at` while the returned pin lives (and moves with it).
+    pub fn pin(&self, at: Seq) -> Pin {
+        let p = Arc::new(AtomicU64::new(at.0));
+        let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
+        pins.push(Arc::downgrade(&p));
+        Pin(p)
+    }
+
+    /// The oldest pinned cursor, if any; forgets released pins.
+    fn oldest_pin(&self) -> Option<u64> {
+        let mut pins = self.pins.lock().unwrap_or_else(|e| e.into_inner());
+        let mut oldest = None;
+        pins.retain(|w| match w.upgrade() {
+            Some(p) => {
+                let seq = p.load(Ordering::Relaxed);
+                oldest = Some(oldest.map_or(seq, |o: u64| o.min(seq)));
+                true
+            }
+            None => false,
+        });
+        oldest
     }
 
     /// The newest breadcrumb.

@@ -219,6 +219,51 @@ fn history_is_bounded_and_eviction_is_reported() {
     assert_eq!(cache.range(Seq(15), Seq(20)).unwrap().len(), 5);
 }
 
+/// A lagging Calico connection's pin keeps the breadcrumbs after its cursor past the history
+/// limits, up to the pinned age; once released, the limits apply again.
+#[test]
+fn a_pin_keeps_what_a_lagging_connection_needs_until_it_is_released_or_too_old() {
+    let (mut w, cache) = writer(CacheConfig {
+        history_max: 5,
+        pinned_max_age: std::time::Duration::from_secs(600),
+        ..CacheConfig::default()
+    });
+    let mut step = |w: &mut CacheWriter, i: u64| {
+        w.handle(put(i, netset("a", &format!("10.{}.0.0/16", i % 200))));
+        w.flush();
+    };
+    step(&mut w, 1);
+    step(&mut w, 2);
+    let pin = cache.pin(Seq(2));
+    for i in 3..=20 {
+        step(&mut w, i);
+    }
+    // Everything after the pinned cursor is still there; before it, the limit applied.
+    assert!(cache.get(Seq(3)).is_some());
+    assert_eq!(cache.range(Seq(2), Seq(20)).unwrap().len(), 18);
+    pin.set(Seq(10));
+    step(&mut w, 21);
+    assert!(cache.get(Seq(10)).is_none());
+    assert!(cache.get(Seq(11)).is_some());
+    drop(pin);
+    step(&mut w, 22);
+    assert!(cache.get(Seq(17)).is_none());
+    assert_eq!(cache.after(Seq(17), 100).unwrap().len(), 5);
+
+    // Pinned breadcrumbs older than the pinned age go all the same.
+    let (mut w, cache) = writer(CacheConfig {
+        history_max: 5,
+        pinned_max_age: std::time::Duration::ZERO,
+        ..CacheConfig::default()
+    });
+    let _pin = cache.pin(Seq(0));
+    for i in 1..=20 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        step(&mut w, i);
+    }
+    assert!(cache.get(Seq(15)).is_none());
+}
+
 #[test]
 fn spans_carry_the_latest_value_of_each_changed_key() {
     let (mut w, cache) = writer(CacheConfig::default());

@@ -59,6 +59,7 @@ impl CacheWriter {
             crumbs: RwLock::new(VecDeque::from([first.clone()])),
             latest: watch::channel(first).0,
             ever_in_sync: std::sync::atomic::AtomicBool::new(false),
+            pins: Default::default(),
             metrics,
         });
         let writer = CacheWriter {
@@ -236,11 +237,21 @@ impl CacheWriter {
                 old.map.store(None);
             }
             let now = crumb.created;
+            let pinned = self.cache.oldest_pin();
             while crumbs.len() > self.cfg.history_max.max(1)
                 || crumbs.front().is_some_and(|c| {
                     now.duration_since(c.created) > self.cfg.history_max_age && crumbs.len() > 1
                 })
             {
+                // A breadcrumb a lagging Calico connection still needs stays until that
+                // connection would be dropped for its lag anyway.
+                let needed = crumbs.front().is_some_and(|c| {
+                    pinned.is_some_and(|p| c.seq.0 > p)
+                        && now.duration_since(c.created) <= self.cfg.pinned_max_age
+                });
+                if needed {
+                    break;
+                }
                 crumbs.pop_front();
             }
         }

@@ -126,6 +126,7 @@ impl Cli {
             max_concurrent_syncs: self.max_concurrent_syncs,
             ..ConnConfig::default()
         };
+        let pinned_max_age = conn.max_fall_behind + conn.new_client_grace;
         if conn.ping_interval.is_zero() {
             return Err(bad("TYPHA_SERVERPINGINTERVALSECS", "must be more than 0"));
         }
@@ -166,6 +167,8 @@ impl Cli {
                 min_interval: Duration::from_millis(self.batch_window_ms),
                 fanout_frames_per_sec: self.fanout_frames_per_sec,
                 max_interval: Duration::from_millis(self.max_batch_window_ms),
+                // As far back as a Calico client may lag before Typha's rule drops it.
+                pinned_max_age,
                 ..CacheConfig::default()
             },
             max_connections: self.max_connections_upper_limit,

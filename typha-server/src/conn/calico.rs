@@ -338,6 +338,8 @@ where
     });
 
     let mut crumbs = ctx.cache.subscribe();
+    // Calico's protocol cannot resume: the history keeps what this connection still needs.
+    let pin = ctx.cache.pin(cursor);
     let grace_until = Instant::now() + ctx.cfg.new_client_grace;
     let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
     let mut last_heard = Instant::now();
@@ -378,6 +380,7 @@ where
                 sent_status = crumb.status;
             }
             cursor = next;
+            pin.set(cursor);
             if out.pending_len >= ctx.cfg.max_write {
                 out.flush().await?;
             }
