@@ -228,7 +228,7 @@ fn a_pin_keeps_what_a_lagging_connection_needs_until_it_is_released_or_too_old()
         pinned_max_age: std::time::Duration::from_secs(600),
         ..CacheConfig::default()
     });
-    let mut step = |w: &mut CacheWriter, i: u64| {
+    let step = |w: &mut CacheWriter, i: u64| {
         w.handle(put(i, netset("a", &format!("10.{}.0.0/16", i % 200))));
         w.flush();
     };

@@ -129,3 +129,8 @@ impl CalicoKv {
         self.key.starts_with(super::path::V3_PREFIX)
     }
 }
+
+/// The profile Calico's datastore drivers provide whatever the datastore holds: allow
+/// everything both ways. kube-controllers' automatic host endpoints name it, so a Felix that
+/// lacked it would drop their traffic.
+pub const DEFAULT_ALLOW_PROFILE: &str = "projectcalico-default-allow";

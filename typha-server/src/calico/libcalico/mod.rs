@@ -39,15 +39,10 @@ mod tests;
 use bytes::Bytes;
 use typha_protocol::model::{EncodedValue, Key, KeyPath, UpdateKind, Value, ValueError};
 
-pub use self::kv::{CalicoKv, SyncerSet, SyncerType};
+pub use self::kv::{CalicoKv, DEFAULT_ALLOW_PROFILE, SyncerSet, SyncerType};
 pub use self::path::CalicoKey;
 pub use self::route::receivers;
 use self::route::{Entry, entries, share};
-
-/// The profile Calico's datastore drivers provide whatever the datastore holds: allow
-/// everything both ways. kube-controllers' automatic host endpoints name it, so a Felix that
-/// lacked it would drop their traffic.
-pub const DEFAULT_ALLOW_PROFILE: &str = "projectcalico-default-allow";
 
 /// What every felix snapshot holds besides the cache's KVs, as Calico's drivers send it: the
 /// default-allow profile's rules and its v3 resource (revision `1` in Calico's). A stored

@@ -10,7 +10,7 @@ use typha_protocol::model::{Key, ResourceKey, ResourceKind, Value};
 use super::endpoint::{host_endpoint, host_endpoint_key, workload_endpoint, workload_endpoint_key};
 use super::host::{config, host_ip, ready, v3_node, wireguard};
 use super::json::Json;
-use super::kv::{SyncerSet, SyncerType};
+use super::kv::{DEFAULT_ALLOW_PROFILE, SyncerSet, SyncerType};
 use super::network::{affinity, block, block_affinity, ip_pool, network_set};
 use super::path::CalicoKey;
 use super::policy::{
@@ -99,7 +99,7 @@ pub(super) fn entries(key: &Key, value: Option<&Value>) -> Vec<Entry> {
         // Calico's datastore drivers always list a built-in profile of this name and ignore a
         // stored one; the built-in is in every felix snapshot ([`super::builtin_kvs`]).
         (Key::ProfileRules(k), _) | (Key::ProfileLabels(k), _)
-            if k.name == super::DEFAULT_ALLOW_PROFILE =>
+            if k.name == DEFAULT_ALLOW_PROFILE =>
         {
             vec![]
         }
