@@ -55,9 +55,14 @@ impl Carriage {
         match self {
             Carriage::Plain => gob,
             Carriage::Snappy => {
+                // Room for the whole message, as a block may be stored uncompressed; but a
+                // frame is usually a fraction of it (Calico's JSON values compress well), and
+                // frames are kept: a snapshot's while it is current, a
+                // breadcrumb's for the history. `Bytes::from` a Vec keeps its whole
+                // capacity, so the frame is copied out at its own size.
                 let mut out = Vec::with_capacity(gob.len() + 16);
                 ChunkEncoder::new().encode(&gob, &mut out);
-                Bytes::from(out)
+                Bytes::copy_from_slice(&out)
             }
         }
     }
@@ -292,16 +297,21 @@ pub fn build<'a>(
         Carriage::Snappy => SNAPSHOT_BATCH_SNAPPY,
     };
     let n = all.len();
-    let frames = all
-        .chunks(batch)
-        .map(|c| {
-            m.kvs_per_msg.observe(c.len() as f64);
-            m.counted(
-                FrameKind::calico_snapshot,
-                carriage.encode(&Message::Kvs(c.to_vec())),
-            )
-        })
-        .collect();
+    // Each batch is moved out of `all`, not cloned: the KVs' strings are freed as their
+    // message is encoded instead of existing twice until the end.
+    let mut frames = Vec::with_capacity(n.div_ceil(batch));
+    let mut rest = all.into_iter();
+    loop {
+        let kvs: Vec<SerializedUpdate> = rest.by_ref().take(batch).collect();
+        if kvs.is_empty() {
+            break;
+        }
+        m.kvs_per_msg.observe(kvs.len() as f64);
+        frames.push(m.counted(
+            FrameKind::calico_snapshot,
+            carriage.encode(&Message::Kvs(kvs)),
+        ));
+    }
     m.snapshots_generated.inc();
     CalicoSnapshot {
         seq,

@@ -301,37 +301,44 @@ where
 
     info.set_phase(Phase::Syncing);
     let sync_started = Instant::now();
-    let latest = ctx.cache.latest();
     let m = &ctx.cache.metrics;
-    let build = {
-        let (map, metrics) = (latest.map(), m.clone());
-        let at = (latest.seq, latest.status);
-        move || {
-            let kvs = map
-                .iter()
-                .flat_map(|m| m.iter())
-                .map(|(k, kv)| (k, &kv.value, kv.revision));
-            build_snapshot(syncer, carriage, at, kvs, &metrics)
+    // The snapshot and the breadcrumb it was asked for are held only while it is written:
+    // kept for the connection's life, they would pin that snapshot's frames (and the
+    // breadcrumb) after the cache has moved on, one set per moment clients joined.
+    let (mut cursor, mut sent_status) = {
+        let latest = ctx.cache.latest();
+        let build = {
+            let (map, metrics) = (latest.map(), m.clone());
+            let at = (latest.seq, latest.status);
+            move || {
+                let kvs = map
+                    .iter()
+                    .flat_map(|m| m.iter())
+                    .map(|(k, kv)| (k, &kv.value, kv.revision));
+                build_snapshot(syncer, carriage, at, kvs, &metrics)
+            }
+        };
+        let snap = ctx
+            .calico_snapshots
+            .get(syncer, carriage, latest.seq, build, m)
+            .await;
+        drop(latest);
+        for f in &snap.frames {
+            out.queue(f.clone())?;
         }
+        if snap.status != SyncStatus::WaitForDatastore {
+            out.queue(status_frame(carriage, snap.status))?;
+        }
+        let (seq, status, kvs) = (snap.seq, snap.status, snap.kvs);
+        drop(snap);
+        out.flush().await?;
+        debug!(syncer = %syncer, kvs, seq = seq.0, "Calico snapshot sent");
+        (seq, status)
     };
-    let snap = ctx
-        .calico_snapshots
-        .get(syncer, carriage, latest.seq, build, m)
-        .await;
-    for f in &snap.frames {
-        out.queue(f.clone())?;
-    }
-    let mut sent_status = snap.status;
-    if snap.status != SyncStatus::WaitForDatastore {
-        out.queue(status_frame(carriage, snap.status))?;
-    }
-    out.flush().await?;
     drop(_slot);
-    let mut cursor = snap.seq;
     info.synced(ResumeKind::snapshot, cursor);
     m.client_snapshot_send_secs
         .observe(sync_started.elapsed().as_secs_f64());
-    debug!(syncer = %syncer, kvs = snap.kvs, seq = cursor.0, "Calico snapshot sent");
     m.connections_streaming.inc();
     let _streaming = scopeguard(|| {
         ctx.cache.metrics.connections_streaming.dec();
