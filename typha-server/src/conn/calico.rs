@@ -305,7 +305,7 @@ where
     // The snapshot and the breadcrumb it was asked for are held only while it is written:
     // kept for the connection's life, they would pin that snapshot's frames (and the
     // breadcrumb) after the cache has moved on, one set per moment clients joined.
-    let (mut cursor, mut sent_status) = {
+    let (mut cursor, mut sent_status, pin) = {
         let latest = ctx.cache.latest();
         let build = {
             let (map, metrics) = (latest.map(), m.clone());
@@ -323,6 +323,9 @@ where
             .get(syncer, carriage, latest.seq, build, m)
             .await;
         drop(latest);
+        // Calico's protocol cannot resume: from here the history keeps what this connection
+        // still needs, including what arrives while the snapshot is written to a slow reader.
+        let pin = ctx.cache.pin(snap.seq);
         for f in &snap.frames {
             out.queue(f.clone())?;
         }
@@ -333,7 +336,7 @@ where
         drop(snap);
         out.flush().await?;
         debug!(syncer = %syncer, kvs, seq = seq.0, "Calico snapshot sent");
-        (seq, status)
+        (seq, status, pin)
     };
     drop(_slot);
     info.synced(ResumeKind::snapshot, cursor);
@@ -345,8 +348,6 @@ where
     });
 
     let mut crumbs = ctx.cache.subscribe();
-    // Calico's protocol cannot resume: the history keeps what this connection still needs.
-    let pin = ctx.cache.pin(cursor);
     let grace_until = Instant::now() + ctx.cfg.new_client_grace;
     let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
     let mut last_heard = Instant::now();
