@@ -386,6 +386,7 @@ impl Cluster {
                         affinity: Some(format!("host:{}", Self::node_name(node))),
                         allocated: self.spec.pods_per_node.min(64) as u32,
                         deleted: false,
+                        table: Default::default(),
                     }),
                 ));
             }

@@ -22,8 +22,9 @@ pub use key::{
 };
 pub use rule::{Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, ServiceMatch};
 pub use value::{
-    Block, EncapMode, EndpointPort, HostEndpoint, IpNat, IpPool, Labels, Mac, MacParseError,
-    NetworkSet, Node, Policy, PolicyType, ProfileRules, Resource, Value, WorkloadEndpoint,
+    AllocationAttribute, AllocationTable, Block, EncapMode, EndpointPort, HostEndpoint, IpNat,
+    IpPool, Labels, Mac, MacParseError, NetworkSet, Node, NodeAddress, NodeDetail, NodeInterface,
+    OrchRef, Policy, PolicyType, ProfileRules, Resource, Value, WorkloadEndpoint,
 };
 
 /// A validated key path: it always parses as a [`Key`]. Cheap to clone (shared).
@@ -134,13 +135,28 @@ pub enum ValueError {
 }
 
 impl EncodedValue {
-    /// Serializes a typed value.
+    /// Serializes a typed value: the value, then its tail when it has one.
+    ///
+    /// Fields added to a value type after version 1 travel as a tail after the version 1
+    /// encoding (a Node's [`NodeDetail`](value::NodeDetail), a Block's
+    /// [`AllocationTable`](value::AllocationTable)). A decoder that predates them stops
+    /// before the tail (postcard ignores trailing bytes); [`EncodedValue::decode`] reads it
+    /// when present and leaves it empty when not, so servers and clients of either age
+    /// understand each other (docs/protocol.md, "Compatibility rules").
     pub fn encode(value: &Value) -> Self {
         // Serializing these types into a Vec cannot fail: no maps with non-string keys, no
         // unsupported serde types, and Vec output never runs out of space.
-        Self(Bytes::from(
-            postcard::to_allocvec(value).unwrap_or_default(),
-        ))
+        let mut out = postcard::to_allocvec(value).unwrap_or_default();
+        match value {
+            Value::Node(n) if !n.detail.is_empty() => {
+                out = postcard::to_extend(&n.detail, out).unwrap_or_default();
+            }
+            Value::Block(b) if !b.table.is_empty() => {
+                out = postcard::to_extend(&b.table, out).unwrap_or_default();
+            }
+            _ => {}
+        }
+        Self(Bytes::from(out))
     }
 
     /// Wraps bytes received from elsewhere (a relay, a cache file) without checking them.
@@ -148,9 +164,27 @@ impl EncodedValue {
         Self(bytes)
     }
 
-    /// Decodes the typed value.
+    /// Decodes the typed value, with its tail when it has one (see [`EncodedValue::encode`]).
+    /// Bytes after what this version knows are ignored: they belong to a newer version.
     pub fn decode(&self) -> Result<Value, ValueError> {
-        postcard::from_bytes(&self.0).map_err(ValueError::Decode)
+        let (mut value, tail) =
+            postcard::take_from_bytes::<Value>(&self.0).map_err(ValueError::Decode)?;
+        if !tail.is_empty() {
+            match &mut value {
+                Value::Node(n) => {
+                    n.detail = postcard::take_from_bytes(tail)
+                        .map_err(ValueError::Decode)?
+                        .0;
+                }
+                Value::Block(b) => {
+                    b.table = postcard::take_from_bytes(tail)
+                        .map_err(ValueError::Decode)?
+                        .0;
+                }
+                _ => {}
+            }
+        }
+        Ok(value)
     }
 
     /// Decodes the value and checks that it belongs under `key`.
@@ -354,6 +388,86 @@ impl fmt::Display for SyncStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node_with_detail() -> Value {
+        Value::Node(Node {
+            ipv4_address: Some("192.0.2.1/24".parse().unwrap()),
+            labels: [("a".to_owned(), "b".to_owned())].into(),
+            detail: NodeDetail {
+                addresses: vec![NodeAddress {
+                    address: "192.0.2.1".into(),
+                    kind: "InternalIP".into(),
+                }],
+                route_reflector_cluster_id: "224.0.0.1".into(),
+                ..NodeDetail::default()
+            },
+            ..Node::default()
+        })
+    }
+
+    fn block_with_table() -> Value {
+        Value::Block(Block {
+            cidr: "10.0.1.0/30".parse().unwrap(),
+            affinity: Some("host:node-1".into()),
+            allocated: 1,
+            deleted: false,
+            table: AllocationTable {
+                allocations: Some(vec![Some(0), None, None, None]),
+                unallocated: Some(vec![1, 2, 3]),
+                attributes: Some(vec![AllocationAttribute {
+                    handle_id: Some("k8s-pod-network.abc".into()),
+                    secondary: [("node".to_owned(), "node-2".to_owned())].into(),
+                    alternate: Labels::new(),
+                }]),
+                sequence_number: 7,
+                ..AllocationTable::default()
+            },
+        })
+    }
+
+    /// The tail: a version 1 decoder (postcard's `from_bytes`, which ignores trailing bytes)
+    /// reads a value with a tail as the value without it; ours reads both forms.
+    #[test]
+    fn value_tails_are_compatible_both_ways() {
+        for v in [node_with_detail(), block_with_table()] {
+            let with_tail = EncodedValue::encode(&v);
+            assert_eq!(with_tail.decode().unwrap(), v);
+
+            let mut bare = v.clone();
+            match &mut bare {
+                Value::Node(n) => n.detail = NodeDetail::default(),
+                Value::Block(b) => b.table = AllocationTable::default(),
+                _ => unreachable!(),
+            }
+            let old_reader: Value = postcard::from_bytes(with_tail.as_bytes()).unwrap();
+            assert_eq!(old_reader, bare, "a version 1 decoder ignores the tail");
+
+            let v1_bytes = postcard::to_allocvec(&bare).unwrap();
+            assert_eq!(EncodedValue::encode(&bare).as_bytes(), &v1_bytes[..]);
+            assert!(with_tail.len() > v1_bytes.len());
+            let from_old = EncodedValue::from_bytes(Bytes::from(v1_bytes))
+                .decode()
+                .unwrap();
+            assert_eq!(
+                from_old, bare,
+                "a version 1 value decodes with an empty tail"
+            );
+
+            // A newer version's longer tail is read as far as this one knows it.
+            let mut longer = with_tail.as_bytes().to_vec();
+            longer.extend_from_slice(&[1, 2, 3]);
+            let newer = EncodedValue::from_bytes(Bytes::from(longer))
+                .decode()
+                .unwrap();
+            assert_eq!(newer, v);
+        }
+        // A tail that does not decode is an error, not a silently empty table.
+        let mut bad = EncodedValue::encode(&block_with_table())
+            .as_bytes()
+            .to_vec();
+        bad.truncate(bad.len() - 2);
+        assert!(EncodedValue::from_bytes(Bytes::from(bad)).decode().is_err());
+    }
 
     #[test]
     fn key_path_validates_and_orders_like_strings() {

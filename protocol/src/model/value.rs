@@ -293,6 +293,58 @@ pub struct Block {
     pub allocated: u32,
     /// Being deleted.
     pub deleted: bool,
+    /// The per-address table, as Calico's IPAM stores it. Encoded as the value's tail
+    /// ([`EncodedValue`](super::EncodedValue)): a decoder that predates it ignores it, and a
+    /// value from a server that predates it decodes with an empty table.
+    #[serde(skip)]
+    pub table: AllocationTable,
+}
+
+/// A block's per-address table (libcalico-go's `AllocationBlock` fields after `affinity`).
+/// `None` where Calico's stored value had `null`, so it is sent back as it was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationTable {
+    /// When the affinity was claimed (RFC 3339 text as stored).
+    pub affinity_claim_time: Option<String>,
+    /// One entry per address of the block: the index into `attributes` when allocated.
+    pub allocations: Option<Vec<Option<u32>>>,
+    /// The free ordinals, in the order IPAM hands them out.
+    pub unallocated: Option<Vec<u32>>,
+    /// Who holds each allocation.
+    pub attributes: Option<Vec<AllocationAttribute>>,
+    /// Bumped on every change of the block.
+    pub sequence_number: u64,
+    /// The sequence number at each ordinal's allocation (ordinals as decimal strings).
+    pub sequence_number_for_allocation: Option<BTreeMap<String, u64>>,
+}
+
+impl AllocationTable {
+    /// Whether the table says nothing (a block read without one).
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The node an allocated ordinal belongs to, from its attribute's `node` entry (how
+    /// Felix finds the host of an address borrowed from another host's block).
+    pub fn node_of(&self, ordinal: usize) -> Option<&str> {
+        let index = (*self.allocations.as_ref()?.get(ordinal)?)?;
+        let attr = self
+            .attributes
+            .as_ref()?
+            .get(usize::try_from(index).ok()?)?;
+        attr.secondary.get("node").map(String::as_str)
+    }
+}
+
+/// One allocation's owner (libcalico-go's `AllocationAttribute`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationAttribute {
+    /// The IPAM handle (`k8s-pod-network.<container id>` for pods).
+    pub handle_id: Option<String>,
+    /// The active owner's attributes (`namespace`, `node`, `pod`, `timestamp`, ...).
+    pub secondary: BTreeMap<String, String>,
+    /// A previous or coming owner's attributes (live migration).
+    pub alternate: BTreeMap<String, String>,
 }
 
 impl Block {
@@ -321,6 +373,70 @@ pub struct Node {
     pub as_number: Option<u32>,
     /// Node labels.
     pub labels: Labels,
+    /// The rest of the node's spec and status, encoded as the value's tail as for
+    /// [`Block::table`].
+    #[serde(skip)]
+    pub detail: NodeDetail,
+}
+
+/// What a Calico Node holds beyond the fields agents route by: its addresses (Felix's route
+/// resolver takes them as the node's host addresses), route reflector cluster, IPv6 VXLAN,
+/// WireGuard and interface addresses, orchestrator references and pod CIDRs. Strings as
+/// stored; empty means unset, as in Calico's API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDetail {
+    /// `spec.addresses`: (address, type) in order.
+    pub addresses: Vec<NodeAddress>,
+    /// `spec.bgp.routeReflectorClusterID`.
+    pub route_reflector_cluster_id: String,
+    /// `spec.ipv6VXLANTunnelAddr`.
+    pub ipv6_vxlan_tunnel_addr: String,
+    /// `spec.vxlanTunnelMACAddrV6`.
+    pub vxlan_tunnel_mac_v6: String,
+    /// `spec.orchRefs`.
+    pub orch_refs: Vec<OrchRef>,
+    /// `spec.wireguard`, when present: (interfaceIPv4Address, interfaceIPv6Address).
+    pub wireguard: Option<(String, String)>,
+    /// `spec.interfaces`.
+    pub interfaces: Vec<NodeInterface>,
+    /// `status.wireguardPublicKeyV6`.
+    pub wireguard_public_key_v6: String,
+    /// `status.podCIDRs`.
+    pub pod_cidrs: Vec<String>,
+}
+
+impl NodeDetail {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// One of a node's addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAddress {
+    /// An address or CIDR.
+    pub address: String,
+    /// `InternalIP`, `ExternalIP`, `CalicoNodeIP` or empty.
+    pub kind: String,
+}
+
+/// The orchestrator a node belongs to, and its name there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrchRef {
+    /// The node's name in the orchestrator (may be empty).
+    pub node_name: String,
+    /// `k8s`, ...
+    pub orchestrator: String,
+}
+
+/// A named host interface and its addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInterface {
+    /// Interface name.
+    pub name: String,
+    /// Its addresses.
+    pub addresses: Vec<String>,
 }
 
 /// Any other v3 resource, carried for consumers that want it.

@@ -183,6 +183,7 @@ pub fn canonical_kvs() -> Vec<(Key, Value)> {
                 affinity: Some("host:node-1".into()),
                 allocated: 23,
                 deleted: false,
+                table: AllocationTable::default(),
             }),
         ),
         (
@@ -220,6 +221,8 @@ pub fn canonical_kvs() -> Vec<(Key, Value)> {
                 wireguard_public_key: String::new(),
                 as_number: Some(64512),
                 labels: BTreeMap::new(),
+                // Empty: the golden files hold version 1 values, which must keep decoding.
+                detail: NodeDetail::default(),
             }),
         ),
         (
@@ -718,14 +721,22 @@ pub fn value() -> impl Strategy<Value = Value> {
                 disable_bgp_export: f[3],
             })
         }),
-        (ipnet(), option::of(text()), any::<u32>(), any::<bool>()).prop_map(
-            |(cidr, affinity, allocated, deleted)| Value::Block(Block {
-                cidr,
-                affinity,
-                allocated,
-                deleted
-            })
-        ),
+        (
+            ipnet(),
+            option::of(text()),
+            any::<u32>(),
+            any::<bool>(),
+            allocation_table()
+        )
+            .prop_map(
+                |(cidr, affinity, allocated, deleted, table)| Value::Block(Block {
+                    cidr,
+                    affinity,
+                    allocated,
+                    deleted,
+                    table,
+                })
+            ),
         ipaddr().prop_map(Value::HostIp),
         text().prop_map(Value::Config),
         any::<bool>().prop_map(Value::ReadyFlag),
@@ -734,9 +745,10 @@ pub fn value() -> impl Strategy<Value = Value> {
             option::of(mac()),
             text(),
             option::of(any::<u32>()),
-            labels()
+            labels(),
+            node_detail()
         )
-            .prop_map(|(addr, mac, wg, asn, labels)| Value::Node(Node {
+            .prop_map(|(addr, mac, wg, asn, labels, detail)| Value::Node(Node {
                 ipv4_address: addr.map(|a| Ipv4Net::new(a.into(), 24).unwrap()),
                 ipv6_address: None,
                 ipv4_ipip_tunnel_addr: addr.map(Into::into),
@@ -745,9 +757,77 @@ pub fn value() -> impl Strategy<Value = Value> {
                 wireguard_public_key: wg,
                 as_number: asn,
                 labels,
+                detail,
             })),
         (labels(), text())
             .prop_map(|(labels, spec_json)| Value::Resource(Resource { labels, spec_json })),
+    ]
+}
+
+/// A block's table: empty (a version 1 value) or filled.
+fn allocation_table() -> impl Strategy<Value = AllocationTable> {
+    let attribute =
+        (option::of(text()), labels(), labels()).prop_map(|(handle_id, secondary, alternate)| {
+            AllocationAttribute {
+                handle_id,
+                secondary,
+                alternate,
+            }
+        });
+    prop_oneof![
+        Just(AllocationTable::default()),
+        (
+            option::of(text()),
+            option::of(vec(option::of(0u32..64), 0..64)),
+            option::of(vec(0u32..64, 0..64)),
+            option::of(vec(attribute, 0..4)),
+            any::<u64>(),
+            option::of(btree_map(text(), any::<u64>(), 0..4)),
+        )
+            .prop_map(|(t, allocations, unallocated, attributes, n, per)| {
+                AllocationTable {
+                    affinity_claim_time: t,
+                    allocations,
+                    unallocated,
+                    attributes,
+                    sequence_number: n,
+                    sequence_number_for_allocation: per,
+                }
+            }),
+    ]
+}
+
+/// A node's detail: empty (a version 1 value) or filled.
+fn node_detail() -> impl Strategy<Value = NodeDetail> {
+    prop_oneof![
+        Just(NodeDetail::default()),
+        (
+            vec((text(), text()), 0..3),
+            text(),
+            option::of((text(), text())),
+            vec((text(), vec(text(), 0..2)), 0..2),
+            vec(text(), 0..2),
+        )
+            .prop_map(
+                |(addresses, rr, wireguard, interfaces, pod_cidrs)| NodeDetail {
+                    addresses: addresses
+                        .into_iter()
+                        .map(|(address, kind)| NodeAddress { address, kind })
+                        .collect(),
+                    route_reflector_cluster_id: rr,
+                    orch_refs: vec![OrchRef {
+                        node_name: String::new(),
+                        orchestrator: "k8s".into(),
+                    }],
+                    wireguard,
+                    interfaces: interfaces
+                        .into_iter()
+                        .map(|(name, addresses)| NodeInterface { name, addresses })
+                        .collect(),
+                    pod_cidrs,
+                    ..NodeDetail::default()
+                }
+            ),
     ]
 }
 
