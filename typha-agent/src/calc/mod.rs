@@ -107,7 +107,7 @@ pub struct CalcGraph {
     tiers: HashMap<String, f64>,
     profiles: HashMap<String, ProfileEntry>,
     index: IpSetIndex,
-    blocks: BTreeMap<Ipv4Net, String>,
+    blocks: BTreeMap<Ipv4Net, BlockRoutes>,
     node_ips: HashMap<String, NodeIps>,
     desired: Desired,
     dirty: Dirty,
@@ -258,7 +258,7 @@ impl CalcGraph {
             (Key::Block(k), v) => {
                 let IpNet::V4(cidr) = k.cidr else { return };
                 let owner = match v {
-                    Some(Value::Block(b)) => block_owner(&b),
+                    Some(Value::Block(b)) => block_routes(&b),
                     _ => None,
                 };
                 let changed = match owner {
@@ -335,11 +335,34 @@ impl CalcGraph {
     }
 }
 
-fn block_owner(b: &Block) -> Option<String> {
+/// Where a block's addresses live: the block with its affine host, and each address another
+/// host borrowed from it with that host (from the allocation table's `node` attribute, as
+/// Felix's route resolver finds them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BlockRoutes {
+    owner: Option<String>,
+    borrowed: Vec<(Ipv4Addr, String)>,
+}
+
+fn block_routes(b: &Block) -> Option<BlockRoutes> {
+    let IpNet::V4(cidr) = b.cidr else { return None };
     if b.deleted {
         return None;
     }
-    b.affine_host().map(str::to_string)
+    let owner = b.affine_host().map(str::to_string);
+    let size = b.table.allocations.as_ref().map_or(0, Vec::len);
+    let base = u32::from(cidr.network());
+    let borrowed: Vec<(Ipv4Addr, String)> = (0..size)
+        .filter_map(|ordinal| {
+            let node = b.table.node_of(ordinal)?;
+            if Some(node) == owner.as_deref() {
+                return None;
+            }
+            let ip = Ipv4Addr::from(base.checked_add(u32::try_from(ordinal).ok()?)?);
+            cidr.contains(&ip).then(|| (ip, node.to_owned()))
+        })
+        .collect();
+    (owner.is_some() || !borrowed.is_empty()).then_some(BlockRoutes { owner, borrowed })
 }
 
 fn v4(nets: &[Ipv4Net]) -> Vec<Ipv4Net> {

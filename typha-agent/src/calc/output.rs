@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ipnet::Ipv4Net;
 use typha_protocol::model::{PolicyType, ProfileRules};
 
 use super::render::{self, Dir, EndpointPlan, RenderStats, TierPolicies};
@@ -111,11 +112,27 @@ impl CalcGraph {
 
     pub(super) fn render_routes(&mut self) {
         let mut routes = BTreeMap::new();
-        for (cidr, owner) in &self.blocks {
-            if *owner == self.nodename {
-                routes.insert(*cidr, RouteTarget::Blackhole);
-            } else if let Some(ip) = self.node_ips.get(owner).and_then(NodeIps::get) {
-                routes.insert(*cidr, RouteTarget::Via(ip));
+        for (cidr, block) in &self.blocks {
+            match &block.owner {
+                Some(owner) if *owner == self.nodename => {
+                    routes.insert(*cidr, RouteTarget::Blackhole);
+                }
+                Some(owner) => {
+                    if let Some(ip) = self.node_ips.get(owner).and_then(NodeIps::get) {
+                        routes.insert(*cidr, RouteTarget::Via(ip));
+                    }
+                }
+                None => {}
+            }
+            // Addresses borrowed from the block by other hosts go to those hosts, also out of
+            // our own block (past its blackhole); ours are local endpoint routes below.
+            for (addr, node) in &block.borrowed {
+                if *node == self.nodename {
+                    continue;
+                }
+                if let Some(ip) = self.node_ips.get(node).and_then(NodeIps::get) {
+                    routes.insert(Ipv4Net::from(*addr), RouteTarget::Via(ip));
+                }
             }
         }
         for ep in self.local.values().filter(|e| !e.host) {

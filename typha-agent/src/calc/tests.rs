@@ -294,6 +294,7 @@ fn routes_follow_blocks_and_node_addresses() {
                 affinity: Some(format!("host:{host}")),
                 allocated: 1,
                 deleted: false,
+                table: Default::default(),
             }),
         )
     };
@@ -347,6 +348,74 @@ fn routes_follow_blocks_and_node_addresses() {
             .routes
             .contains_key(&"10.0.1.0/26".parse().unwrap())
     );
+}
+
+/// An address another host borrowed from a block is routed to that host, also out of our own
+/// block (past its blackhole); one we borrowed is our endpoint's; a free one follows the block.
+#[test]
+fn borrowed_addresses_are_routed_to_their_host() {
+    use typha_protocol::model::{AllocationAttribute, AllocationTable};
+    let mut g = graph();
+    let attr = |node: &str| AllocationAttribute {
+        secondary: [("node".to_owned(), node.to_owned())].into(),
+        ..AllocationAttribute::default()
+    };
+    let block = |cidr: &str, host: &str, allocations: Vec<Option<u32>>, nodes: &[&str]| {
+        (
+            Key::Block(BlockKey {
+                cidr: cidr.parse().unwrap(),
+            }),
+            Value::Block(Block {
+                cidr: cidr.parse().unwrap(),
+                affinity: Some(format!("host:{host}")),
+                allocated: 2,
+                deleted: false,
+                table: AllocationTable {
+                    allocations: Some(allocations),
+                    attributes: Some(nodes.iter().map(|n| attr(n)).collect()),
+                    ..AllocationTable::default()
+                },
+            }),
+        )
+    };
+    // Our block: .0 ours, .1 borrowed by node-b. node-b's block: .0 node-b's, .2 borrowed by us.
+    for (k, v) in [
+        block(
+            "10.0.0.0/30",
+            ME,
+            vec![Some(0), Some(1), None, None],
+            &[ME, "node-b"],
+        ),
+        block(
+            "10.0.1.0/30",
+            "node-b",
+            vec![Some(0), None, Some(1), None],
+            &["node-b", ME],
+        ),
+    ] {
+        g.on_update(&k, Some(v));
+    }
+    g.on_update(
+        &Key::HostIp(typha_protocol::model::HostIpKey {
+            hostname: "node-b".into(),
+        }),
+        Some(Value::HostIp("192.168.1.2".parse().unwrap())),
+    );
+    g.flush();
+    let r = &g.desired().routes;
+    let via_b = RouteTarget::Via("192.168.1.2".parse().unwrap());
+    assert_eq!(
+        r.get(&"10.0.0.0/30".parse().unwrap()),
+        Some(&RouteTarget::Blackhole)
+    );
+    assert_eq!(r.get(&"10.0.0.1/32".parse().unwrap()), Some(&via_b));
+    assert_eq!(r.get(&"10.0.1.0/30".parse().unwrap()), Some(&via_b));
+    assert!(
+        !r.contains_key(&"10.0.1.2/32".parse().unwrap()),
+        "ours: an endpoint route"
+    );
+    assert!(!r.contains_key(&"10.0.0.0/32".parse().unwrap()));
+    assert_eq!(r.len(), 3);
 }
 
 #[test]
