@@ -75,12 +75,51 @@ impl Spec {
     }
 
     /// Pod `pod` on node `node`; `generation` changes its labels (for churn).
-    pub fn workload_endpoint(&self, node: usize, pod: usize, generation: u64) -> Resource {
+    /// Pod `pod` of node `node`: its namespace, app, replica set and name.
+    fn pod_identity(&self, node: usize, pod: usize) -> (String, String, String, String, Rng) {
         let mut rng =
             Rng::new(self.seed ^ ((node as u64) << 32) ^ (pod as u64).wrapping_mul(0x2545_f491));
         let deployments = (self.namespaces * self.deployments_per_namespace).max(1);
         let (ns, app, rs) = self.deployment(rng.below(deployments as u64) as usize);
         let pod_name = format!("{app}-{rs}-{}", rng.k8s_suffix(5));
+        (ns, app, rs, pod_name, rng)
+    }
+
+    /// Node `node`'s IPAM block as Calico's IPAM writes it: its first `pods_per_node`
+    /// addresses allocated to the node's pods, each with its handle and owner.
+    pub fn ipam_block(&self, node: usize) -> Resource {
+        let name = node_name(node);
+        let pods = self.pods_per_node.min(256);
+        let attributes: Vec<serde_json::Value> = (0..pods)
+            .map(|pod| {
+                let (ns, _, _, pod_name, _) = self.pod_identity(node, pod);
+                let container = format!(
+                    "{:016x}{:016x}{:016x}{:016x}",
+                    self.seed ^ node as u64,
+                    pod as u64,
+                    (node as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    (pod as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+                );
+                json!({"handle_id": format!("k8s-pod-network.{container}"),
+                       "secondary": {"namespace": ns, "node": name, "pod": pod_name,
+                                     "timestamp": "2026-11-24 12:00:00.000000000 +0000 UTC"}})
+            })
+            .collect();
+        must(
+            json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
+            "metadata": {"name": format!("10-{}-{}-0-24", 128 + node / 256, node % 256)},
+            "spec": {"cidr": format!("10.{}.{}.0/24", 128 + node / 256, node % 256),
+                     "affinity": format!("host:{name}"),
+                     "allocations": (0..256).map(|a| if a < pods { Some(a) } else { None }).collect::<Vec<_>>(),
+                     "unallocated": (pods..256).collect::<Vec<_>>(),
+                     "attributes": attributes,
+                     "sequenceNumber": pods,
+                     "sequenceNumberForAllocation": (0..pods).map(|a| (a.to_string(), json!(a + 1))).collect::<serde_json::Map<_, _>>()}}),
+        )
+    }
+
+    pub fn workload_endpoint(&self, node: usize, pod: usize, generation: u64) -> Resource {
+        let (ns, app, rs, pod_name, mut rng) = self.pod_identity(node, pod);
         let node_name = node_name(node);
         let ip =
             u32::from(std::net::Ipv4Addr::new(10, 128, 0, 0)) + (node * 256 + pod % 256) as u32;
@@ -149,10 +188,7 @@ impl Spec {
             let ip = format!("10.{}.{}.{}", 20 + i / 65536, (i / 256) % 256, i % 256);
             out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "Node", "metadata": {"name": name},
                 "spec": {"bgp": {"ipv4Address": format!("{ip}/16")}, "addresses": [{"address": ip, "type": "InternalIP"}]}})));
-            out.push(must(json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
-                "metadata": {"name": format!("10-{}-{}-0-24", 128 + i / 256, i % 256)},
-                "spec": {"cidr": format!("10.{}.{}.0/24", 128 + i / 256, i % 256), "affinity": format!("host:{name}"),
-                         "allocations": (0..256).map(|a| if a < self.pods_per_node { Some(a) } else { None }).collect::<Vec<_>>()}})));
+            out.push(self.ipam_block(i));
         }
         for n in 0..self.namespaces {
             let ns = namespace(n);

@@ -381,12 +381,24 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
                      "addresses": [{"address": format!("172.16.{}.{}", i % 256, 1 + g % 250),
                                     "type": "InternalIP"}]}}),
         // Blocks and affinities in 10.64.0.0/16, away from the seeded cluster's.
+        // As Calico's IPAM writes a block: every field, an address of it borrowed by
+        // another host in odd generations.
         Kind::IpamBlock => json!({
             "metadata": {"name": format!("10-64-{}-0-26", i % 256)},
             "spec": {"cidr": format!("10.64.{}.0/26", i % 256),
                      "affinity": format!("host:host-{}", i % 3),
                      "allocations": (0..64u64).map(|a| if a <= g % 64 { Some(a) } else { None })
-                         .collect::<Vec<_>>()}}),
+                         .collect::<Vec<_>>(),
+                     "unallocated": ((g % 64 + 1)..64).collect::<Vec<_>>(),
+                     "attributes": (0..=g % 64).map(|a| json!({
+                         "handle_id": format!("k8s-pod-network.{i:x}{a:x}"),
+                         "secondary": {"node": format!("host-{}", (i as u64 + (g % 2) * (a % 2)) % 3),
+                                       "pod": format!("pod-{a}"), "namespace": "ns-0"}}))
+                         .collect::<Vec<_>>(),
+                     "sequenceNumber": g,
+                     "sequenceNumberForAllocation": (0..=g % 64)
+                         .map(|a| (a.to_string(), json!(g)))
+                         .collect::<serde_json::Map<_, _>>()}}),
         Kind::BlockAffinity => json!({
             "metadata": {"name": format!("host-{}-10-64-{}-0-26", i % 3, i % 256)},
             "spec": {"state": state,

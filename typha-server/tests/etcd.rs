@@ -253,7 +253,9 @@ fn calico_block(n: usize) -> String {
 
 #[tokio::test]
 async fn ipam_blocks_and_affinities_where_calico_writes_them_reach_clients() {
-    use typha_protocol::model::{Block, BlockKey, EncodedValue, Key, KeyPath, Value};
+    use typha_protocol::model::{
+        AllocationAttribute, AllocationTable, Block, BlockKey, EncodedValue, Key, KeyPath, Value,
+    };
 
     let etcd = EtcdServer::start().await;
     let mut c = etcd.client().await;
@@ -290,12 +292,35 @@ async fn ipam_blocks_and_affinities_where_calico_writes_them_reach_clients() {
     let block_path = KeyPath::new(BLOCK_KEY).unwrap();
     let cidr = "10.0.1.0/26".parse().unwrap();
     assert_eq!(KeyPath::from(&Key::Block(BlockKey { cidr })), block_path);
-    let block = |allocated| {
+    // With its whole table: Calico's clients get the block as Calico stored it.
+    let block = |allocated: u32| {
+        let n = allocated as usize;
         EncodedValue::encode(&Value::Block(Block {
             cidr,
             affinity: Some("host:node-1".into()),
             allocated,
             deleted: false,
+            table: AllocationTable {
+                affinity_claim_time: None,
+                allocations: Some((0..64).map(|i| (i < allocated).then_some(i)).collect()),
+                unallocated: Some((allocated..64).collect()),
+                attributes: Some(
+                    (0..n)
+                        .map(|i| AllocationAttribute {
+                            handle_id: Some(format!("k8s-pod-network.{i:08x}")),
+                            secondary: [
+                                ("namespace".to_owned(), "prod".to_owned()),
+                                ("node".to_owned(), "node-1".to_owned()),
+                                ("pod".to_owned(), format!("web-{i}")),
+                            ]
+                            .into(),
+                            alternate: Default::default(),
+                        })
+                        .collect(),
+                ),
+                sequence_number: u64::from(allocated),
+                sequence_number_for_allocation: Some(Default::default()),
+            },
         }))
     };
     // The affinity as the Kubernetes backend passes on the same affinity (its CRD).

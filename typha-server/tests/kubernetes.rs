@@ -174,6 +174,7 @@ impl Run {
             "Node",
             json!({"name": name, "labels": {"zone": "a"}}),
             json!({"bgp": {"ipv4Address": format!("{ip}/24")},
+                   "orchRefs": [{"nodeName": name, "orchestrator": "k8s"}],
                    "addresses": [{"address": format!("{ip}/24"), "type": "CalicoNodeIP"},
                                  {"address": ip, "type": "InternalIP"}]}),
         );

@@ -11,6 +11,7 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use super::peers::{ControlPlaneError, peers_dir};
+use crate::calico::v3::Spec;
 use crate::datastore::kubernetes::{CRD_GROUP, CRD_KINDS};
 
 /// The only version of Calico's module the Go module proxy serves (a commit of its
@@ -35,11 +36,14 @@ pub fn crd_dir() -> Result<PathBuf, ControlPlaneError> {
 }
 
 /// A Calico v3 resource as Calico's Kubernetes datastore stores it: its CRD object in
-/// `crd.projectcalico.org/v1` with the v3 spec. An IPAM block gets the fields Calico's IPAM
-/// always writes and the CRD requires (`strictAffinity`, `unallocated`, `attributes`), which
-/// the felix syncer does not carry.
+/// `crd.projectcalico.org/v1` with the v3 spec. An IPAM block is stored as Calico's IPAM
+/// writes it ([`IpamBlockSpec::as_written`]), with `strictAffinity`, which the CRD requires.
 pub fn crd_object(r: &crate::calico::v3::Resource) -> Value {
-    let mut doc = r.to_json();
+    let mut written = r.clone();
+    if let Spec::IpamBlock(s) = &mut written.spec {
+        *s = s.as_written();
+    }
+    let mut doc = written.to_json();
     if let Some(o) = doc.as_object_mut() {
         o.insert("apiVersion".into(), format!("{CRD_GROUP}/v1").into());
         o.insert("kind".into(), r.kind().as_str().into());
@@ -47,21 +51,7 @@ pub fn crd_object(r: &crate::calico::v3::Resource) -> Value {
     if r.kind() == crate::calico::v3::Kind::IpamBlock
         && let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut)
     {
-        let free: Vec<usize> = spec
-            .get("allocations")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.is_null())
-                    .map(|(i, _)| i)
-                    .collect()
-            })
-            .unwrap_or_default();
-        spec.insert("unallocated".into(), free.into());
         spec.insert("strictAffinity".into(), false.into());
-        spec.insert("attributes".into(), Value::Array(Vec::new()));
-        spec.entry("deleted").or_insert(false.into());
     }
     doc
 }

@@ -112,6 +112,7 @@ pub(crate) async fn datastore_digest(admin: &kube::Client) -> (u64, usize) {
                 "apiVersion": "projectcalico.org/v3", "kind": "Node",
                 "metadata": {"name": n.metadata.name, "labels": n.metadata.labels},
                 "spec": {"bgp": {"ipv4Address": ip},
+                         "orchRefs": [{"nodeName": n.metadata.name, "orchestrator": "k8s"}],
                          "addresses": [{"address": ip, "type": "CalicoNodeIP"}]}}))
             .unwrap(),
         );

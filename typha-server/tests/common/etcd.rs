@@ -306,6 +306,10 @@ fn ipam_resource(key: &str, value: &[u8]) -> Option<Resource> {
                    "metadata": {"name": cidr.replace(['.', ':', '/'], "-")},
                    "spec": {"cidr": cidr, "affinity": v["affinity"],
                             "allocations": v["allocations"],
+                            "unallocated": v["unallocated"],
+                            "attributes": v["attributes"],
+                            "sequenceNumber": v["sequenceNumber"],
+                            "sequenceNumberForAllocation": v["sequenceNumberForAllocation"],
                             "deleted": v["deleted"].as_bool().unwrap_or(false)}})
         }
         ["host", node, _, "block", cidr] => {

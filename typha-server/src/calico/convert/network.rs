@@ -5,8 +5,9 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
 use typha_protocol::model::{
-    Block, BlockKey, EncapMode, HostConfigKey, HostIpKey, IpPool, IpPoolKey, Key, NetworkSet,
-    NetworkSetKey, Node, Resource as ResourceValue, ResourceKey, ResourceKind, Value,
+    AllocationAttribute, AllocationTable, Block, BlockKey, EncapMode, HostConfigKey, HostIpKey,
+    IpPool, IpPoolKey, Key, NetworkSet, NetworkSetKey, Node, NodeAddress, NodeDetail,
+    NodeInterface, OrchRef, Resource as ResourceValue, ResourceKey, ResourceKind, Value,
 };
 use typha_protocol::selector::NAMESPACE_LABEL;
 
@@ -83,7 +84,28 @@ pub(super) fn ipam_block(
     s: &IpamBlockSpec,
 ) -> Result<Vec<(Key, Value)>, ConvertError> {
     let cidr = cx.at("spec.cidr").net(&s.cidr)?;
-    let allocated = s.allocations.iter().filter(|a| a.is_some()).count();
+    let allocated = s
+        .allocations
+        .iter()
+        .flatten()
+        .filter(|a| a.is_some())
+        .count();
+    let table = AllocationTable {
+        affinity_claim_time: s.affinity_claim_time.clone(),
+        allocations: s.allocations.clone(),
+        unallocated: s.unallocated.clone(),
+        attributes: s.attributes.as_ref().map(|list| {
+            list.iter()
+                .map(|a| AllocationAttribute {
+                    handle_id: a.handle_id.clone(),
+                    secondary: a.secondary.clone(),
+                    alternate: a.alternate_owner_attrs.clone(),
+                })
+                .collect()
+        }),
+        sequence_number: s.sequence_number,
+        sequence_number_for_allocation: s.sequence_number_for_allocation.clone(),
+    };
     Ok(vec![(
         Key::Block(BlockKey { cidr }),
         Value::Block(Block {
@@ -91,6 +113,7 @@ pub(super) fn ipam_block(
             affinity: s.affinity.clone().filter(|a| !a.is_empty()),
             allocated: u32::try_from(allocated).unwrap_or(u32::MAX),
             deleted: s.deleted,
+            table,
         }),
     )])
 }
@@ -190,6 +213,53 @@ pub(super) fn node(
     if let Some(m) = vxlan_mac {
         out.push(host_config("VXLANTunnelMACAddr", m.to_string()));
     }
+    if let Some(a) = opt(&s.ipv6_vxlan_tunnel_addr) {
+        match cx.at("spec.ipv6VXLANTunnelAddr").ip(a)? {
+            IpAddr::V6(a) => out.push(host_config("IPv6VXLANTunnelAddr", a.to_string())),
+            IpAddr::V4(_) => return Err(cx.at("spec.ipv6VXLANTunnelAddr").err("not IPv6")),
+        }
+    }
+    if let Some(m) = opt(&s.vxlan_tunnel_mac_addr_v6) {
+        let m = cx.at("spec.vxlanTunnelMACAddrV6").mac(m)?;
+        out.push(host_config("VXLANTunnelMACAddrV6", m.to_string()));
+    }
+    let detail = NodeDetail {
+        addresses: s
+            .addresses
+            .iter()
+            .map(|a| NodeAddress {
+                address: a.address.clone(),
+                kind: a.address_type.clone(),
+            })
+            .collect(),
+        route_reflector_cluster_id: bgp.route_reflector_cluster_id.clone(),
+        ipv6_vxlan_tunnel_addr: s.ipv6_vxlan_tunnel_addr.clone(),
+        vxlan_tunnel_mac_v6: s.vxlan_tunnel_mac_addr_v6.clone(),
+        orch_refs: s
+            .orch_refs
+            .iter()
+            .map(|r| OrchRef {
+                node_name: r.node_name.clone(),
+                orchestrator: r.orchestrator.clone(),
+            })
+            .collect(),
+        wireguard: s.wireguard.as_ref().map(|w| {
+            (
+                w.interface_ipv4_address.clone(),
+                w.interface_ipv6_address.clone(),
+            )
+        }),
+        interfaces: s
+            .interfaces
+            .iter()
+            .map(|i| NodeInterface {
+                name: i.name.clone(),
+                addresses: i.addresses.clone(),
+            })
+            .collect(),
+        wireguard_public_key_v6: s.status.wireguard_public_key_v6.clone(),
+        pod_cidrs: s.status.pod_cidrs.clone(),
+    };
     out.push((
         Key::Resource(ResourceKey {
             kind: ResourceKind::Node,
@@ -202,9 +272,10 @@ pub(super) fn node(
             ipv4_ipip_tunnel_addr: ipip,
             ipv4_vxlan_tunnel_addr: vxlan,
             vxlan_tunnel_mac: vxlan_mac,
-            wireguard_public_key: String::new(),
+            wireguard_public_key: s.status.wireguard_public_key.clone(),
             as_number: bgp.as_number,
             labels: meta.labels.clone(),
+            detail,
         }),
     ));
     Ok(out)

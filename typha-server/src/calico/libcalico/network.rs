@@ -57,12 +57,13 @@ pub(super) fn ip_pool(p: &IpPool) -> Vec<u8> {
     j.into_bytes()
 }
 
-/// `model.AllocationBlock`: cidr, affinity (`null` when none), then the allocation state.
-/// Our model keeps only the number of allocated addresses, not which ones nor their owners,
-/// so `allocations`, `unallocated` and `attributes` are `null` and the sequence numbers zero:
-/// Felix gets the block's route via its affine host, but no routes for addresses borrowed
-/// from it by other hosts.
+/// `model.AllocationBlock`: cidr, affinity (`null` when none), `affinity_claim_time`
+/// (omitted when unset), then the allocation table as it was stored (`null` where it was
+/// `null`): Felix routes the block via its affine host and each address borrowed from it via
+/// the `node` of its attribute. A block read without a table (from a server of ours that
+/// predates it) has `null`s and zero sequence numbers.
 pub(super) fn block(b: &Block) -> Vec<u8> {
+    let t = &b.table;
     let mut j = Json::new();
     j.object(|o| {
         o.field("cidr").string(&go_cidr(&b.cidr), Escape::Std);
@@ -70,11 +71,49 @@ pub(super) fn block(b: &Block) -> Vec<u8> {
             Some(a) => o.str("affinity", a),
             None => o.field("affinity").null(),
         }
-        o.field("allocations").null();
-        o.field("unallocated").null();
-        o.field("attributes").null();
-        o.field("sequenceNumber").uint(0);
-        o.field("sequenceNumberForAllocation").null();
+        if let Some(time) = &t.affinity_claim_time {
+            o.str("affinity_claim_time", time);
+        }
+        match &t.allocations {
+            Some(list) => o.field("allocations").array(list, |j, a| match a {
+                Some(i) => j.uint(u64::from(*i)),
+                None => j.null(),
+            }),
+            None => o.field("allocations").null(),
+        }
+        match &t.unallocated {
+            Some(list) => o
+                .field("unallocated")
+                .array(list, |j, i| j.uint(u64::from(*i))),
+            None => o.field("unallocated").null(),
+        }
+        match &t.attributes {
+            Some(list) => o.field("attributes").array(list, |j, a| {
+                j.object(|a_o| {
+                    if let Some(h) = &a.handle_id {
+                        a_o.str("handle_id", h);
+                    }
+                    if !a.secondary.is_empty() {
+                        a_o.field("secondary")
+                            .string_map(&a.secondary, Escape::Jsoniter);
+                    }
+                    if !a.alternate.is_empty() {
+                        a_o.field("alternateOwnerAttrs")
+                            .string_map(&a.alternate, Escape::Jsoniter);
+                    }
+                });
+            }),
+            None => o.field("attributes").null(),
+        }
+        o.field("sequenceNumber").uint(t.sequence_number);
+        match &t.sequence_number_for_allocation {
+            Some(m) => o.field("sequenceNumberForAllocation").object(|m_o| {
+                for (k, v) in m {
+                    m_o.field_escaped(k).uint(*v);
+                }
+            }),
+            None => o.field("sequenceNumberForAllocation").null(),
+        }
         o.bool("deleted", b.deleted);
     });
     j.into_bytes()

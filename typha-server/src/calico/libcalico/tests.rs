@@ -413,6 +413,7 @@ fn block() {
         affinity: Some("host:node-1".into()),
         allocated: 3,
         deleted: false,
+        table: Default::default(),
     };
     let (k, json, who) = one(&Key::Block(BlockKey { cidr }), &Value::Block(b));
     assert_eq!(k, "/calico/ipam/v2/assignment/ipv4/block/10.0.1.0-26");
@@ -479,6 +480,7 @@ fn node() -> Node {
         wireguard_public_key: String::new(),
         as_number: Some(64512),
         labels: labels(&[("kubernetes.io/hostname", "node-1")]),
+        detail: Default::default(),
     }
 }
 
@@ -530,6 +532,128 @@ fn node_resource() {
     assert_eq!(kvs[1].syncers, felix());
 }
 
+/// A node with everything our Node holds beyond what agents route by.
+fn node_full() -> Node {
+    let mut n = node();
+    n.wireguard_public_key = "jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY=".into();
+    n.detail = NodeDetail {
+        addresses: vec![
+            NodeAddress {
+                address: "10.0.0.5/24".into(),
+                kind: "CalicoNodeIP".into(),
+            },
+            NodeAddress {
+                address: "10.0.0.5".into(),
+                kind: "InternalIP".into(),
+            },
+        ],
+        route_reflector_cluster_id: "224.0.0.1".into(),
+        ipv6_vxlan_tunnel_addr: "fd00:10::1".into(),
+        vxlan_tunnel_mac_v6: "66:aa:bb:cc:dd:ef".into(),
+        orch_refs: vec![OrchRef {
+            node_name: "node-1".into(),
+            orchestrator: "k8s".into(),
+        }],
+        wireguard: Some(("10.0.1.2".into(), String::new())),
+        interfaces: vec![NodeInterface {
+            name: "eth0".into(),
+            addresses: vec!["10.0.0.5".into()],
+        }],
+        wireguard_public_key_v6: String::new(),
+        pod_cidrs: vec!["10.244.1.0/24".into()],
+    };
+    n
+}
+
+/// internalapi.Node's other fields in Go's order (NodeSpec: bgp with
+/// routeReflectorClusterID last, ipv4VXLANTunnelAddr, vxlanTunnelMACAddr, ipv6VXLANTunnelAddr,
+/// vxlanTunnelMACAddrV6, orchRefs {nodeName, orchestrator}, wireguard {interfaceIPv4Address,
+/// interfaceIPv6Address}, addresses {address, type}, interfaces {name, addresses}; NodeStatus:
+/// wireguardPublicKey, wireguardPublicKeyV6, podCIDRs), all omitempty; model.Wireguard with
+/// the interface address (interfaceIPv4Addr, publicKey, interfaceIPv6Addr, publicKeyV6).
+#[test]
+fn node_resource_with_everything() {
+    let kvs = calico_kvs(&node_key(), &Value::Node(node_full()));
+    let got: Vec<(&str, &str)> = kvs
+        .iter()
+        .map(|kv| {
+            (
+                &*kv.key,
+                std::str::from_utf8(kv.value.as_deref().unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "/calico/resources/v3/projectcalico.org/nodes/node-1",
+                r#"{"kind":"Node","apiVersion":"projectcalico.org/v3","metadata":{"name":"node-1","creationTimestamp":null,"labels":{"kubernetes.io/hostname":"node-1"}},"spec":{"bgp":{"asNumber":64512,"ipv4Address":"10.0.0.5/24","ipv4IPIPTunnelAddr":"10.0.1.1","routeReflectorClusterID":"224.0.0.1"},"ipv6VXLANTunnelAddr":"fd00:10::1","vxlanTunnelMACAddrV6":"66:aa:bb:cc:dd:ef","orchRefs":[{"nodeName":"node-1","orchestrator":"k8s"}],"wireguard":{"interfaceIPv4Address":"10.0.1.2"},"addresses":[{"address":"10.0.0.5/24","type":"CalicoNodeIP"},{"address":"10.0.0.5","type":"InternalIP"}],"interfaces":[{"name":"eth0","addresses":["10.0.0.5"]}]},"status":{"wireguardPublicKey":"jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY=","podCIDRs":["10.244.1.0/24"]}}"#
+            ),
+            (
+                "/calico/v1/host/node-1/wireguard",
+                r#"{"interfaceIPv4Addr":"10.0.1.2","publicKey":"jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY="}"#
+            ),
+        ]
+    );
+}
+
+/// A block with its table: allocations (`[]*int`, null entries free), unallocated, attributes
+/// (handle_id, secondary, alternateOwnerAttrs, all omitempty), sequence numbers (a map with
+/// sorted keys), and affinity_claim_time (omitempty) after affinity.
+fn block_full() -> Block {
+    Block {
+        cidr: "10.0.1.0/30".parse().unwrap(),
+        affinity: Some("host:node-1".into()),
+        allocated: 2,
+        deleted: false,
+        table: AllocationTable {
+            affinity_claim_time: Some("2026-11-24T12:04:45Z".into()),
+            allocations: Some(vec![Some(0), None, Some(1), None]),
+            unallocated: Some(vec![1, 3]),
+            attributes: Some(vec![
+                AllocationAttribute {
+                    handle_id: Some("k8s-pod-network.0cd47986".into()),
+                    secondary: labels(&[
+                        ("namespace", "prod"),
+                        ("node", "node-1"),
+                        ("pod", "web-0"),
+                    ]),
+                    alternate: Labels::new(),
+                },
+                AllocationAttribute {
+                    handle_id: Some("k8s-pod-network.3465987a".into()),
+                    secondary: labels(&[("node", "node-2"), ("pod", "borrowed")]),
+                    alternate: labels(&[("pod", "web-1-old")]),
+                },
+            ]),
+            sequence_number: 12,
+            sequence_number_for_allocation: Some(
+                [
+                    ("0".to_owned(), 3),
+                    ("2".to_owned(), 11),
+                    ("10".to_owned(), 1),
+                ]
+                .into(),
+            ),
+        },
+    }
+}
+
+#[test]
+fn block_with_its_table() {
+    let b = block_full();
+    assert_eq!(b.table.node_of(2), Some("node-2"), "the borrowed address");
+    assert_eq!(b.table.node_of(1), None, "a free address");
+    let (k, json, who) = one(&Key::Block(BlockKey { cidr: b.cidr }), &Value::Block(b));
+    assert_eq!(k, "/calico/ipam/v2/assignment/ipv4/block/10.0.1.0-30");
+    assert_eq!(
+        json,
+        r#"{"cidr":"10.0.1.0/30","affinity":"host:node-1","affinity_claim_time":"2026-11-24T12:04:45Z","allocations":[0,null,1,null],"unallocated":[1,3],"attributes":[{"handle_id":"k8s-pod-network.0cd47986","secondary":{"namespace":"prod","node":"node-1","pod":"web-0"}},{"handle_id":"k8s-pod-network.3465987a","secondary":{"node":"node-2","pod":"borrowed"},"alternateOwnerAttrs":{"pod":"web-1-old"}}],"sequenceNumber":12,"sequenceNumberForAllocation":{"0":3,"10":1,"2":11},"deleted":false}"#
+    );
+    assert_eq!(who, felix());
+}
+
 fn affinity_key() -> Key {
     Key::Resource(ResourceKey {
         kind: ResourceKind::BlockAffinity,
@@ -568,6 +692,7 @@ fn changes_are_puts_updates_deletions_and_no_ops() {
             affinity: Some("host:node-1".into()),
             allocated,
             deleted: false,
+            table: Default::default(),
         })
     };
     let new = calico_changes(&key, None, Some(&b(1)));
@@ -892,6 +1017,7 @@ fn any_kv() -> impl Strategy<Value = (Key, Value)> {
                         affinity: affinity.clone(),
                         allocated: 0,
                         deleted: flag,
+                        table: Default::default(),
                     })
                 )),
                 Just((
@@ -1036,6 +1162,16 @@ fn corpus() -> String {
     }
     ours.push((wep_key(), Value::WorkloadEndpoint(pod())));
     ours.push((node_key(), Value::Node(node())));
+    ours.push((
+        Key::Resource(ResourceKey {
+            kind: ResourceKind::Node,
+            namespace: None,
+            name: "node-full".into(),
+        }),
+        Value::Node(node_full()),
+    ));
+    let b = block_full();
+    ours.push((Key::Block(BlockKey { cidr: b.cidr }), Value::Block(b)));
     ours.push((affinity_key(), affinity_value("node-1")));
     ours.push((
         Key::Policy(PolicyKey {

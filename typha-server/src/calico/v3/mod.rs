@@ -21,8 +21,9 @@ mod yaml;
 pub use self::endpoint::{EndpointPortSpec, HostEndpointSpec, IpNatSpec, WorkloadEndpointSpec};
 pub use self::id::{API_VERSION, Kind, ResourceId};
 pub use self::network::{
-    BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec,
-    NodeAddressSpec, NodeBgpSpec, NodeSpec,
+    AllocationAttributeSpec, BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec,
+    NetworkSetSpec, NodeAddressSpec, NodeBgpSpec, NodeInterfaceSpec, NodeSpec, NodeStatusSpec,
+    NodeWireguardSpec, OrchRefSpec,
 };
 pub use self::policy::{
     ActionSpec, EntityRuleSpec, HttpPathSpec, HttpSpec, IcmpSpec, PolicySpec, PortSpec,

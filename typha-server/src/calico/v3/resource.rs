@@ -9,6 +9,7 @@ use super::endpoint::{HostEndpointSpec, WorkloadEndpointSpec};
 use super::id::{API_VERSION, Kind, ResourceId};
 use super::network::{
     BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec, NodeSpec,
+    NodeStatusSpec,
 };
 use super::policy::{PolicySpec, ProfileSpec, TierSpec};
 
@@ -114,6 +115,9 @@ impl Resource {
             metadata: ObjectMeta,
             #[serde(default)]
             spec: serde_json::Value,
+            /// Read for Node only (its WireGuard keys and pod CIDRs).
+            #[serde(default)]
+            status: serde_json::Value,
         }
         let env: Envelope = serde_json::from_value(value).map_err(ParseError::Envelope)?;
         let kind = Kind::from_name(&env.kind).ok_or_else(|| ParseError::UnknownKind {
@@ -179,7 +183,13 @@ impl Resource {
             Kind::BlockAffinity => {
                 Spec::BlockAffinity(serde_json::from_value(spec_json).map_err(bad)?)
             }
-            Kind::Node => Spec::Node(serde_json::from_value(spec_json).map_err(bad)?),
+            Kind::Node => {
+                let mut spec: NodeSpec = serde_json::from_value(spec_json).map_err(bad)?;
+                if !env.status.is_null() {
+                    spec.status = serde_json::from_value(env.status).map_err(bad)?;
+                }
+                Spec::Node(spec)
+            }
             Kind::FelixConfiguration => match spec_json {
                 serde_json::Value::Object(m) => Spec::FelixConfiguration(m),
                 _ => return Err(ParseError::SpecNotMapping { id }),
@@ -218,12 +228,22 @@ impl Resource {
         }
         // Serializing plain data structs to a JSON value cannot fail.
         .unwrap_or_default();
-        serde_json::json!({
+        let mut doc = serde_json::json!({
             "apiVersion": API_VERSION,
             "kind": self.kind().as_str(),
             "metadata": self.metadata,
             "spec": spec,
-        })
+        });
+        if let Spec::Node(s) = &self.spec
+            && s.status != NodeStatusSpec::default()
+            && let Some(o) = doc.as_object_mut()
+        {
+            o.insert(
+                "status".into(),
+                serde_json::to_value(&s.status).unwrap_or_default(),
+            );
+        }
+        doc
     }
 }
 

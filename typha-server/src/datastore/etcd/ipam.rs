@@ -13,8 +13,9 @@
 //! value: `cidr` (`"10.0.1.0/26"`), `affinity` (`"host:<node>"`, `"virtual:<name>"` or null),
 //! `allocations` (one entry per address: null when free, else an index into `attributes`),
 //! `unallocated`, `attributes` (`handle_id`, `secondary`), `sequenceNumber`,
-//! `sequenceNumberForAllocation`, `deleted`; only the CIDR, affinity, allocations and
-//! `deleted` matter to Felix and are read, the rest is accepted and ignored.
+//! `sequenceNumberForAllocation`, `deleted`; all of it is read and sent on to Calico's clients
+//! as it was (Felix routes an address borrowed from another host's block by its attribute's
+//! `node`).
 //!
 //! Blocks and affinities become the v3 resources Calico's Kubernetes backend stores for the
 //! same data (its IPAMBlock and BlockAffinity CRDs, named as it names them, an affinity's
@@ -24,12 +25,15 @@
 //! the flag, as Calico's syncers do; in etcd mode Calico deletes them outright anyway (the
 //! flag exists for the Kubernetes API, which has no compare-and-delete).
 
+use std::collections::BTreeMap;
+
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::calico::v3::{
-    BlockAffinitySpec, IpamBlockSpec, Kind, ObjectMeta, Resource, ResourceId, Spec,
+    AllocationAttributeSpec, BlockAffinitySpec, IpamBlockSpec, Kind, ObjectMeta, Resource,
+    ResourceId, Spec,
 };
 use crate::datastore::{Invalid, Item};
 
@@ -156,7 +160,7 @@ pub(super) fn parse_key(full: &str, rest: &str) -> Result<Option<IpamKey>, Strin
     }
 }
 
-/// A block as Calico stores it (`model.AllocationBlock`); the fields Felix needs.
+/// A block as Calico stores it (`model.AllocationBlock`): every field its syncers send on.
 #[derive(Debug, Deserialize)]
 struct StoredBlock {
     #[serde(default)]
@@ -164,7 +168,17 @@ struct StoredBlock {
     #[serde(default)]
     affinity: Option<String>,
     #[serde(default)]
+    affinity_claim_time: Option<String>,
+    #[serde(default)]
     allocations: Option<Vec<Option<u32>>>,
+    #[serde(default)]
+    unallocated: Option<Vec<u32>>,
+    #[serde(default)]
+    attributes: Option<Vec<AllocationAttributeSpec>>,
+    #[serde(default, rename = "sequenceNumber")]
+    sequence_number: Option<u64>,
+    #[serde(default, rename = "sequenceNumberForAllocation")]
+    sequence_number_for_allocation: Option<BTreeMap<String, u64>>,
     #[serde(default)]
     deleted: Option<bool>,
 }
@@ -207,7 +221,12 @@ pub(super) fn item(key: &IpamKey, value: &[u8], mod_revision: i64) -> Item {
             Spec::IpamBlock(IpamBlockSpec {
                 cidr: cidr.to_string(),
                 affinity: b.affinity,
-                allocations: b.allocations.unwrap_or_default(),
+                affinity_claim_time: b.affinity_claim_time,
+                allocations: b.allocations,
+                unallocated: b.unallocated,
+                attributes: b.attributes,
+                sequence_number: b.sequence_number.unwrap_or(0),
+                sequence_number_for_allocation: b.sequence_number_for_allocation,
                 deleted: b.deleted.unwrap_or(false),
             })
         }
@@ -255,20 +274,20 @@ pub(super) fn key_value(r: &Resource) -> Option<Result<(String, Vec<u8>), IpamEr
     let in_key = |n: &IpNet| n.to_string().replacen('/', "-", 1);
     Some(match &r.spec {
         Spec::IpamBlock(s) => cidr(&s.cidr).map(|n| {
-            let unallocated: Vec<usize> = (0..s.allocations.len())
-                .filter(|i| s.allocations.get(*i).is_some_and(Option::is_none))
-                .collect();
-            let attributes = s.allocations.iter().flatten().max().map_or(0, |m| m + 1);
-            let value = json!({
+            let s = s.as_written();
+            let mut value = json!({
                 "cidr": n.to_string(),
                 "affinity": s.affinity,
                 "allocations": s.allocations,
-                "unallocated": unallocated,
-                "attributes": (0..attributes).map(|_| json!({})).collect::<Vec<_>>(),
-                "sequenceNumber": 0,
-                "sequenceNumberForAllocation": {},
+                "unallocated": s.unallocated,
+                "attributes": s.attributes,
+                "sequenceNumber": s.sequence_number,
+                "sequenceNumberForAllocation": s.sequence_number_for_allocation,
                 "deleted": s.deleted,
             });
+            if let (Some(t), Some(o)) = (&s.affinity_claim_time, value.as_object_mut()) {
+                o.insert("affinity_claim_time".into(), t.clone().into());
+            }
             (
                 format!(
                     "{IPAM_PREFIX}assignment/{}/block/{}",

@@ -161,7 +161,8 @@ fn writers_store_ipam_where_calico_does_and_the_rest_as_v3_json() {
     let block = Resource::from_json(serde_json::json!({
         "apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
         "metadata": {"name": "10-0-1-0-26", "resourceVersion": "12"},
-        "spec": {"cidr": "10.0.1.0/26", "affinity": "host:node-1", "allocations": [0]}}))
+        "spec": {"cidr": "10.0.1.0/26", "affinity": "host:node-1", "allocations": [0],
+                 "unallocated": [], "attributes": [{}], "sequenceNumberForAllocation": {}}}))
     .unwrap();
     let (k, v) = key_value_of(&block).unwrap();
     assert_eq!(k, "/calico/ipam/v2/assignment/ipv4/block/10.0.1.0-26");

@@ -1,6 +1,8 @@
 //! Kubernetes objects as Calico v3 resources, the way Calico's Kubernetes datastore driver
 //! makes them (see the parent module for the list).
 
+use std::net::IpAddr;
+
 use super::*;
 
 /// What an object is, and the resource it becomes (`None`: nothing to serve).
@@ -78,7 +80,11 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             let id = ResourceId::global(Kind::Node, name.clone());
             let spec = node_spec(o);
             let metadata = json!({"name": name, "labels": labels});
-            (id, v3_doc(Kind::Node, metadata, spec))
+            let mut doc = v3_doc(Kind::Node, metadata, spec);
+            if let Some(d) = doc.as_object_mut() {
+                d.insert("status".into(), node_status(o));
+            }
+            (id, doc)
         }
         Conversion::NetworkPolicy => {
             let full = format!("knp.default.{name}");
@@ -214,44 +220,77 @@ pub(super) fn pod_spec(
     Some((metadata, spec))
 }
 
-/// A Kubernetes node's Calico spec, as calico-node's annotations and the node's status give
-/// it: BGP addresses and AS number, tunnel addresses, and the node's addresses (plus
-/// `CalicoNodeIP` from the BGP IPv4 address).
+/// A Kubernetes node's Calico spec, as Calico's Kubernetes driver builds it from calico-node's
+/// annotations and the node itself: BGP addresses, AS number and route reflector cluster,
+/// tunnel addresses and MACs, WireGuard interface addresses, `orchRefs`, the addresses (the
+/// BGP ones as `CalicoNodeIP`, then the node's internal and external ones) and interfaces.
+/// An annotation whose value is not of its type is ignored, as Calico ignores it, rather than
+/// making the node invalid.
 pub(super) fn node_spec(o: &DynamicObject) -> Value {
     let annotations = o.meta().annotations.clone().unwrap_or_default();
     let get = |k: &str| {
-        annotations
+        let v = annotations
             .get(&format!("projectcalico.org/{k}"))
             .cloned()
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if annotation_valid(k, &v) {
+            v
+        } else {
+            String::new()
+        }
     };
+    let name = o.meta().name.clone().unwrap_or_default();
     let mut spec = Map::new();
     let (v4, v6) = (get("IPv4Address"), get("IPv6Address"));
-    if !v4.is_empty() || !v6.is_empty() {
-        let mut bgp = json!({
-            "ipv4Address": v4,
-            "ipv6Address": v6,
-            "ipv4IPIPTunnelAddr": get("IPv4IPIPTunnelAddr"),
-        });
-        if let Ok(asn) = get("ASNumber").parse::<u32>()
-            && let Some(b) = bgp.as_object_mut()
-        {
-            b.insert("asNumber".into(), asn.into());
+    let mut bgp = Map::new();
+    for (field, annotation) in [
+        ("ipv4Address", "IPv4Address"),
+        ("ipv6Address", "IPv6Address"),
+        ("ipv4IPIPTunnelAddr", "IPv4IPIPTunnelAddr"),
+        ("routeReflectorClusterID", "RouteReflectorClusterID"),
+    ] {
+        let v = get(annotation);
+        if !v.is_empty() {
+            bgp.insert(field.into(), v.into());
         }
-        spec.insert("bgp".into(), bgp);
+    }
+    if let Ok(asn) = get("ASNumber").parse::<u32>() {
+        bgp.insert("asNumber".into(), asn.into());
+    }
+    if !bgp.is_empty() {
+        spec.insert("bgp".into(), Value::Object(bgp));
+    }
+    for (field, annotation) in [
+        ("ipv4VXLANTunnelAddr", "IPv4VXLANTunnelAddr"),
+        ("vxlanTunnelMACAddr", "VXLANTunnelMACAddr"),
+        ("ipv6VXLANTunnelAddr", "IPv6VXLANTunnelAddr"),
+        ("vxlanTunnelMACAddrV6", "VXLANTunnelMACAddrV6"),
+    ] {
+        let v = get(annotation);
+        if !v.is_empty() {
+            spec.insert(field.into(), v.into());
+        }
     }
     spec.insert(
-        "ipv4VXLANTunnelAddr".into(),
-        get("IPv4VXLANTunnelAddr").into(),
+        "orchRefs".into(),
+        json!([{"nodeName": name, "orchestrator": "k8s"}]),
     );
-    spec.insert(
-        "vxlanTunnelMACAddr".into(),
-        get("VXLANTunnelMACAddr").into(),
+    let (wg4, wg6) = (
+        get("IPv4WireguardInterfaceAddr"),
+        get("IPv6WireguardInterfaceAddr"),
     );
-    let mut addresses: Vec<Value> = Vec::new();
-    if !v4.is_empty() {
-        addresses.push(json!({"address": v4, "type": "CalicoNodeIP"}));
+    if !wg4.is_empty() || !wg6.is_empty() {
+        spec.insert(
+            "wireguard".into(),
+            json!({"interfaceIPv4Address": wg4, "interfaceIPv6Address": wg6}),
+        );
     }
+    // Calico's order: the BGP addresses, then the Kubernetes internal and external ones.
+    let mut addresses: Vec<Value> = [&v4, &v6]
+        .into_iter()
+        .filter(|a| !a.is_empty())
+        .map(|a| json!({"address": a, "type": "CalicoNodeIP"}))
+        .collect();
     addresses.extend(
         at(&o.data, "/status/addresses")
             .as_array()
@@ -261,7 +300,67 @@ pub(super) fn node_spec(o: &DynamicObject) -> Value {
             .map(|a| json!({"address": at(a, "/address"), "type": at(a, "/type")})),
     );
     spec.insert("addresses".into(), addresses.into());
+    // `projectcalico.org/Interfaces`: a JSON list of {name, addresses}; Calico ignores it
+    // when it does not parse, and drops addresses that are not IPs.
+    if let Some(text) = annotations.get("projectcalico.org/Interfaces")
+        && let Ok(Value::Array(list)) = serde_json::from_str::<Value>(text)
+    {
+        let interfaces: Vec<Value> = list
+            .iter()
+            .map(|i| {
+                let addresses: Vec<&Value> = at(i, "/addresses")
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|a| a.as_str().is_some_and(|a| a.parse::<IpAddr>().is_ok()))
+                    .collect();
+                json!({"name": at(i, "/name"), "addresses": addresses})
+            })
+            .collect();
+        spec.insert("interfaces".into(), interfaces.into());
+    }
     Value::Object(spec)
+}
+
+/// Whether a node annotation's value has its type (Calico's validators: an IPv4 or IPv6
+/// address or network, a MAC, an AS number).
+fn annotation_valid(name: &str, v: &str) -> bool {
+    let net = |v: &str| {
+        v.parse::<ipnet::IpNet>()
+            .map(|n| n.addr())
+            .or_else(|_| v.parse::<IpAddr>())
+            .ok()
+    };
+    match name {
+        "IPv4Address"
+        | "IPv4IPIPTunnelAddr"
+        | "RouteReflectorClusterID"
+        | "IPv4VXLANTunnelAddr"
+        | "IPv4WireguardInterfaceAddr" => v.is_empty() || net(v).is_some_and(|a| a.is_ipv4()),
+        "IPv6Address" | "IPv6VXLANTunnelAddr" | "IPv6WireguardInterfaceAddr" => {
+            v.is_empty() || net(v).is_some_and(|a| a.is_ipv6())
+        }
+        "VXLANTunnelMACAddr" | "VXLANTunnelMACAddrV6" => {
+            v.is_empty() || v.parse::<typha_protocol::model::Mac>().is_ok()
+        }
+        _ => true,
+    }
+}
+
+/// A Kubernetes node's Calico status: its WireGuard public keys (annotations) and pod CIDRs.
+pub(super) fn node_status(o: &DynamicObject) -> Value {
+    let annotations = o.meta().annotations.clone().unwrap_or_default();
+    let get = |k: &str| {
+        annotations
+            .get(&format!("projectcalico.org/{k}"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    json!({
+        "wireguardPublicKey": get("WireguardPublicKey"),
+        "wireguardPublicKeyV6": get("WireguardPublicKeyV6"),
+        "podCIDRs": at(&o.data, "/spec/podCIDRs").as_array().cloned().unwrap_or_default(),
+    })
 }
 
 /// Calico's label on every Kubernetes workload endpoint.

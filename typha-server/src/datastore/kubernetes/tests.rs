@@ -169,6 +169,70 @@ fn a_node_takes_its_addresses_and_calicos_annotations() {
     };
     assert!(n.bgp.is_none());
     assert_eq!(n.addresses.len(), 1);
+    assert_eq!(
+        n.orch_refs.len(),
+        1,
+        "every Kubernetes node has its orchRef"
+    );
+}
+
+/// Everything else Calico's Kubernetes driver puts in a Node (node.go, K8sNodeToCalico): IPv6
+/// BGP address, route reflector cluster, IPv6 VXLAN, WireGuard interface addresses and keys,
+/// orchRefs, interfaces, pod CIDRs; and an annotation that is not of its type is ignored.
+#[test]
+fn a_node_takes_everything_calicos_driver_reads() {
+    let node = object(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-1", "annotations": {
+            "projectcalico.org/IPv4Address": "172.16.0.5/24",
+            "projectcalico.org/IPv6Address": "fd00::5/64",
+            "projectcalico.org/RouteReflectorClusterID": "224.0.0.1",
+            "projectcalico.org/IPv4IPIPTunnelAddr": "not-an-ip",
+            "projectcalico.org/IPv6VXLANTunnelAddr": "fd00:10::1",
+            "projectcalico.org/VXLANTunnelMACAddrV6": "66:aa:bb:cc:dd:ee",
+            "projectcalico.org/IPv4WireguardInterfaceAddr": "10.244.1.1",
+            "projectcalico.org/WireguardPublicKey": "jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY=",
+            "projectcalico.org/Interfaces": "[{\"name\":\"eth0\",\"addresses\":[\"172.16.0.5\",\"junk\"]}]"}},
+        "spec": {"podCIDRs": ["10.244.1.0/24"]},
+        "status": {"addresses": [{"type": "ExternalIP", "address": "203.0.113.5"}]}}));
+    let r = convert(Conversion::Node, &node).1.unwrap().unwrap();
+    let Spec::Node(n) = &r.spec else {
+        panic!("{r:?}")
+    };
+    let bgp = n.bgp.as_ref().unwrap();
+    assert_eq!(bgp.ipv6_address, "fd00::5/64");
+    assert_eq!(bgp.route_reflector_cluster_id, "224.0.0.1");
+    assert_eq!(
+        bgp.ipv4_ipip_tunnel_addr, "",
+        "an invalid annotation is ignored"
+    );
+    assert_eq!(n.ipv6_vxlan_tunnel_addr, "fd00:10::1");
+    assert_eq!(n.vxlan_tunnel_mac_addr_v6, "66:aa:bb:cc:dd:ee");
+    assert_eq!(
+        n.wireguard.as_ref().unwrap().interface_ipv4_address,
+        "10.244.1.1"
+    );
+    let addrs: Vec<_> = n
+        .addresses
+        .iter()
+        .map(|a| (a.address.as_str(), a.address_type.as_str()))
+        .collect();
+    assert_eq!(
+        addrs,
+        [
+            ("172.16.0.5/24", "CalicoNodeIP"),
+            ("fd00::5/64", "CalicoNodeIP"),
+            ("203.0.113.5", "ExternalIP")
+        ]
+    );
+    assert_eq!(n.orch_refs[0].node_name, "node-1");
+    assert_eq!(n.orch_refs[0].orchestrator, "k8s");
+    assert_eq!(n.interfaces.len(), 1);
+    assert_eq!(n.interfaces[0].addresses, ["172.16.0.5"]);
+    assert_eq!(
+        n.status.wireguard_public_key,
+        "jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY="
+    );
+    assert_eq!(n.status.pod_cidrs, ["10.244.1.0/24"]);
 }
 
 #[test]
