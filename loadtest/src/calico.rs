@@ -492,15 +492,30 @@ async fn side(
             if !a.no_kill {
                 // A crash: every node loses its session, reconnects after a second (as
                 // calico-node's client does) and gets a new snapshot from the restarted server.
+                //
+                // Every node is counted once when a session it began after the mark reaches
+                // InSync: exact whatever the nodes were doing at the kill. (Counting session
+                // failures until there was one per node could not end when a node was between
+                // sessions at the kill and its next dial found the restarted server: it
+                // fails no more, and the coordinator watched a count that could not move.)
                 let nodes = a.nodes as u64;
+                let mut marks = Vec::new();
+                for sw in swarms.iter_mut() {
+                    sw.send("mark").await?;
+                }
+                for sw in swarms.iter_mut() {
+                    marks.push(sw.expect("marked", Duration::from_secs(30)).await?["mark"].clone());
+                }
                 let killed = Instant::now();
                 server.kill_and_restart().await?;
                 s.kill_ready_secs = Some(killed.elapsed().as_secs_f64());
-                harness::wait_for(
+                // Progress printed before the mark still shows the last mark's count.
+                harness::wait_for_marked(
                     &swarms,
-                    "calico_failures",
-                    reconnects + nodes,
-                    "sessions ended by the kill",
+                    &marks,
+                    "resynced",
+                    nodes,
+                    "in sync again",
                     limit,
                 )
                 .await?;

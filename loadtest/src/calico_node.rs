@@ -112,11 +112,18 @@ pub(crate) async fn node(
     shard: usize,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    // The latest mark this node has counted in `resynced`.
+    let mut counted = 0;
     loop {
         let mut in_sync = false;
         let mut connected = false;
+        let mut flags = Flags {
+            in_sync: &mut in_sync,
+            connected: &mut connected,
+            counted: &mut counted,
+        };
         let r = tokio::select! {
-            r = session(&conf, &state, &shared, shard, &mut in_sync, &mut connected) => r,
+            r = session(&conf, &state, &shared, shard, &mut flags) => r,
             _ = stop.wait_for(|s| *s) => return,
         };
         if in_sync {
@@ -150,14 +157,30 @@ pub(crate) async fn node(
 /// calico-node's read timeout is its ping interval's multiple; 90 s is generous.
 const READ_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// What a session leaves for its node.
+struct Flags<'a> {
+    /// It ended in sync (counted in `in_sync`).
+    in_sync: &'a mut bool,
+    /// It got the server's hello (counted in `direct_connected`).
+    connected: &'a mut bool,
+    /// The latest mark the node has counted in `resynced`.
+    counted: &'a mut u64,
+}
+
 async fn session(
     conf: &NodeConf,
     state: &Mutex<NodeState>,
     shared: &Shared,
     shard: usize,
-    in_sync: &mut bool,
-    connected: &mut bool,
+    flags: &mut Flags<'_>,
 ) -> anyhow::Result<()> {
+    // Taken before dialling: only a session begun after a mark counts for it.
+    let mark = shared.mark.load(Ordering::SeqCst);
+    let Flags {
+        in_sync,
+        connected,
+        counted,
+    } = flags;
     let conn = crate::raw::dial_at(conf.resolved, &conf.addr, conf.tls.as_ref())
         .await
         .context("connecting")?;
@@ -171,7 +194,7 @@ async fn session(
             shared.calico_bytes.fetch_add(n as u64, Ordering::Relaxed);
         }
         Event::ServerHello(_) => {
-            *connected = true;
+            **connected = true;
             shared.direct_connected.fetch_add(1, Ordering::Relaxed);
         }
         Event::SyncStatus(s) => {
@@ -180,6 +203,10 @@ async fn session(
                 synced.store(now, Ordering::Relaxed);
                 if now {
                     shared.in_sync.fetch_add(1, Ordering::Relaxed);
+                    if mark > **counted {
+                        **counted = mark;
+                        shared.resynced.fetch_add(1, Ordering::SeqCst);
+                    }
                 } else {
                     shared.in_sync.fetch_sub(1, Ordering::Relaxed);
                 }
@@ -225,7 +252,7 @@ async fn session(
         };
         calico::run_skimming(conn, &hello, Until::Closed, READ_TIMEOUT, on_event, each).await
     };
-    *in_sync = synced.load(Ordering::Relaxed);
+    **in_sync = synced.load(Ordering::Relaxed);
     r?;
     bail!("the server closed the connection")
 }

@@ -24,7 +24,9 @@ pub(crate) struct Common {
     #[arg(long, default_value_t = 5000)]
     pub(crate) nodes_per_swarm: usize,
     /// Nodes per swarm that keep the full store and recompute the digest themselves (the
-    /// others keep no values and skip decoding snapshots).
+    /// others keep no values and skip decoding snapshots). Calico-protocol nodes: that decode
+    /// every update into typed values (the others skim: each key and value hashed where it
+    /// lies); every Calico node's digest is checked either way.
     #[arg(long, default_value_t = 1)]
     pub(crate) full_nodes: usize,
     /// Plaintext instead of mutual TLS.
@@ -290,6 +292,37 @@ pub(crate) async fn wait_for(
     }
     b.finish();
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// [`wait_for`], counting only progress that reports `marks` (one per swarm: the mark each
+/// swarm answered), so a line printed before a swarm took its mark cannot count.
+pub(crate) async fn wait_for_marked(
+    swarms: &[Child],
+    marks: &[serde_json::Value],
+    field: &str,
+    target: u64,
+    what: &str,
+    limit: Duration,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    loop {
+        let current = swarms
+            .iter()
+            .zip(marks)
+            .all(|(s, m)| s.progress().latest()["mark"] == *m);
+        if current {
+            break;
+        }
+        if let Some(why) = gone(swarms) {
+            bail!("{what}: waiting for progress after the mark, but {why}");
+        }
+        if started.elapsed() > limit {
+            bail!("{what}: no progress after the mark within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rest = limit.saturating_sub(started.elapsed());
+    Ok(started.elapsed().as_secs_f64() + wait_for(swarms, field, target, what, rest).await?)
 }
 
 /// A latency histogram in microseconds.

@@ -143,6 +143,8 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         churn_frames: AtomicU64::new(0),
         calico_bytes: AtomicU64::new(0),
         calico_failures: AtomicU64::new(0),
+        mark: AtomicU64::new(0),
+        resynced: AtomicUsize::new(0),
         latency,
     });
     let metrics = ClientMetrics::unregistered();
@@ -283,10 +285,16 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                     if done.load(Ordering::Relaxed) {
                         break;
                     }
+                    // The mark before the count: a count read after a newer mark is that
+                    // mark's (it was reset before the mark moved).
+                    let mark = shared.mark.load(Ordering::SeqCst);
+                    let resynced = shared.resynced.load(Ordering::SeqCst);
                     println!(
                         "{}",
                         json!({
                             "event": "progress",
+                            "mark": mark,
+                            "resynced": resynced,
                             "connected": metrics.connected.get() + shared.direct_connected.load(Ordering::Relaxed) as i64,
                             "in_sync": shared.in_sync.load(Ordering::Relaxed),
                             "updates": shared.updates.load(Ordering::Relaxed),
@@ -316,6 +324,13 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                 "{}",
                 json!({"event": "histogram", "histogram": take_histogram(&shared)?})
             ),
+            // Calico-protocol nodes: count, from now on, each node once when a session it
+            // starts from now on reaches InSync (before a crash: every node's resync after it).
+            "mark" => {
+                shared.resynced.store(0, Ordering::SeqCst);
+                let mark = shared.mark.fetch_add(1, Ordering::SeqCst) + 1;
+                println!("{}", json!({"event": "marked", "mark": mark}));
+            }
             // Calico-protocol nodes: how many hold each state now.
             "digests" => {
                 let (d, f) = calico_digests(&calico_states);

@@ -177,7 +177,10 @@ async fn differential(script: &str, snappy: bool, until: Until) {
         .map(|(k, v)| (k.clone(), v.value.to_vec()))
         .collect();
     assert_eq!(skimmed, typed, "the skimming session's keys and values");
-    assert_eq!(kvs_events, 0, "a skimming session hands updates over one by one");
+    assert_eq!(
+        kvs_events, 0,
+        "a skimming session hands updates over one by one"
+    );
 
     let status = server.wait().unwrap();
     let mut err = String::new();
