@@ -188,7 +188,10 @@ pub(crate) async fn run(a: CeilingArgs) -> anyhow::Result<Outcome> {
     );
     let started = Instant::now();
     // Wait for the writer to finish, then for every node to have every update.
-    let written = server.churn(wd.shape(), a.rate, a.secs).wait().await?;
+    let written = server
+        .churn(wd.shape(), a.rate, a.secs)
+        .wait(Duration::from_secs_f64(a.secs + 120.0))
+        .await?;
     let want = written * n;
     let b = harness::bar(want, "delivered");
     let mut last = (0, Instant::now());

@@ -24,7 +24,9 @@ pub(crate) struct Common {
     #[arg(long, default_value_t = 5000)]
     pub(crate) nodes_per_swarm: usize,
     /// Nodes per swarm that keep the full store and recompute the digest themselves (the
-    /// others keep no values and skip decoding snapshots).
+    /// others keep no values and skip decoding snapshots). Calico-protocol nodes: that decode
+    /// every update into typed values (the others skim: each key and value hashed where it
+    /// lies); every Calico node's digest is checked either way.
     #[arg(long, default_value_t = 1)]
     pub(crate) full_nodes: usize,
     /// Plaintext instead of mutual TLS.
@@ -236,6 +238,11 @@ pub(crate) fn sum(swarms: &[Child], field: &str) -> u64 {
     swarms.iter().map(|s| s.progress_u64(field)).sum()
 }
 
+/// The first swarm that can no longer report (exited, unreadable, or silent), and why.
+pub(crate) fn gone(swarms: &[Child]) -> Option<String> {
+    swarms.iter().find_map(Child::gone)
+}
+
 /// CPU seconds of processes (those still running).
 pub(crate) fn cpu(pids: &[u32]) -> f64 {
     pids.iter()
@@ -275,12 +282,47 @@ pub(crate) async fn wait_for(
         }
         if started.elapsed() > limit {
             b.abandon();
-            bail!("{what}: only {n} of {target} after {limit:?}");
+            bail!("{what}: only {n} of {target} ({field}) after {limit:?}");
+        }
+        if let Some(why) = gone(swarms) {
+            b.abandon();
+            bail!("{what}: waiting for {field} to reach {target} (at {n}), but {why}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     b.finish();
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// [`wait_for`], counting only progress that reports `marks` (one per swarm: the mark each
+/// swarm answered), so a line printed before a swarm took its mark cannot count.
+pub(crate) async fn wait_for_marked(
+    swarms: &[Child],
+    marks: &[serde_json::Value],
+    field: &str,
+    target: u64,
+    what: &str,
+    limit: Duration,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    loop {
+        let current = swarms
+            .iter()
+            .zip(marks)
+            .all(|(s, m)| s.progress().latest()["mark"] == *m);
+        if current {
+            break;
+        }
+        if let Some(why) = gone(swarms) {
+            bail!("{what}: waiting for progress after the mark, but {why}");
+        }
+        if started.elapsed() > limit {
+            bail!("{what}: no progress after the mark within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rest = limit.saturating_sub(started.elapsed());
+    Ok(started.elapsed().as_secs_f64() + wait_for(swarms, field, target, what, rest).await?)
 }
 
 /// A latency histogram in microseconds.
@@ -356,10 +398,15 @@ pub(crate) async fn churn_phase(
         if got >= want || started.elapsed() > limit {
             break;
         }
+        if let Some(why) = gone(swarms) {
+            b.abandon();
+            bail!("{what}: waiting for {want} deliveries (at {got}), but {why}");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     b.finish();
-    let updates = churn.wait().await?;
+    // The writer paces itself over `secs`; a minute more for its last requests.
+    let updates = churn.wait(limit + Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let h = phase_histogram(swarms).await?;
     let rss_end = rss(watched_pid);
@@ -525,7 +572,7 @@ pub(crate) struct Timeline {
 
 #[derive(Default)]
 struct Sources {
-    swarms: Vec<Arc<Mutex<serde_json::Value>>>,
+    swarms: Vec<crate::child::Progress>,
     servers: Vec<u32>,
 }
 
@@ -544,7 +591,7 @@ impl Timeline {
                 {
                     let src = src2.lock().unwrap_or_else(|p| p.into_inner());
                     for p in &src.swarms {
-                        let p = p.lock().unwrap_or_else(|p| p.into_inner());
+                        let p = p.latest();
                         connected += p["connected"].as_u64().unwrap_or(0)
                             + p["raw_connected"].as_u64().unwrap_or(0);
                         in_sync += p["in_sync"].as_u64().unwrap_or(0);
@@ -571,7 +618,7 @@ impl Timeline {
     /// Watches these swarms too.
     pub(crate) fn add_swarms(&self, swarms: &[Child]) {
         let mut src = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-        src.swarms.extend(swarms.iter().map(|s| s.progress.clone()));
+        src.swarms.extend(swarms.iter().map(Child::progress));
     }
 
     /// Watches this server's memory too.

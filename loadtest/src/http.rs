@@ -9,6 +9,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
+/// The longest one request may take (a churn batch of 2,000 endpoints into a loaded server
+/// included).
+pub(crate) const REQUEST_WITHIN: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// A client for one `host:port`.
 pub(crate) struct Http {
     addr: String,
@@ -36,8 +40,29 @@ impl Http {
         Ok(sender)
     }
 
-    /// One request; the status and body. A broken connection is reopened once.
+    /// One request; the status and body. A broken connection is reopened once. The whole
+    /// exchange must end within [`REQUEST_WITHIN`]: a server that accepts and never answers
+    /// fails the run with what was asked instead of holding it forever.
     pub(crate) async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Bytes,
+    ) -> anyhow::Result<(u16, Bytes)> {
+        match tokio::time::timeout(REQUEST_WITHIN, self.exchange(method, path, body)).await {
+            Ok(r) => r,
+            Err(_) => {
+                // The connection may be the stuck part: the next request opens a new one.
+                self.sender = None;
+                bail!(
+                    "{method} {path} to {}: no answer within {REQUEST_WITHIN:?}",
+                    self.addr
+                )
+            }
+        }
+    }
+
+    async fn exchange(
         &mut self,
         method: &str,
         path: &str,

@@ -38,11 +38,24 @@ pub(crate) async fn dial(
     addr: &str,
     tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<Box<dyn Io>> {
-    let (host, _) = addr.rsplit_once(':').context("address without a port")?;
-    let sock: SocketAddr = tokio::net::lookup_host(addr)
+    dial_at(resolve(addr).await?, addr, tls).await
+}
+
+/// The IPv4 address of `addr` (`host:port`).
+pub(crate) async fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
+    tokio::net::lookup_host(addr)
         .await?
         .find(SocketAddr::is_ipv4)
-        .with_context(|| format!("{addr}: no IPv4 address"))?;
+        .with_context(|| format!("{addr}: no IPv4 address"))
+}
+
+/// Dials `sock`, with TLS if configured (the server name is the host part of `addr`).
+pub(crate) async fn dial_at(
+    sock: SocketAddr,
+    addr: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<Box<dyn Io>> {
+    let (host, _) = addr.rsplit_once(':').context("address without a port")?;
     let tcp = TcpStream::connect(sock).await?;
     tcp.set_nodelay(true)?;
     match tls {

@@ -463,9 +463,12 @@ impl Churn {
         }
     }
 
-    /// Waits for the writer to finish; how many updates it wrote.
-    pub(crate) async fn wait(self) -> anyhow::Result<u64> {
-        self.task.await.context("churn task")?
+    /// Waits for the writer to finish (at most `within`); how many updates it wrote.
+    pub(crate) async fn wait(self, within: Duration) -> anyhow::Result<u64> {
+        match tokio::time::timeout(within, self.task).await {
+            Ok(r) => r.context("churn task")?,
+            Err(_) => bail!("the churn writer did not finish within {within:?}"),
+        }
     }
 }
 

@@ -19,7 +19,6 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2Serializer};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use typha_client::metrics::ClientMetrics;
 use typha_client::tls::ClientTls;
 use typha_client::{ClientConfig, Discovery, ResumeKind, SyncClient, SyncerCallbacks};
@@ -144,6 +143,8 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         churn_frames: AtomicU64::new(0),
         calico_bytes: AtomicU64::new(0),
         calico_failures: AtomicU64::new(0),
+        mark: AtomicU64::new(0),
+        resynced: AtomicUsize::new(0),
         latency,
     });
     let metrics = ClientMetrics::unregistered();
@@ -202,6 +203,10 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     let mut calico_tasks = Vec::new();
     let mut calico_states = Vec::new();
     if let Some(syncer) = &a.calico {
+        let mut resolved = Vec::new();
+        for s in &a.server {
+            resolved.push(crate::raw::resolve(s).await?);
+        }
         for i in 0..a.nodes {
             let state = Arc::new(Mutex::new(crate::calico_node::NodeState::new(
                 i < a.full_nodes,
@@ -214,6 +219,10 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                 .unwrap_or_default();
             let conf = crate::calico_node::NodeConf {
                 addr,
+                resolved: resolved
+                    .get(i % resolved.len())
+                    .copied()
+                    .context("no server")?,
                 tls: raw_tls.clone(),
                 hostname: format!("sim-{}", a.first + i),
                 syncer: syncer.clone(),
@@ -261,38 +270,53 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         };
         tasks.push(tokio::spawn(client.run(node, stop(stop_rx.clone()))));
     }
+    // Progress and commands each have a thread of their own, not a task among the nodes':
+    // a swarm whose nodes saturate its runtime (thousands decoding snapshots) still reports
+    // every half second and still hears `finish`, and a silent swarm is a stuck one.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress = {
-        let shared = shared.clone();
-        let metrics = metrics.clone();
-        let raw = raw.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(500));
-            loop {
-                tick.tick().await;
-                println!(
-                    "{}",
-                    json!({
-                        "event": "progress",
-                        "connected": metrics.connected.get() + shared.direct_connected.load(Ordering::Relaxed) as i64,
-                        "in_sync": shared.in_sync.load(Ordering::Relaxed),
-                        "updates": shared.updates.load(Ordering::Relaxed),
-                        "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
-                        "churn_frames": shared.churn_frames.load(Ordering::Relaxed),
-                        "bytes_received": metrics.bytes_received.get() + shared.calico_bytes.load(Ordering::Relaxed),
-                        "calico_failures": shared.calico_failures.load(Ordering::Relaxed),
-                        "resumed_deltas": metrics.resume_count(ResumeKind::Deltas),
-                        "resumed_digest": metrics.resume_count(ResumeKind::Digest),
-                        "resumed_snapshot": metrics.resume_count(ResumeKind::Snapshot),
-                        "raw_connected": raw.connected.load(Ordering::Relaxed),
-                        "raw_frames": raw.frames.load(Ordering::Relaxed),
-                        "raw_bytes": raw.bytes.load(Ordering::Relaxed),
-                    })
-                );
-            }
-        })
+        let (shared, metrics, raw, done) =
+            (shared.clone(), metrics.clone(), raw.clone(), done.clone());
+        std::thread::Builder::new()
+            .name("progress".into())
+            .spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    if done.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    // The mark before the count: a count read after a newer mark is that
+                    // mark's (it was reset before the mark moved).
+                    let mark = shared.mark.load(Ordering::SeqCst);
+                    let resynced = shared.resynced.load(Ordering::SeqCst);
+                    println!(
+                        "{}",
+                        json!({
+                            "event": "progress",
+                            "mark": mark,
+                            "resynced": resynced,
+                            "connected": metrics.connected.get() + shared.direct_connected.load(Ordering::Relaxed) as i64,
+                            "in_sync": shared.in_sync.load(Ordering::Relaxed),
+                            "updates": shared.updates.load(Ordering::Relaxed),
+                            "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
+                            "churn_frames": shared.churn_frames.load(Ordering::Relaxed),
+                            "bytes_received": metrics.bytes_received.get() + shared.calico_bytes.load(Ordering::Relaxed),
+                            "calico_failures": shared.calico_failures.load(Ordering::Relaxed),
+                            "resumed_deltas": metrics.resume_count(ResumeKind::Deltas),
+                            "resumed_digest": metrics.resume_count(ResumeKind::Digest),
+                            "resumed_snapshot": metrics.resume_count(ResumeKind::Snapshot),
+                            "raw_connected": raw.connected.load(Ordering::Relaxed),
+                            "raw_frames": raw.frames.load(Ordering::Relaxed),
+                            "raw_bytes": raw.bytes.load(Ordering::Relaxed),
+                        })
+                    );
+                }
+            })
+            .context("starting the progress thread")?
     };
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut commands = commands();
+    // A closed stdin (the coordinator gone) finishes too.
+    while let Some(line) = commands.recv().await {
         match line.trim() {
             "finish" => break,
             // The latency histogram so far, and start a new one (a phase boundary).
@@ -300,6 +324,13 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                 "{}",
                 json!({"event": "histogram", "histogram": take_histogram(&shared)?})
             ),
+            // Calico-protocol nodes: count, from now on, each node once when a session it
+            // starts from now on reaches InSync (before a crash: every node's resync after it).
+            "mark" => {
+                shared.resynced.store(0, Ordering::SeqCst);
+                let mark = shared.mark.fetch_add(1, Ordering::SeqCst) + 1;
+                println!("{}", json!({"event": "marked", "mark": mark}));
+            }
             // Calico-protocol nodes: how many hold each state now.
             "digests" => {
                 let (d, f) = calico_digests(&calico_states);
@@ -353,7 +384,8 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             *digests.entry(d).or_default() += 1;
         }
     }
-    progress.abort();
+    done.store(true, Ordering::Relaxed);
+    let _ = progress.join();
     let hex = take_histogram(&shared)?;
     println!(
         "{}",
@@ -432,8 +464,8 @@ async fn direct(
     .await
 }
 
-/// How many Calico-protocol nodes hold each state (light nodes: their key count; full nodes
-/// also in the second map, with their digest).
+/// How many Calico-protocol nodes hold each state (`count:digest`): every node in the first
+/// map, full nodes also in the second.
 fn calico_digests(
     states: &[Arc<Mutex<crate::calico_node::NodeState>>],
 ) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
@@ -443,14 +475,31 @@ fn calico_digests(
         let d = s.digest();
         if s.full {
             *full.entry(d.clone()).or_default() += 1;
-            // Every node counts by its key count in the first map.
-            let count = d.split(':').next().unwrap_or_default().to_owned();
-            *all.entry(count).or_default() += 1;
-        } else {
-            *all.entry(d).or_default() += 1;
         }
+        *all.entry(d).or_default() += 1;
     }
     (all, full)
+}
+
+/// Command lines from stdin, read on a thread of their own (tokio's stdin reads on the
+/// blocking pool, which thousands of nodes' work must not stand in front of). The channel
+/// closes when stdin does.
+fn commands() -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let spawned = std::thread::Builder::new()
+        .name("commands".into())
+        .spawn(move || {
+            for line in std::io::stdin().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    // Without the thread no command can arrive: the dropped sender ends the swarm at once,
+    // which the coordinator reports as the swarm exiting.
+    drop(spawned);
+    rx
 }
 
 /// The merged latency histogram of every shard (HdrHistogram V2, hex), and resets the shards.

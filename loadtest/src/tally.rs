@@ -19,6 +19,12 @@ pub(crate) struct Shared {
     pub(crate) calico_bytes: AtomicU64,
     /// Calico-protocol sessions that ended (each reconnects).
     pub(crate) calico_failures: AtomicU64,
+    /// The latest `mark` command's number (0: none yet): a Calico-protocol session started
+    /// after it counts in `resynced` when it reaches InSync.
+    pub(crate) mark: AtomicU64,
+    /// Calico-protocol nodes that have been in sync in a session started after the latest
+    /// mark (each node once).
+    pub(crate) resynced: AtomicUsize,
     pub(crate) latency: Vec<Mutex<Histogram<u64>>>,
 }
 

@@ -9,7 +9,9 @@
 //! [`run`] keeps that map and returns it at the end; [`run_with`] is the same session with
 //! nothing kept, each [`Event`] (the server's hello, a decoder restart, a sync status, a
 //! message's updates, a ping answered, bytes read) handed to the caller as it happens: the
-//! fleet's nodes keep only hashes and time each update on arrival.
+//! fleet's nodes keep only hashes and time each update on arrival. [`run_skimming`] is the
+//! same again with each update's key and value bytes handed over where they lie, nothing
+//! built per update: the fleet's cheap nodes.
 //!
 //! The wire codec is [`typha_protocol::calico`]: what we write is our preamble and plain
 //! values, which Go's decoder reads like any gob stream.
@@ -19,10 +21,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use typha_protocol::calico::gob::Limits;
+use typha_protocol::calico::gob::{Decoded, Limits, Value};
 use typha_protocol::calico::messages::{
-    self, COMPRESSION_SNAPPY, ClientHello, EncodeError, Message, Pong, SerializedUpdate,
-    ServerHello, Side, SyncStatus, UpdateType,
+    self, COMPRESSION_SNAPPY, ClientHello, EncodeError, Message, MessageKind, Pong,
+    SerializedUpdate, ServerHello, Side, SyncStatus, UpdateType, from_gob,
 };
 use typha_protocol::calico::{Compression, StreamDecoder, StreamError};
 
@@ -239,6 +241,106 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnMut(Event),
 {
+    session(
+        conn,
+        hello,
+        until,
+        read_timeout,
+        &mut observe,
+        None::<&mut NoHook>,
+    )
+    .await
+}
+
+/// The same session as [`run_with`], for a caller that needs each update's key and value
+/// bytes and nothing else: a `MsgKVs` is not made into [`SerializedUpdate`]s (no strings,
+/// revisions or vectors built per update) but each update's key and value are handed to
+/// `each_kv` as they lie in the decoded message (an empty value is a deletion), and no
+/// [`Event::Kvs`] is given to `observe`. Everything else is as in [`run_with`]: the hello,
+/// ACKs, pongs, statuses, the checks and errors; the key is not checked for UTF-8 (an update
+/// that is not a `SerializedUpdate` at all still fails the session as in [`run_with`]).
+///
+/// It is what a simulated node that only hashes what it receives needs: snappy and gob are
+/// still read in full, as they must be to find the messages, and the buffers are reused.
+pub async fn run_skimming<S, F, K>(
+    conn: S,
+    hello: &CalicoHello,
+    until: Until,
+    read_timeout: Duration,
+    mut observe: F,
+    mut each_kv: K,
+) -> Result<(), CalicoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: FnMut(Event),
+    K: FnMut(&[u8], &[u8]),
+{
+    session(
+        conn,
+        hello,
+        until,
+        read_timeout,
+        &mut observe,
+        Some(&mut each_kv),
+    )
+    .await
+}
+
+/// No per-update hook ([`run_with`]): a `fn` pointer names the type of the `None`.
+type NoHook = fn(&[u8], &[u8]);
+
+/// The updates of a decoded `MsgKVs` envelope, where they lie, or `None` if it is another
+/// message (or not shaped as one: [`from_gob`] then says what is wrong with it).
+fn kvs_in(d: &Decoded) -> Option<&[Value]> {
+    let Value::Struct(envelope) = &d.value else {
+        return None;
+    };
+    let Some(Value::Interface(Some(c))) = envelope.get("Message") else {
+        return None;
+    };
+    if MessageKind::from_registered_name(&c.name) != Some(MessageKind::Kvs) {
+        return None;
+    }
+    let Value::Struct(s) = &c.value else {
+        return None;
+    };
+    match s.get("KVs") {
+        None => Some(&[]),
+        Some(Value::Slice(items)) => Some(items),
+        Some(_) => None,
+    }
+}
+
+/// An update's key and value bytes (absent fields are empty, as Go's zero values), or `None`
+/// if it is not shaped as a `SerializedUpdate`.
+fn key_value(v: &Value) -> Option<(&[u8], &[u8])> {
+    let Value::Struct(u) = v else { return None };
+    let key = match u.get("Key") {
+        None => &[][..],
+        Some(Value::String(b)) => &b[..],
+        Some(_) => return None,
+    };
+    let value = match u.get("Value") {
+        None => &[][..],
+        Some(Value::Bytes(b)) => &b[..],
+        Some(_) => return None,
+    };
+    Some((key, value))
+}
+
+async fn session<S, F, K>(
+    conn: S,
+    hello: &CalicoHello,
+    until: Until,
+    read_timeout: Duration,
+    observe: &mut F,
+    mut each_kv: Option<&mut K>,
+) -> Result<(), CalicoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: FnMut(Event),
+    K: FnMut(&[u8], &[u8]),
+{
     let (mut rd, mut wr) = tokio::io::split(conn);
     let mut out = BytesMut::new();
     out.extend_from_slice(&Side::Client.preamble());
@@ -255,7 +357,27 @@ where
     let mut hello_seen = false;
     loop {
         // Every complete message in the buffer first.
-        while let Some(msg) = dec.decode(&mut buf)? {
+        while let Some(decoded) = dec.decode_gob(&mut buf)? {
+            if let Some(each) = each_kv.as_mut()
+                && let Some(items) = kvs_in(&decoded)
+            {
+                if !hello_seen {
+                    return Err(CalicoError::Protocol(
+                        "updates before the ServerHello".into(),
+                    ));
+                }
+                for item in items {
+                    match key_value(item) {
+                        Some((k, v)) => each(k, v),
+                        // Not an update: the typed decoding names what is wrong.
+                        None => {
+                            from_gob(&decoded).map_err(StreamError::from)?;
+                        }
+                    }
+                }
+                continue;
+            }
+            let msg = from_gob(&decoded).map_err(StreamError::from)?;
             match msg {
                 Message::ServerHello(h) => {
                     if hello_seen {

@@ -4,16 +4,19 @@
 //! golang/snappy on both ends) and once to ours; the two end states must be equal key for
 //! key (values compared as JSON where they are JSON), with the same revisions, resource
 //! versions and update types, the same sync statuses and the same number of decoder restarts.
+//! A third connection runs the skimming session ([`typha_client::calico::run_skimming`]),
+//! which must end with the same keys and value bytes.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use typha_client::calico::{CalicoHello, CalicoState, Until, run};
+use typha_client::calico::{CalicoHello, CalicoState, Event, Until, run, run_skimming};
 use typha_protocol::calico::messages::UpdateType;
 
 fn peer() -> Option<PathBuf> {
@@ -105,7 +108,7 @@ async fn differential(script: &str, snappy: bool, until: Until) {
         .arg(&script)
         .arg("--addr-file")
         .arg(&addr_file)
-        .args(["--connections", "2"])
+        .args(["--connections", "3"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -141,6 +144,43 @@ async fn differential(script: &str, snappy: bool, until: Until) {
     let state = run(tcp, &hello, until, Duration::from_secs(30))
         .await
         .unwrap();
+
+    // And the skimming session (the fleet's cheap nodes) to the same script: the same keys
+    // and value bytes, with none of the typed updates built.
+    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut skimmed: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut kvs_events = 0;
+    run_skimming(
+        tcp,
+        &hello,
+        until,
+        Duration::from_secs(30),
+        |e| {
+            if matches!(e, Event::Kvs(_)) {
+                kvs_events += 1;
+            }
+        },
+        |k, v| {
+            let k = String::from_utf8(k.to_vec()).unwrap();
+            if v.is_empty() {
+                skimmed.remove(&k);
+            } else {
+                skimmed.insert(k, v.to_vec());
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let typed: BTreeMap<String, Vec<u8>> = state
+        .kvs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.value.to_vec()))
+        .collect();
+    assert_eq!(skimmed, typed, "the skimming session's keys and values");
+    assert_eq!(
+        kvs_events, 0,
+        "a skimming session hands updates over one by one"
+    );
 
     let status = server.wait().unwrap();
     let mut err = String::new();

@@ -82,6 +82,17 @@ impl StreamDecoder {
     /// bytes are needed. With snappy, chunks are decoded only as gob needs them, so at most
     /// one message and one chunk are held decoded.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, StreamError> {
+        match self.decode_gob(src)? {
+            None => Ok(None),
+            Some(d) => Ok(Some(from_gob(&d)?)),
+        }
+    }
+
+    /// The next gob value from `src`, as [`decode`](Self::decode) reads it but not yet made a
+    /// [`Message`]: for a reader that looks into some messages itself (a simulated node
+    /// hashing `MsgKVs` updates where they lie) and passes the others to
+    /// [`from_gob`](super::messages::from_gob).
+    pub fn decode_gob(&mut self, src: &mut BytesMut) -> Result<Option<gob::Decoded>, StreamError> {
         let decoded = match &mut self.snappy {
             None => self.gob.decode(src)?,
             Some((framing, plain)) => loop {
@@ -93,10 +104,7 @@ impl StreamDecoder {
                 }
             },
         };
-        match decoded {
-            None => Ok(None),
-            Some(d) => Ok(Some(from_gob(&d)?)),
-        }
+        Ok(decoded)
     }
 
     /// Starts a new gob stream (after a `MsgDecoderRestart`): no types defined, carried as
