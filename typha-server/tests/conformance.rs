@@ -225,11 +225,11 @@ impl Backend for KubernetesBackend {
     }
     async fn contents(&mut self) -> Vec<Resource> {
         let mut out = common::kube::calico_resources(&self.admin).await;
-        out.extend(common::kube::profiles(&self.admin).await);
+        out.extend(common::kube::ambient(&self.admin).await);
         out
     }
     async fn ambient(&mut self) -> Vec<Resource> {
-        common::kube::profiles(&self.admin).await
+        common::kube::ambient(&self.admin).await
     }
     async fn compact(&mut self) {
         self.cp.compact_etcd().await.unwrap();
