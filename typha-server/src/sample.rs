@@ -158,7 +158,8 @@ impl Spec {
         }))
     }
 
-    /// Everything: cluster info, config, pool, nodes, blocks, profiles, policies, endpoints.
+    /// Everything: cluster info, config, pool, BGP settings and peers, a node status request,
+    /// nodes, blocks, profiles, policies, endpoints.
     pub fn resources(&self) -> Vec<Resource> {
         let mut out = vec![
             must(
@@ -183,6 +184,22 @@ impl Spec {
                          "ingress": [{"action": "Deny", "source": {"selector": "role == 'blocked'"}}]}}),
             ),
         ];
+        // BGP as a cluster with route reflectors and top-of-rack peers has it, and one node
+        // status request: what confd and the node status reporter read.
+        out.push(must(
+            json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPConfiguration", "metadata": {"name": "default"},
+            "spec": {"logSeverityScreen": "Info", "nodeToNodeMeshEnabled": false, "asNumber": 64512,
+                     "serviceClusterIPs": [{"cidr": "10.96.0.0/12"}], "listenPort": 179}}),
+        ));
+        for rack in 0..3 {
+            out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPPeer",
+                "metadata": {"name": format!("rack-{rack}-tor")},
+                "spec": {"nodeSelector": format!("rack == 'r{rack}'"), "peerIP": format!("10.255.{rack}.1"),
+                         "asNumber": 65000 + rack, "keepOriginalNextHop": true}})));
+        }
+        out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
+            "metadata": {"name": format!("{}-status", node_name(0))},
+            "spec": {"node": node_name(0), "classes": ["Agent", "BGP", "Routes"], "updatePeriodSeconds": 60}})));
         for i in 0..self.nodes {
             let name = node_name(i);
             let ip = format!("10.{}.{}.{}", 20 + i / 65536, (i / 256) % 256, i % 256);

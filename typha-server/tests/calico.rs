@@ -210,6 +210,29 @@ fn churn(store: &Embedded) {
         serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool",
         "metadata": {"name": "extra"}, "spec": {"cidr": "10.64.0.0/16", "blockSize": 26}}),
     ));
+    // BGP (felix, bgp) and node status (node-status): a peer changed, one created, one
+    // deleted; the BGP configuration and the status request changed.
+    store.put(res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPPeer",
+        "metadata": {"name": "rack-0-tor"},
+        "spec": {"nodeSelector": "rack == 'r0'", "peerIP": "10.255.0.2", "asNumber": 65100}}),
+    ));
+    store.put(res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPPeer",
+        "metadata": {"name": "rr"}, "spec": {"peerSelector": "has(rr)", "nodeSelector": "all()"}}),
+    ));
+    store.delete(
+        &res(
+            serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPPeer",
+        "metadata": {"name": "rack-2-tor"}, "spec": {}}),
+        )
+        .id(),
+    );
+    store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPConfiguration",
+        "metadata": {"name": "default"}, "spec": {"nodeToNodeMeshEnabled": true, "asNumber": "1.10"}})));
+    store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
+        "metadata": {"name": format!("{}-status", typha_server::sample::node_name(0))},
+        "spec": {"node": typha_server::sample::node_name(0), "classes": ["BGP"], "updatePeriodSeconds": 5}})));
     // Delete: a pod, a node, the global network set.
     store.delete(&spec.workload_endpoint(0, 0, 0).id());
     let node2 = res(
@@ -255,12 +278,10 @@ async fn each_syncer_type_reaches_in_sync_with_the_translated_cache() {
                 &expected(&srv, syncer),
                 &format!("{syncer} {extra:?}"),
             );
-            if syncer != SyncerType::NodeStatus {
-                assert!(
-                    !got.is_empty(),
-                    "{syncer}: the sample cluster has keys for it"
-                );
-            }
+            assert!(
+                !got.is_empty(),
+                "{syncer}: the sample cluster has keys for it"
+            );
         }
     }
     srv.shutdown().await;

@@ -42,7 +42,7 @@ use typha_server::config::Config;
 use typha_server::control_plane::{ControlPlane, Options};
 use typha_server::datastore::embedded::Embedded;
 use typha_server::datastore::etcd::{Etcd, key_value_of};
-use typha_server::datastore::kubernetes::{CRD_KINDS, Kubernetes};
+use typha_server::datastore::kubernetes::Kubernetes;
 use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
 use typha_server::server::{RunningServer, start};
 
@@ -183,7 +183,10 @@ impl Backend for KubernetesBackend {
     /// Only CRD kinds: in Kubernetes, Profiles, WorkloadEndpoints and Nodes are not written as
     /// themselves but made from namespaces and service accounts, pods and nodes.
     fn supports(kind: Kind) -> bool {
-        CRD_KINDS.contains(&kind)
+        // The CRDs the API server has (the Calico release linked has no tiers CRD).
+        typha_server::control_plane::installed_kinds()
+            .unwrap_or_default()
+            .contains(&kind)
     }
     async fn new() -> Option<Self> {
         let cp = common::kube::start(Options {
@@ -222,11 +225,11 @@ impl Backend for KubernetesBackend {
     }
     async fn contents(&mut self) -> Vec<Resource> {
         let mut out = common::kube::calico_resources(&self.admin).await;
-        out.extend(common::kube::profiles(&self.admin).await);
+        out.extend(common::kube::ambient(&self.admin).await);
         out
     }
     async fn ambient(&mut self) -> Vec<Resource> {
-        common::kube::profiles(&self.admin).await
+        common::kube::ambient(&self.admin).await
     }
     async fn compact(&mut self) {
         self.cp.compact_etcd().await.unwrap();
@@ -311,7 +314,7 @@ impl Datastore for Switch {
 
 /// Every kind with a generator in [`resource`]: a backend is tested with those it
 /// [`Backend::supports`] ([`kinds`]).
-const GENERATED: [Kind; 12] = [
+const GENERATED: [Kind; 16] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
     Kind::NetworkSet,
@@ -324,6 +327,10 @@ const GENERATED: [Kind; 12] = [
     Kind::IpamBlock,
     Kind::BlockAffinity,
     Kind::FelixConfiguration,
+    Kind::Tier,
+    Kind::BgpConfiguration,
+    Kind::BgpPeer,
+    Kind::CalicoNodeStatus,
 ];
 
 /// The kinds the suite writes to backend `B`.
@@ -408,6 +415,23 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
             "metadata": {"name": format!("node.host-{i}")},
             "spec": {"logSeverityScreen": severity,
                      "reportingInterval": format!("{}s", g % 100)}}),
+        Kind::Tier => json!({
+            "metadata": {"name": format!("tier-{i}"), "labels": {"gen": gen_label}},
+            "spec": {"order": 100 + g, "defaultAction": if g.is_multiple_of(2) { "Pass" } else { "Deny" }}}),
+        Kind::BgpConfiguration => json!({
+            "metadata": {"name": if i == 0 { "default".to_owned() } else { format!("node.host-{i}") }},
+            "spec": {"logSeverityScreen": severity, "nodeToNodeMeshEnabled": g.is_multiple_of(2),
+                     "asNumber": 64512 + g % 1000,
+                     "serviceClusterIPs": [{"cidr": format!("10.96.{}.0/24", g % 256)}]}}),
+        Kind::BgpPeer => json!({
+            "metadata": {"name": format!("peer-{i}"), "labels": {"gen": gen_label}},
+            "spec": {"peerIP": format!("192.0.2.{}", 1 + (i + g as usize) % 250),
+                     "asNumber": 65000 + g % 100,
+                     "nodeSelector": format!("rack == 'r{}'", g % 4)}}),
+        Kind::CalicoNodeStatus => json!({
+            "metadata": {"name": format!("status-{i}")},
+            "spec": {"node": format!("host-{}", i % 3), "classes": ["Agent", "BGP"],
+                     "updatePeriodSeconds": 10 + g % 50}}),
         other => panic!("no generator for {other}"),
     };
     doc["apiVersion"] = "projectcalico.org/v3".into();

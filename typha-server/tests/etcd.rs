@@ -193,7 +193,7 @@ async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
     common::etcd::put_raw(&mut c, "networkpolicies/no-namespace", valid.as_bytes()).await;
     common::etcd::put_raw(&mut c, "globalnetworksets/impostor", valid.as_bytes()).await;
     // A kind this server does not serve: skipped, not invalid.
-    common::etcd::put_raw(&mut c, "bgppeers/peer-1", b"{}").await;
+    common::etcd::put_raw(&mut c, "ipreservations/r-1", b"{}").await;
 
     let ds = Arc::new(backend(&etcd).await);
     let srv = start(Config::for_tests(), ds).await.unwrap();

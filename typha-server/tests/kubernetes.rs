@@ -95,12 +95,16 @@ impl Run {
         let (client, _) = common::kube::typha_identity(&cp).await;
         // What the cluster holds before the test writes anything: the profiles of the API
         // server's own namespaces and of typha-server's account.
-        let want = common::kube::profiles(&admin)
+        let want = common::kube::ambient(&admin)
             .await
             .into_iter()
             .map(|r| (r.id(), r))
             .collect();
-        let ds = Kubernetes::new(client).await;
+        // A CRD that is not installed (tiers, in the Calico release linked) is asked for again
+        // every half second here.
+        let ds = Kubernetes::new(client)
+            .await
+            .with_crd_poll(Duration::from_millis(500));
         let srv = start(Config::for_tests(), Arc::new(ds)).await.unwrap();
         Some(Run {
             cp,
@@ -192,6 +196,19 @@ impl Run {
         }
         self.put(pool(0)).await;
         self.put(host_endpoint(0)).await;
+    }
+
+    /// Reads the Services and EndpointSlices back from the API into what the client must hold.
+    async fn refresh_services(&mut self) {
+        self.want.retain(|id, _| {
+            !matches!(
+                id.kind,
+                Kind::KubernetesService | Kind::KubernetesEndpointSlice
+            )
+        });
+        for r in common::kube::services(&self.admin).await {
+            self.want.insert(r.id(), r);
+        }
     }
 
     async fn peer(&self) -> Peer {
@@ -445,6 +462,187 @@ async fn kubernetes_network_policies_are_served_as_calicos() {
     run.want.remove(&knp.id());
     run.converge(&mut p, "the policy deleted").await;
     run.srv.shutdown().await;
+}
+
+/// BGPConfiguration, BGPPeer and CalicoNodeStatus CRDs are read: created, updated, deleted.
+#[tokio::test]
+async fn bgp_kinds_and_node_status_requests_are_read() {
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
+    let mut p = run.peer().await;
+    run.converge(&mut p, "the initial sync").await;
+    let config = |mesh: bool| {
+        v3(
+            "BGPConfiguration",
+            json!({"name": "default"}),
+            json!({"nodeToNodeMeshEnabled": mesh, "asNumber": 64512, "logSeverityScreen": "Info",
+                   "serviceClusterIPs": [{"cidr": "10.96.0.0/12"}]}),
+        )
+    };
+    let peer = |asn: u32| {
+        v3(
+            "BGPPeer",
+            json!({"name": "tor", "labels": {"rack": "a"}}),
+            json!({"peerIP": "192.0.2.1", "asNumber": asn, "nodeSelector": "rack == 'a'"}),
+        )
+    };
+    let status = |period: u32| {
+        v3(
+            "CalicoNodeStatus",
+            json!({"name": "node-1-status"}),
+            json!({"node": "node-1", "classes": ["Agent", "BGP"], "updatePeriodSeconds": period}),
+        )
+    };
+    run.put(config(false)).await;
+    run.put(peer(64513)).await;
+    run.put(status(10)).await;
+    run.converge(
+        &mut p,
+        "BGP configuration, a peer, a status request created",
+    )
+    .await;
+    run.put(config(true)).await;
+    run.put(peer(64514)).await;
+    run.put(status(30)).await;
+    run.converge(&mut p, "all three updated").await;
+    run.delete(config(true)).await;
+    run.delete(peer(64514)).await;
+    run.delete(status(30)).await;
+    run.converge(&mut p, "all three deleted").await;
+    run.srv.shutdown().await;
+}
+
+/// Services and EndpointSlices are read (the API server's own `kubernetes` Service among
+/// them): created, updated, deleted.
+#[tokio::test]
+async fn services_and_endpoint_slices_are_read() {
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
+    assert!(
+        run.want.contains_key(&ResourceId::namespaced(
+            Kind::KubernetesService,
+            "default",
+            "kubernetes"
+        )),
+        "the API server's own Service"
+    );
+    let mut p = run.peer().await;
+    run.converge(&mut p, "the initial sync").await;
+    let service = |port: u16| {
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "api", "namespace": "web", "labels": {"app": "api"}},
+               "spec": {"selector": {"app": "api"},
+                        "ports": [{"name": "http", "port": port, "targetPort": 8080}]}})
+    };
+    let slice = |ip: &str| {
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "api-1", "namespace": "web",
+                            "labels": {"kubernetes.io/service-name": "api"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+               "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})
+    };
+    apply(&run.admin, service(80)).await;
+    apply(&run.admin, slice("10.0.1.5")).await;
+    run.refresh_services().await;
+    run.converge(&mut p, "a service and its slice created")
+        .await;
+    apply(&run.admin, service(81)).await;
+    apply(&run.admin, slice("10.0.1.6")).await;
+    run.refresh_services().await;
+    run.converge(&mut p, "both updated").await;
+    delete(&run.admin, "v1", "Service", "web", "api").await;
+    delete(
+        &run.admin,
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        "web",
+        "api-1",
+    )
+    .await;
+    run.refresh_services().await;
+    assert!(
+        !run.want
+            .keys()
+            .any(|id| id.namespace.as_deref() == Some("web") && id.name.starts_with("api")),
+        "both gone from the API"
+    );
+    run.converge(&mut p, "both deleted").await;
+    run.srv.shutdown().await;
+}
+
+/// The CRDs linked have no tiers CRD: the backend serves the rest, in sync, and once the CRD is
+/// installed its objects arrive without a resync.
+#[tokio::test]
+async fn a_crd_that_is_not_installed_is_empty_until_it_is() {
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    let tiers = common::kube::resource(CRD, "Tier", "tiers");
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(run.admin.clone(), &tiers);
+    assert!(
+        matches!(api.list(&Default::default()).await, Err(kube::Error::Api(e)) if e.code == 404),
+        "the linked CRDs have a tiers CRD: this test needs another one to be missing"
+    );
+    run.seed().await;
+    let mut p = run.peer().await;
+    run.converge(&mut p, "in sync without the tiers CRD").await;
+    // Ours, not Calico's: a minimal tiers CRD that keeps whatever spec it is given.
+    apply(
+        &run.admin,
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "tiers.crd.projectcalico.org"},
+               "spec": {"group": "crd.projectcalico.org", "scope": "Cluster",
+                        "names": {"kind": "Tier", "listKind": "TierList", "plural": "tiers",
+                                  "singular": "tier"},
+                        "versions": [{"name": "v1", "served": true, "storage": true,
+                                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                 "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+    )
+    .await;
+    let tier = |order: u32| {
+        v3(
+            "Tier",
+            json!({"name": "security"}),
+            json!({"order": order, "defaultAction": "Pass"}),
+        )
+    };
+    let obj: kube::api::DynamicObject = serde_json::from_value(crd_doc(&tier(100))).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Err(e) = api.create(&Default::default(), &obj).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tiers CRD is not served: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = Resource::from_json(tier(100)).unwrap();
+    run.want.insert(r.id(), r);
+    run.converge(&mut p, "a tier of a CRD installed later")
+        .await;
+    run.put(tier(200)).await;
+    run.converge(&mut p, "the tier updated (its watch runs)")
+        .await;
+    run.delete(tier(200)).await;
+    run.converge(&mut p, "the tier deleted").await;
+    assert_eq!(
+        p.statuses
+            .iter()
+            .filter(|s| **s == SyncStatus::InSync)
+            .count(),
+        1,
+        "no resync on the way: {:?}",
+        p.statuses
+    );
+    run.srv.shutdown().await;
+}
+
+fn crd_doc(doc: &Value) -> Value {
+    typha_server::control_plane::crd_object(&Resource::from_json(doc.clone()).unwrap())
 }
 
 #[test]

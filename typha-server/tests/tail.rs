@@ -102,7 +102,7 @@ async fn json_lines_carry_decoded_values() {
     let lines = tokio::task::spawn_blocking(move || {
         BufReader::new(stdout)
             .lines()
-            .take(HARNESS_PREAMBLE.len() + 20)
+            .take(HARNESS_PREAMBLE.len() + 40)
             .map(|l| l.unwrap())
             .collect::<Vec<_>>()
     })

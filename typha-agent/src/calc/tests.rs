@@ -602,3 +602,45 @@ proptest! {
         }
     }
 }
+
+/// The kinds carried whole for Calico's own clients (BGP, node status, Kubernetes Services and
+/// EndpointSlices) change nothing the agent programs.
+#[test]
+fn kinds_carried_for_calicos_clients_are_ignored() {
+    let mut g = graph();
+    g.on_update(
+        &wep_key(ME, "a"),
+        Some(wep("calia", "10.0.0.1", &[("app", "web")], &[])),
+    );
+    g.flush();
+    let before = g.desired().clone();
+    for (kind, ns) in [
+        (ResourceKind::BgpConfiguration, None),
+        (ResourceKind::BgpPeer, None),
+        (ResourceKind::CalicoNodeStatus, None),
+        (ResourceKind::KubernetesService, Some("web".to_owned())),
+        (
+            ResourceKind::KubernetesEndpointSlice,
+            Some("web".to_owned()),
+        ),
+    ] {
+        let key = Key::Resource(ResourceKey {
+            kind,
+            namespace: ns,
+            name: "x".into(),
+        });
+        let value = Value::Resource(typha_protocol::model::Resource {
+            labels: Labels::new(),
+            spec_json: r#"{"order":1,"peerIP":"10.0.0.9"}"#.into(),
+        });
+        g.on_update(&key, Some(value));
+        let d = g.flush();
+        assert!(
+            !d.chains && !d.routes && !d.all_ipsets && d.ipsets.is_empty(),
+            "{kind:?}: {d:?}"
+        );
+        g.on_update(&key, None);
+        g.flush();
+    }
+    assert_eq!(g.desired(), &before);
+}

@@ -14,6 +14,19 @@ use super::peers::{ControlPlaneError, peers_dir};
 use crate::calico::v3::Spec;
 use crate::datastore::kubernetes::{CRD_GROUP, CRD_KINDS};
 
+/// The plurals of the CRDs [`apply`] installs that the Kubernetes backend reads: the kinds a
+/// test may write. Others (tiers, in the Calico release linked) are not installed.
+pub fn installed_kinds() -> Result<Vec<crate::calico::v3::Kind>, ControlPlaneError> {
+    let dir = crd_dir()?;
+    Ok(CRD_KINDS
+        .into_iter()
+        .filter(|k| {
+            dir.join(format!("{CRD_GROUP}_{}.yaml", k.plural()))
+                .is_file()
+        })
+        .collect())
+}
+
 /// The only version of Calico's module the Go module proxy serves (a commit of its
 /// release-v3.28 line); `peers/build` downloads it.
 pub const CALICO_MODULE: &str =
@@ -65,7 +78,9 @@ fn crd_resource() -> ApiResource {
 
 /// Creates every CRD in [`crd_dir`] and waits until the ones the Kubernetes backend reads are
 /// served. A CRD the backend does not read that the API server refuses is skipped, and said
-/// so; one it reads is an error.
+/// so; one it reads is an error. A kind the backend reads whose CRD the folder lacks (the
+/// tiers CRD, in the Calico release `peers/build` links) is left missing: the backend serves no
+/// objects of it until one is installed.
 pub(super) async fn apply(client: &kube::Client) -> Result<(), ControlPlaneError> {
     let dir = crd_dir()?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -82,6 +97,7 @@ pub(super) async fn apply(client: &kube::Client) -> Result<(), ControlPlaneError
     }
     let read: Vec<&str> = CRD_KINDS.iter().map(|k| k.plural()).collect();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &crd_resource());
+    let mut created: Vec<String> = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file)
             .map_err(ControlPlaneError::io(file.display().to_string()))?;
@@ -95,8 +111,8 @@ pub(super) async fn apply(client: &kube::Client) -> Result<(), ControlPlaneError
         let obj: DynamicObject = serde_json::from_value(doc)
             .map_err(|e| ControlPlaneError::Crds(format!("{}: {e}", file.display())))?;
         match api.create(&PostParams::default(), &obj).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Ok(_) => created.push(plural),
+            Err(kube::Error::Api(s)) if s.code == 409 => created.push(plural),
             Err(e) if !read.contains(&plural.as_str()) => {
                 // Test support: this goes to the test's output, where the reader needs it.
                 eprintln!(
@@ -115,6 +131,9 @@ pub(super) async fn apply(client: &kube::Client) -> Result<(), ControlPlaneError
     // Established and served: a list of each kind the backend reads answers.
     let deadline = tokio::time::Instant::now() + ESTABLISH;
     for kind in CRD_KINDS {
+        if !created.iter().any(|p| p == kind.plural()) {
+            continue;
+        }
         let res = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk(CRD_GROUP, "v1", kind.as_str()),
             kind.plural(),

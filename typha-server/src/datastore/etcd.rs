@@ -269,7 +269,12 @@ fn parse_key(key: &[u8]) -> KeyMeaning {
     // Calico never stores IPAM blocks as v3 resources in etcd (only in the IPAM model), so
     // nothing of Calico's is here: left alone like other kinds we do not serve. (It does
     // store BlockAffinity resources here, written through its v3 API: those are read.)
-    if kind == Kind::IpamBlock {
+    // Nor Kubernetes' own Services and EndpointSlices, which only Calico's Kubernetes driver
+    // reads (from the Kubernetes API).
+    if matches!(
+        kind,
+        Kind::IpamBlock | Kind::KubernetesService | Kind::KubernetesEndpointSlice
+    ) {
         return KeyMeaning::Other;
     }
     let bad = || {

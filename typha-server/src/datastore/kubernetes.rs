@@ -16,7 +16,18 @@
 //! - a node becomes a Calico node: calico-node's `projectcalico.org/*` annotations (BGP
 //!   addresses, AS number, tunnel addresses) and its InternalIP/ExternalIP addresses;
 //! - a `networking.k8s.io/v1` NetworkPolicy becomes KubernetesNetworkPolicy
-//!   `knp.default.<name>`: order 1000, one Allow rule per (port, peer).
+//!   `knp.default.<name>`: order 1000, one Allow rule per (port, peer);
+//! - a Service becomes a KubernetesService (name, namespace, labels and spec: what Felix
+//!   reads), an EndpointSlice a KubernetesEndpointSlice (labels, address type, endpoints,
+//!   ports), both as Calico's felix syncer passes them on.
+//!
+//! # CRDs that are not installed
+//!
+//! A cluster may lack some of Calico's CRDs (older Calico releases have no tiers CRD). A list
+//! that answers 404 for a CRD kind means no objects of that kind: it is logged once at warn,
+//! does not hold readiness back, and the kind is asked for again every
+//! [`MISSING_CRD_POLL`]; once it answers, its objects arrive as ordinary watch events and its
+//! watch starts, without a relist. A kind is missing when its mark is [`MISSING`].
 //!
 //! An object that does not convert is an [`Invalid`] item, never an error.
 //!
@@ -46,9 +57,7 @@
 //! Lists are paged ([`PAGE_SIZE`]); an expired continue token fails the listing, which the
 //! syncer retries.
 //!
-//! Not done yet: Kubernetes Services and
-//! EndpointSlices (service-based rules), `AdminNetworkPolicy`, staged policies and Calico's
-//! tiers are not read; a NetworkPolicy's named ports are passed on as names, as Calico does,
+//! Not done yet: `AdminNetworkPolicy` and staged policies are not read; a NetworkPolicy's named ports are passed on as names, as Calico does,
 //! but its rules are not merged by protocol as Calico's are (same effect, more rules).
 
 use std::sync::{Arc, Mutex};
@@ -56,27 +65,31 @@ use std::time::Duration;
 
 use futures_util::future::{self, BoxFuture};
 use futures_util::stream::{self, BoxStream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy as K8sNetworkPolicy;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchParams};
+use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{GroupVersionKind, WatchEvent as KubeEvent};
 use kube::{Client, Resource as _};
 use serde_json::{Map, Value, json};
-use tracing::debug;
+use tracing::{debug, info, warn};
 use typha_protocol::model::Revision;
 
 use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
 use crate::calico::v3::{Kind, Resource, ResourceId};
 
 mod convert;
+mod missing;
 pub use convert::interface_name;
 use convert::*;
+use missing::*;
 
 /// The API group of Calico's CRDs.
 pub const CRD_GROUP: &str = "crd.projectcalico.org";
 
 /// The Calico kinds stored as CRDs in [`CRD_GROUP`]`/v1`.
-pub const CRD_KINDS: [Kind; 10] = [
+pub const CRD_KINDS: [Kind; 14] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
     Kind::NetworkSet,
@@ -87,7 +100,17 @@ pub const CRD_KINDS: [Kind; 10] = [
     Kind::BlockAffinity,
     Kind::FelixConfiguration,
     Kind::ClusterInformation,
+    Kind::Tier,
+    Kind::BgpConfiguration,
+    Kind::BgpPeer,
+    Kind::CalicoNodeStatus,
 ];
+
+/// How often a CRD kind that is not installed (404) is asked for again.
+pub const MISSING_CRD_POLL: Duration = Duration::from_secs(30);
+
+/// The mark of a source whose CRD is not installed: it holds no revision back.
+const MISSING: u64 = u64::MAX;
 
 /// Objects per list page (what Calico's Kubernetes driver asks for too).
 pub const PAGE_SIZE: u32 = 500;
@@ -116,6 +139,10 @@ enum Conversion {
     Node,
     /// A `networking.k8s.io/v1` NetworkPolicy: Calico's `knp.default.<name>`.
     NetworkPolicy,
+    /// A Service: carried for Felix.
+    Service,
+    /// An EndpointSlice: carried for Felix.
+    EndpointSlice,
 }
 
 /// One resource type read from the API server.
@@ -143,7 +170,10 @@ pub struct Kubernetes {
     sources: Arc<[Source]>,
     /// How far each source's watch (or list) got: its revision, per source.
     marks: Arc<Mutex<Vec<u64>>>,
+    /// Per source: whether its CRD was found missing (and said so, once).
+    missing: Arc<Mutex<Vec<bool>>>,
     page_size: u32,
+    crd_poll: Duration,
 }
 
 impl std::fmt::Debug for Kubernetes {
@@ -159,11 +189,14 @@ impl Kubernetes {
     pub async fn new(client: Client) -> Self {
         let sources = Self::sources();
         let marks = Arc::new(Mutex::new(vec![0; sources.len()]));
+        let missing = Arc::new(Mutex::new(vec![false; sources.len()]));
         Self {
             client,
             sources: sources.into(),
             marks,
+            missing,
             page_size: PAGE_SIZE,
+            crd_poll: MISSING_CRD_POLL,
         }
     }
 
@@ -191,6 +224,11 @@ impl Kubernetes {
                 (
                     ApiResource::erase::<K8sNetworkPolicy>(&()),
                     Conversion::NetworkPolicy,
+                ),
+                (ApiResource::erase::<Service>(&()), Conversion::Service),
+                (
+                    ApiResource::erase::<EndpointSlice>(&()),
+                    Conversion::EndpointSlice,
                 ),
             ]
             .map(|(resource, conversion)| Source {
@@ -235,6 +273,12 @@ impl Kubernetes {
         self
     }
 
+    /// Asks for a CRD kind that is not installed every `poll` instead of [`MISSING_CRD_POLL`].
+    pub fn with_crd_poll(mut self, poll: Duration) -> Self {
+        self.crd_poll = poll;
+        self
+    }
+
     fn api(&self, s: &Source) -> Api<DynamicObject> {
         Api::all_with(self.client.clone(), &s.resource)
     }
@@ -244,43 +288,50 @@ impl Kubernetes {
         self.marks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One source's complete list: its objects as items, and its resourceVersion.
-    async fn list_one(&self, s: &Source) -> Result<(Vec<Item>, u64), DatastoreError> {
-        // Pages after the first are served at the first one's resourceVersion: one consistent
-        // list per type.
+    /// One source's complete list: its objects as items, and its resourceVersion
+    /// ([`MISSING`] for a CRD that is not installed).
+    async fn list_one(&self, i: usize, s: &Source) -> Result<(Vec<Item>, u64), DatastoreError> {
         let api = self.api(s);
-        let mut params = ListParams::default().limit(self.page_size);
-        let mut rv = None;
-        let mut items = Vec::new();
-        loop {
-            let page = deadline("list", s, api.list(&params))
-                .await?
-                .map_err(|e| error(e, Revision(0), "list", s))?;
-            if rv.is_none() {
-                let v = page.metadata.resource_version.as_deref().unwrap_or("");
-                rv = Some(parse_rv(v)?);
+        match list_objects(&api, s, self.page_size).await {
+            Ok((objects, rv)) => {
+                found(&self.missing, i, s);
+                let items = objects
+                    .iter()
+                    .filter_map(|o| convert(s.conversion, o).1)
+                    .collect();
+                Ok((items, rv))
             }
-            items.extend(page.items.iter().filter_map(|o| convert(s.conversion, o).1));
-            match page.metadata.continue_.as_deref() {
-                Some(token) if !token.is_empty() => params = params.continue_token(token),
-                _ => break,
+            Err(Listed::NotInstalled) => {
+                not_installed(&self.missing, i, s, self.crd_poll);
+                Ok((Vec::new(), MISSING))
             }
+            Err(Listed::Failed(e)) => Err(e),
         }
-        Ok((items, rv.unwrap_or(0)))
     }
 
     async fn list_all(&self) -> Result<Listing, DatastoreError> {
         // Every type at once: a restarted API server builds each type's watch cache when it is
         // first asked for it (answering 429 "storage is (re)initializing" meanwhile), so asking
         // one type after the other costs a back-off per type; at once, one for all.
-        let lists = future::try_join_all(self.sources.iter().map(|s| self.list_one(s))).await?;
+        let lists = future::try_join_all(
+            self.sources
+                .iter()
+                .enumerate()
+                .map(|(i, s)| self.list_one(i, s)),
+        )
+        .await?;
         let mut items = Vec::new();
         let mut revs = Vec::with_capacity(lists.len());
         for (its, rv) in lists {
             items.extend(its);
             revs.push(rv);
         }
-        let revision = revs.iter().copied().min().unwrap_or(0);
+        let revision = revs
+            .iter()
+            .copied()
+            .filter(|r| *r != MISSING)
+            .min()
+            .unwrap_or(0);
         *self.marks() = revs;
         Ok(Listing {
             revision: Revision(revision),
@@ -293,24 +344,43 @@ impl Kubernetes {
         let marks: Vec<u64> = {
             let m = self.marks();
             // Resuming exactly where the last watch (or list) left off: each source from its
-            // own point. Otherwise every source from `after`.
-            if m.iter().copied().min() == Some(after) {
+            // own point. Otherwise every source from `after`. A missing CRD stays missing (it
+            // is asked for again, and listed whole when it answers).
+            if m.iter().copied().filter(|r| *r != MISSING).min() == Some(after) {
                 m.clone()
             } else {
-                vec![after; self.sources.len()]
+                m.iter()
+                    .map(|r| if *r == MISSING { MISSING } else { after })
+                    .collect()
             }
         };
         // Bookmarks are on by default.
         let wp = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
         // Every type's watch at once, for the reason `list_all` gives.
-        let opened = future::try_join_all(self.sources.iter().zip(&marks).map(|(s, mark)| {
-            let wp = &wp;
-            async move {
-                deadline("watch", s, self.api(s).watch(wp, &mark.to_string()))
-                    .await?
-                    .map_err(|e| error(e, from, "watch", s))
-            }
-        }))
+        let opened = future::try_join_all(self.sources.iter().zip(&marks).enumerate().map(
+            |(i, (s, mark))| {
+                let wp = &wp;
+                async move {
+                    if *mark == MISSING {
+                        return Ok(self.poll_missing(i, s));
+                    }
+                    match deadline("watch", s, self.api(s).watch(wp, &mark.to_string())).await? {
+                        Ok(events) => Ok(events.boxed()),
+                        // The CRD was removed since it was listed: list again, which finds it
+                        // missing and drops its objects.
+                        Err(kube::Error::Api(st))
+                            if st.code == 404 && matches!(s.conversion, Conversion::Crd(_)) =>
+                        {
+                            Err(DatastoreError::TooOld {
+                                requested: from,
+                                oldest: from,
+                            })
+                        }
+                        Err(e) => Err(error(e, from, "watch", s)),
+                    }
+                }
+            },
+        ))
         .await?;
         let streams: Vec<Tagged> = opened
             .into_iter()
@@ -341,6 +411,9 @@ impl Kubernetes {
     }
 }
 
+/// One source's watch events.
+type Events = BoxStream<'static, Result<KubeEvent<DynamicObject>, kube::Error>>;
+
 /// One source's watch, its events tagged with the source's index; `None` when it ends.
 type Tagged = BoxStream<'static, (usize, Option<Result<KubeEvent<DynamicObject>, kube::Error>>)>;
 
@@ -358,11 +431,34 @@ struct Merge {
 impl Merge {
     /// The revision every source has reached.
     fn safe(&self) -> Revision {
-        Revision(self.marks.iter().copied().min().unwrap_or(0))
+        let safe = self.marks.iter().copied().filter(|m| *m != MISSING).min();
+        Revision(safe.unwrap_or(self.reported))
     }
 
     fn advance(&mut self, i: usize, rv: u64) {
         if let Some(m) = self.marks.get_mut(i) {
+            *m = (*m).max(rv);
+        }
+        *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.marks.clone();
+    }
+
+    /// A bookmark of source `i`. For a source whose CRD was missing, its first bookmark ends
+    /// the listing of its objects: from here it counts in the safe revision, from no earlier
+    /// than the others have reached (its list was at the API server's newest revision, so no
+    /// later than that in practice).
+    fn bookmark(&mut self, i: usize, rv: u64) {
+        if self.marks.get(i) == Some(&MISSING) {
+            let others = self
+                .marks
+                .iter()
+                .copied()
+                .filter(|m| *m != MISSING)
+                .min()
+                .unwrap_or(0);
+            if let Some(m) = self.marks.get_mut(i) {
+                *m = rv.max(others);
+            }
+        } else if let Some(m) = self.marks.get_mut(i) {
             *m = (*m).max(rv);
         }
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.marks.clone();
@@ -428,7 +524,7 @@ impl Merge {
                         Ok(rv) => rv,
                         Err(e) => return self.fail(e),
                     };
-                    self.advance(i, rv);
+                    self.bookmark(i, rv);
                     let safe = self.safe();
                     if safe.0 > self.reported {
                         self.reported = safe.0;
@@ -466,9 +562,18 @@ impl Datastore for Kubernetes {
 
     fn probe(&self) -> BoxFuture<'_, Result<(), DatastoreError>> {
         Box::pin(async {
-            // One object of the first type we read: proves the API server answers and that we
-            // may still read (a 403 after an RBAC change shows here).
-            let Some(s) = self.sources.first() else {
+            // One object of the first type we read whose CRD is installed: proves the API
+            // server answers and that we may still read (a 403 after an RBAC change shows
+            // here).
+            let first = {
+                let m = self.marks();
+                self.sources
+                    .iter()
+                    .zip(m.iter())
+                    .find(|(_, mark)| **mark != MISSING)
+                    .map(|(s, _)| s.clone())
+            };
+            let Some(s) = first.as_ref().or(self.sources.last()) else {
                 return Ok(());
             };
             deadline("list", s, self.api(s).list(&ListParams::default().limit(1)))

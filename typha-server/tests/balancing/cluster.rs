@@ -102,7 +102,7 @@ pub(crate) async fn churn(
 /// The cluster's Calico state as the test reads it back from the API server (independently
 /// of the backend's conversion): the digest agents must reach, and its KV count.
 pub(crate) async fn datastore_digest(admin: &kube::Client) -> (u64, usize) {
-    let mut all = common::kube::profiles(admin).await;
+    let mut all = common::kube::ambient(admin).await;
     all.extend(common::kube::calico_resources(admin).await);
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin.clone());
     for n in nodes.list(&Default::default()).await.unwrap() {

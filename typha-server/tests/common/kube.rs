@@ -63,6 +63,12 @@ pub fn plural_of(kind: &str) -> String {
         "IPPool" => "ippools".into(),
         "IPAMBlock" => "ipamblocks".into(),
         "BlockAffinity" => "blockaffinities".into(),
+        "CalicoNodeStatus" => "caliconodestatuses".into(),
+        "EndpointSlice" => "endpointslices".into(),
+        "CustomResourceDefinition" => "customresourcedefinitions".into(),
+        "BGPPeer" => "bgppeers".into(),
+        "BGPConfiguration" => "bgpconfigurations".into(),
+        "Tier" => "tiers".into(),
         other => format!("{}s", other.to_lowercase()),
     }
 }
@@ -151,7 +157,13 @@ pub async fn calico_resources(client: &kube::Client) -> Vec<Resource> {
     for kind in CRD_KINDS {
         let res = resource(&format!("{CRD_GROUP}/v1"), kind.as_str(), kind.plural());
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &res);
-        for o in api.list(&ListParams::default()).await.unwrap().items {
+        let list = match api.list(&ListParams::default()).await {
+            Ok(list) => list,
+            // A CRD that is not installed (tiers, in the Calico release linked) holds nothing.
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => panic!("listing {}: {e}", kind.plural()),
+        };
+        for o in list.items {
             let mut metadata = json!({"name": o.metadata.name});
             if let Some(ns) = &o.metadata.namespace {
                 metadata["namespace"] = ns.clone().into();
@@ -226,6 +238,61 @@ pub async fn profiles(client: &kube::Client) -> Vec<Resource> {
             &sa.metadata.labels.clone().unwrap_or_default(),
         ));
     }
+    out
+}
+
+/// Every Service and EndpointSlice that exists now (the API server's own `default/kubernetes`
+/// among them), read through the API as the admin, as the v3 resources Calico's felix syncer
+/// carries: name, namespace, labels, and the Service's spec or the slice's address type,
+/// endpoints and ports.
+pub async fn services(client: &kube::Client) -> Vec<Resource> {
+    // The API server makes its own Service (no EndpointSlice: it refuses our loopback
+    // address) shortly after it is ready: wait for it, so that a test's expected state does
+    // not miss it.
+    let svcs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &resource("v1", "Service", "services"),
+    );
+    for _ in 0..100 {
+        if let Ok(Some(_)) = svcs.get_opt("kubernetes").await {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut out = Vec::new();
+    let svc = resource("v1", "Service", "services");
+    let slice = resource("discovery.k8s.io/v1", "EndpointSlice", "endpointslices");
+    for (res, kind) in [
+        (svc, "KubernetesService"),
+        (slice, "KubernetesEndpointSlice"),
+    ] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &res);
+        for o in api.list(&ListParams::default()).await.unwrap().items {
+            let spec = if kind == "KubernetesService" {
+                o.data["spec"].clone()
+            } else {
+                json!({"addressType": o.data["addressType"], "endpoints": o.data["endpoints"],
+                       "ports": o.data["ports"]})
+            };
+            out.push(
+                Resource::from_json(json!({
+                    "apiVersion": "projectcalico.org/v3", "kind": kind,
+                    "metadata": {"name": o.metadata.name, "namespace": o.metadata.namespace,
+                                 "labels": o.metadata.labels.clone().unwrap_or_default()},
+                    "spec": spec}))
+                .unwrap(),
+            );
+        }
+    }
+    out
+}
+
+/// What a cluster holds that the backend serves without the test writing it: [`profiles`] and
+/// [`services`].
+pub async fn ambient(client: &kube::Client) -> Vec<Resource> {
+    let mut out = profiles(client).await;
+    out.extend(services(client).await);
     out
 }
 

@@ -6,7 +6,7 @@
 //! so a deletion, or an update that produces fewer keys, removes exactly the right ones.
 //!
 //! One file per concept: `endpoint`, `policy` with its `rule`s, `network` (network sets,
-//! pools, blocks, nodes) and `config`; `context` holds what they share. This file only
+//! pools, blocks, nodes), `config` and `raw` (kinds carried whole); `context` holds what they share. This file only
 //! dispatches on the kind, so the concepts never depend on it.
 
 mod config;
@@ -14,11 +14,12 @@ mod context;
 mod endpoint;
 mod network;
 mod policy;
+mod raw;
 mod rule;
 #[cfg(test)]
 mod tests;
 
-use typha_protocol::model::{Key, PolicyKind, Value};
+use typha_protocol::model::{Key, PolicyKind, ResourceKind, Value};
 
 use self::context::Cx;
 pub use self::context::{ConvertError, ORCHESTRATOR_LABEL, SERVICE_ACCOUNT_LABEL};
@@ -53,5 +54,20 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::FelixConfiguration(fields) => config::felix_configuration(&cx, name, fields),
         Spec::ClusterInformation(s) => Ok(config::cluster_information(s)),
         Spec::Tier(s) => Ok(policy::tier(meta, s)),
+        Spec::BgpConfiguration(s) => Ok(raw::raw(ResourceKind::BgpConfiguration, meta, None, s)),
+        Spec::BgpPeer(s) => Ok(raw::raw(ResourceKind::BgpPeer, meta, None, s)),
+        Spec::CalicoNodeStatus(s) => Ok(raw::raw(ResourceKind::CalicoNodeStatus, meta, None, s)),
+        Spec::KubernetesService(s) => Ok(raw::raw(
+            ResourceKind::KubernetesService,
+            meta,
+            Some(&ns),
+            s,
+        )),
+        Spec::KubernetesEndpointSlice(s) => Ok(raw::raw(
+            ResourceKind::KubernetesEndpointSlice,
+            meta,
+            Some(&ns),
+            s,
+        )),
     }
 }

@@ -6,6 +6,9 @@
 //! whole object, so `metadata` holds the name, the namespace and the labels. Go writes the
 //! zero `creationTimestamp` as `null` (a struct is never "empty" to `omitempty`); we do too.
 //! The resource version is not in the JSON: Typha moves it to `V3ResourceVersion`.
+//!
+//! Kubernetes' own objects (Services, EndpointSlices) go out as client-go decodes them, without
+//! `kind` and `apiVersion` ([`k8s_object`]).
 
 use typha_protocol::model::Labels;
 
@@ -40,26 +43,133 @@ pub(super) fn v3_object(
     j.into_bytes()
 }
 
-/// A spec kept as JSON text (our `Resource` values): written back with Go's escaping. Object
-/// keys come out sorted, which is Go's order only where the struct declares its fields
-/// alphabetically.
-pub(super) fn json_value(j: &mut Json, v: &serde_json::Value) {
-    use serde_json::Value as J;
-    match v {
-        J::Null => j.null(),
-        J::Bool(b) => j.bool(*b),
-        J::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
-            (Some(u), _, _) => j.uint(u),
-            (None, Some(i), _) => j.raw(i.to_string().as_bytes()),
-            (None, None, Some(f)) => j.float(f),
-            (None, None, None) => j.null(),
-        },
-        J::String(s) => j.string(s, Escape::Jsoniter),
-        J::Array(items) => j.array(items, json_value),
-        J::Object(m) => j.object(|o| {
-            for (k, v) in m {
-                json_value(o.field_escaped(k), v);
+/// A Kubernetes object as Calico's Kubernetes driver passes it on (a Service, an
+/// EndpointSlice): no `kind` or `apiVersion` (client-go's typed clients clear them), then
+/// `metadata` and what `rest` writes.
+pub(super) fn k8s_object(
+    name: &str,
+    namespace: &str,
+    labels: &Labels,
+    rest: impl FnOnce(&mut Obj<'_>),
+) -> Vec<u8> {
+    let mut j = Json::new();
+    j.object(|o| {
+        o.field("metadata").object(|m| {
+            m.str_ne("name", name);
+            m.str_ne("namespace", namespace);
+            m.field("creationTimestamp").null();
+            if !labels.is_empty() {
+                m.field("labels").string_map(labels, Escape::Jsoniter);
             }
-        }),
+        });
+        rest(o);
+    });
+    j.into_bytes()
+}
+
+/// A spec kept as JSON text (our `Resource` values), written back with Go's escaping and its
+/// object keys in the order the text has them: our conversion writes Calico's kinds from types
+/// that declare their fields in Go's order, so this is Go's order too. Text that is not JSON
+/// (it never is: we wrote it) comes out as `null`.
+pub(super) fn json_text(j: &mut Json, text: &str) {
+    match serde_json::from_str::<Ordered>(text) {
+        Ok(v) => v.write(j),
+        Err(_) => j.null(),
+    }
+}
+
+/// A JSON value that keeps its objects' keys in the order they were read (serde_json's own
+/// `Value` sorts them).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Ordered {
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    String(String),
+    Array(Vec<Ordered>),
+    Object(Vec<(String, Ordered)>),
+}
+
+impl Ordered {
+    /// Writes the value with json-iterator's escaping.
+    pub(super) fn write(&self, j: &mut Json) {
+        match self {
+            Ordered::Null => j.null(),
+            Ordered::Bool(b) => j.bool(*b),
+            Ordered::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                (Some(u), _, _) => j.uint(u),
+                (None, Some(i), _) => j.raw(i.to_string().as_bytes()),
+                (None, None, Some(f)) => j.float(f),
+                (None, None, None) => j.null(),
+            },
+            Ordered::String(s) => j.string(s, Escape::Jsoniter),
+            Ordered::Array(items) => j.array(items, |j, v| v.write(j)),
+            Ordered::Object(fields) => j.object(|o| {
+                for (k, v) in fields {
+                    v.write(o.field_escaped(k));
+                }
+            }),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Ordered, E> {
+                Ok(Ordered::Null)
+            }
+            fn visit_none<E>(self) -> Result<Ordered, E> {
+                Ok(Ordered::Null)
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Ordered, E> {
+                Ok(Ordered::Bool(b))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Ordered, E> {
+                Ok(Ordered::Number(n.into()))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Ordered, E> {
+                Ok(Ordered::Number(n.into()))
+            }
+            fn visit_f64<E>(self, f: f64) -> Result<Ordered, E> {
+                Ok(serde_json::Number::from_f64(f).map_or(Ordered::Null, Ordered::Number))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Ordered, E> {
+                Ok(Ordered::String(s.to_owned()))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Ordered, E> {
+                Ok(Ordered::String(s))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Ordered, A::Error> {
+                let mut items = Vec::new();
+                while let Some(v) = a.next_element()? {
+                    items.push(v);
+                }
+                Ok(Ordered::Array(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Ordered, A::Error> {
+                let mut fields: Vec<(String, Ordered)> = Vec::new();
+                while let Some((k, v)) = a.next_entry::<String, Ordered>()? {
+                    // A repeated key: the last one wins, as in Go, at the first one's place.
+                    match fields.iter_mut().find(|(f, _)| *f == k) {
+                        Some(slot) => slot.1 = v,
+                        None => fields.push((k, v)),
+                    }
+                }
+                Ok(Ordered::Object(fields))
+            }
+        }
+        d.deserialize_any(V)
     }
 }

@@ -9,14 +9,14 @@ use typha_protocol::model::{Key, ResourceKey, ResourceKind, Value};
 
 use super::endpoint::{host_endpoint, host_endpoint_key, workload_endpoint, workload_endpoint_key};
 use super::host::{config, host_ip, ready, v3_node, wireguard};
-use super::json::Json;
+use super::json::{Escape, Json};
 use super::kv::{DEFAULT_ALLOW_PROFILE, SyncerSet, SyncerType};
 use super::network::{affinity, block, block_affinity, ip_pool, network_set};
 use super::path::CalicoKey;
 use super::policy::{
     legacy_policy_key, policy, policy_key, profile_labels, profile_rules, tier, v3_profile,
 };
-use super::resource::{json_value, v3_object};
+use super::resource::{Ordered, json_text, k8s_object, v3_object};
 
 const FELIX: &[SyncerType] = &[SyncerType::Felix];
 const POOLS: &[SyncerType] = &[
@@ -58,6 +58,9 @@ pub fn receivers(key: &Key) -> SyncerSet {
             ResourceKind::BgpConfiguration | ResourceKind::BgpPeer => SyncerSet::of(BGP_CONFIG),
             ResourceKind::FelixConfiguration | ResourceKind::Tier => SyncerSet::of(FELIX),
             ResourceKind::CalicoNodeStatus => SyncerSet::of(&[SyncerType::NodeStatus]),
+            ResourceKind::KubernetesService | ResourceKind::KubernetesEndpointSlice => {
+                SyncerSet::of(FELIX)
+            }
             _ => SyncerSet::NONE,
         },
         _ => SyncerSet::of(FELIX),
@@ -235,6 +238,44 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
         (ResourceKind::Tier, None) => {
             vec![Entry::new(FELIX, CalicoKey::Tier(k.name.clone()), None)]
         }
+        (ResourceKind::KubernetesService, v) => match v {
+            Some(Value::Resource(r)) => {
+                let ns = k.namespace.as_deref().unwrap_or_default();
+                let bytes = k8s_object(&k.name, ns, &r.labels, |o| {
+                    json_text(o.field("spec"), &r.spec_json);
+                    // Not carried (Felix reads only the spec); Go writes the empty struct.
+                    o.field("status")
+                        .object(|s| s.field("loadBalancer").object(|_| {}));
+                });
+                vec![Entry::new(FELIX, v3_key(k), Some(bytes))]
+            }
+            None => vec![Entry::new(FELIX, v3_key(k), None)],
+            Some(_) => vec![],
+        },
+        (ResourceKind::KubernetesEndpointSlice, v) => match v {
+            Some(Value::Resource(r)) => {
+                let ns = k.namespace.as_deref().unwrap_or_default();
+                let fields = match serde_json::from_str::<Ordered>(&r.spec_json) {
+                    Ok(Ordered::Object(f)) => f,
+                    _ => Vec::new(),
+                };
+                let get = |name: &str| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v);
+                let bytes = k8s_object(&k.name, ns, &r.labels, |o| {
+                    // Go's tags: none of the three is `omitempty`.
+                    for name in ["addressType", "endpoints", "ports"] {
+                        let j = o.field(name);
+                        match (name, get(name)) {
+                            (_, Some(v)) => v.write(j),
+                            ("addressType", None) => j.string("", Escape::Jsoniter),
+                            (_, None) => j.null(),
+                        }
+                    }
+                });
+                vec![Entry::new(FELIX, v3_key(k), Some(bytes))]
+            }
+            None => vec![Entry::new(FELIX, v3_key(k), None)],
+            Some(_) => vec![],
+        },
         (kind, v) => {
             let syncers: &[SyncerType] = match kind {
                 ResourceKind::BgpConfiguration | ResourceKind::BgpPeer => BGP_CONFIG,
@@ -250,16 +291,16 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
             };
             match v {
                 Some(Value::Resource(r)) => {
-                    let spec: serde_json::Value =
-                        serde_json::from_str(&r.spec_json).unwrap_or(serde_json::Value::Null);
                     let bytes = v3_object(
                         k.kind.as_str(),
                         &k.name,
                         k.namespace.as_deref(),
                         &r.labels,
                         |o| {
-                            let j: &mut Json = o.field("spec");
-                            json_value(j, &spec);
+                            json_text(o.field("spec"), &r.spec_json);
+                            if kind == ResourceKind::CalicoNodeStatus {
+                                zero_node_status(o.field("status"));
+                            }
                         },
                     );
                     vec![Entry::new(syncers, v3_key(k), Some(bytes))]
@@ -269,6 +310,29 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
             }
         }
     }
+}
+
+/// A CalicoNodeStatus's `status` as Go writes the zero value (none of its structs is
+/// `omitempty`): we carry the request (the spec), not what the node reported.
+fn zero_node_status(j: &mut Json) {
+    j.object(|s| {
+        s.field("lastUpdated").null();
+        s.field("agent").object(|a| {
+            a.field("birdV4").object(|_| {});
+            a.field("birdV6").object(|_| {});
+        });
+        s.field("bgp").object(|b| {
+            for n in [
+                "numberEstablishedV4",
+                "numberNotEstablishedV4",
+                "numberEstablishedV6",
+                "numberNotEstablishedV6",
+            ] {
+                b.field(n).uint(0);
+            }
+        });
+        s.field("routes").object(|_| {});
+    });
 }
 
 /// Shares an entry's bytes.

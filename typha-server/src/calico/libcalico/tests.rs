@@ -1181,6 +1181,10 @@ fn corpus() -> String {
         }),
         Value::Policy(gnp()),
     ));
+    for yaml in [BGP_CONFIGURATION, BGP_PEER, NODE_STATUS] {
+        let doc = yaml_documents(yaml).unwrap().remove(0);
+        ours.extend(convert(&V3::from_json(doc).unwrap()).unwrap());
+    }
     // And generated ones, awkward strings and all, from a fixed seed: Felix would reject many
     // of these (odd labels, selectors that do not parse), so they are not marked valid.
     let realistic = ours.len();
@@ -1282,4 +1286,227 @@ fn the_default_allow_profile_is_built_in_and_a_stored_one_is_ignored() {
     for (k, v) in &converted {
         assert!(calico_kvs(k, v).is_empty(), "{k:?}");
     }
+}
+
+// ---- Kinds carried whole: BGP settings and peers, node status requests, Services. ----
+
+/// The Calico KVs of a v3 manifest, through our conversion then this module.
+fn from_manifest(yaml: &str) -> Vec<CalicoKv> {
+    let doc = crate::calico::v3::yaml_documents(yaml).unwrap().remove(0);
+    let r = crate::calico::v3::Resource::from_json(doc).unwrap();
+    crate::calico::convert::convert(&r)
+        .unwrap()
+        .iter()
+        .flat_map(|(k, v)| calico_kvs(k, v))
+        .collect()
+}
+
+fn only(kvs: &[CalicoKv]) -> (String, String, SyncerSet) {
+    assert_eq!(kvs.len(), 1, "{kvs:?}");
+    (
+        kvs[0].key.to_string(),
+        String::from_utf8(kvs[0].value.clone().unwrap().to_vec()).unwrap(),
+        kvs[0].syncers,
+    )
+}
+
+const BGP_CONFIGURATION: &str = r#"
+apiVersion: projectcalico.org/v3
+kind: BGPConfiguration
+metadata: {name: default, labels: {tier: "a&b"}}
+spec:
+  ipv4NormalRoutePriority: 1024
+  ignoredInterfaces: [eth9]
+  asNumber: "1.10"
+  logSeverityScreen: Info
+  nodeToNodeMeshEnabled: false
+  serviceClusterIPs: [{cidr: 10.96.0.0/12}]
+  serviceExternalIPs: [{cidr: 192.0.2.0/24}]
+  serviceLoadBalancerIPs: [{cidr: 198.51.100.0/24}]
+  serviceLoadBalancerAggregation: Disabled
+  communities: [{name: c1, value: "64512:100"}]
+  prefixAdvertisements: [{cidr: 10.0.0.0/8, communities: [c1, "64512:200"]}]
+  listenPort: 179
+  nodeMeshPassword: {secretKeyRef: {name: bgp, key: pw}}
+  nodeMeshMaxRestartTime: 2m
+  bindMode: NodeIP
+  localWorkloadPeeringIPV4: 169.254.0.1
+  localWorkloadPeeringIPV6: "fd00::1"
+  programClusterRoutes: Enabled
+  ipv6NormalRoutePriority: 512
+  notAField: dropped
+"#;
+
+/// BGPConfiguration: every field of v3.32's `BGPConfigurationSpec`, in its declaration order,
+/// the AS number and duration normalised as Go's types do; to felix and bgp.
+#[test]
+fn bgp_configuration() {
+    let (k, v, who) = only(&from_manifest(BGP_CONFIGURATION));
+    assert_eq!(
+        k,
+        "/calico/resources/v3/projectcalico.org/bgpconfigurations/default"
+    );
+    assert_eq!(who, SyncerSet::of(&[SyncerType::Felix, SyncerType::Bgp]));
+    assert_eq!(
+        v,
+        concat!(
+            r#"{"kind":"BGPConfiguration","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"default","creationTimestamp":null,"labels":{"tier":"a\u0026b"}},"#,
+            r#""spec":{"logSeverityScreen":"Info","nodeToNodeMeshEnabled":false,"asNumber":65546,"#,
+            r#""serviceLoadBalancerIPs":[{"cidr":"198.51.100.0/24"}],"#,
+            r#""serviceExternalIPs":[{"cidr":"192.0.2.0/24"}],"#,
+            r#""serviceClusterIPs":[{"cidr":"10.96.0.0/12"}],"#,
+            r#""serviceLoadBalancerAggregation":"Disabled","#,
+            r#""communities":[{"name":"c1","value":"64512:100"}],"#,
+            r#""prefixAdvertisements":[{"cidr":"10.0.0.0/8","communities":["c1","64512:200"]}],"#,
+            r#""listenPort":179,"nodeMeshPassword":{"secretKeyRef":{"name":"bgp","key":"pw"}},"#,
+            r#""nodeMeshMaxRestartTime":"2m0s","bindMode":"NodeIP","ignoredInterfaces":["eth9"],"#,
+            r#""localWorkloadPeeringIPV4":"169.254.0.1","localWorkloadPeeringIPV6":"fd00::1","#,
+            r#""programClusterRoutes":"Enabled","ipv4NormalRoutePriority":1024,"#,
+            r#""ipv6NormalRoutePriority":512}}"#
+        )
+    );
+    // An empty spec is `{}`, as Go writes a struct of omitempty fields.
+    let (_, v, _) = only(&from_manifest(
+        "apiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {name: node.n1}\n",
+    ));
+    assert_eq!(
+        v,
+        r#"{"kind":"BGPConfiguration","apiVersion":"projectcalico.org/v3","metadata":{"name":"node.n1","creationTimestamp":null},"spec":{}}"#
+    );
+}
+
+const BGP_PEER: &str = r#"
+apiVersion: projectcalico.org/v3
+kind: BGPPeer
+metadata: {name: rack-1-tor}
+spec:
+  reversePeering: Manual
+  localWorkloadSelector: app == 'vm'
+  filters: [export-only]
+  reachableBy: 10.0.0.1
+  ttlSecurity: 1
+  numAllowedLocalASNumbers: 2
+  keepaliveTime: 0.5s
+  maxRestartTime: 90s
+  sourceAddress: None
+  password: {secretKeyRef: {name: peers, key: tor, optional: true}}
+  nextHopMode: Self
+  keepOriginalNextHop: true
+  localASNumber: 64600
+  asNumber: 64513
+  peerIP: "192.0.2.1:1790"
+  nodeSelector: rack == 'a' && role != 'rr'
+  node: ""
+"#;
+
+/// BGPPeer: every field of v3.32's `BGPPeerSpec` in its declaration order (`&` escaped as
+/// json-iterator does); to felix and bgp.
+#[test]
+fn bgp_peer() {
+    let (k, v, who) = only(&from_manifest(BGP_PEER));
+    assert_eq!(
+        k,
+        "/calico/resources/v3/projectcalico.org/bgppeers/rack-1-tor"
+    );
+    assert_eq!(who, SyncerSet::of(&[SyncerType::Felix, SyncerType::Bgp]));
+    assert_eq!(
+        v,
+        concat!(
+            r#"{"kind":"BGPPeer","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"rack-1-tor","creationTimestamp":null},"#,
+            r#""spec":{"nodeSelector":"rack == 'a' \u0026\u0026 role != 'rr'","#,
+            r#""peerIP":"192.0.2.1:1790","asNumber":64513,"localASNumber":64600,"#,
+            r#""keepOriginalNextHop":true,"nextHopMode":"Self","#,
+            r#""password":{"secretKeyRef":{"name":"peers","key":"tor","optional":true}},"#,
+            r#""sourceAddress":"None","maxRestartTime":"1m30s","keepaliveTime":"500ms","#,
+            r#""numAllowedLocalASNumbers":2,"ttlSecurity":1,"reachableBy":"10.0.0.1","#,
+            r#""filters":["export-only"],"localWorkloadSelector":"app == 'vm'","#,
+            r#""reversePeering":"Manual"}}"#
+        )
+    );
+}
+
+const NODE_STATUS: &str = "apiVersion: projectcalico.org/v3\nkind: CalicoNodeStatus\nmetadata: {name: n1-status}\nspec: {updatePeriodSeconds: 10, classes: [Agent, BGP, Routes], node: n1}\n";
+
+/// CalicoNodeStatus: the request (spec), and the zero status Go writes for it (none of the
+/// status structs is `omitempty`); to node-status only.
+#[test]
+fn calico_node_status() {
+    let (k, v, who) = only(&from_manifest(NODE_STATUS));
+    assert_eq!(
+        k,
+        "/calico/resources/v3/projectcalico.org/caliconodestatuses/n1-status"
+    );
+    assert_eq!(who, SyncerSet::of(&[SyncerType::NodeStatus]));
+    assert_eq!(
+        v,
+        concat!(
+            r#"{"kind":"CalicoNodeStatus","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"n1-status","creationTimestamp":null},"#,
+            r#""spec":{"node":"n1","classes":["Agent","BGP","Routes"],"updatePeriodSeconds":10},"#,
+            r#""status":{"lastUpdated":null,"agent":{"birdV4":{},"birdV6":{}},"#,
+            r#""bgp":{"numberEstablishedV4":0,"numberNotEstablishedV4":0,"#,
+            r#""numberEstablishedV6":0,"numberNotEstablishedV6":0},"routes":{}}}"#
+        )
+    );
+}
+
+/// A Service and an EndpointSlice as client-go hands them to Calico's felix syncer: no kind or
+/// apiVersion; the Service's status as Go writes the empty one; to felix only.
+#[test]
+fn kubernetes_service_and_endpoint_slice() {
+    let svc = Value::Resource(Resource {
+        labels: labels(&[("app", "web")]),
+        spec_json: r#"{"ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080}],"selector":{"app":"web"},"clusterIP":"10.96.0.10","clusterIPs":["10.96.0.10"],"type":"ClusterIP"}"#.into(),
+    });
+    let key = Key::Resource(ResourceKey {
+        kind: ResourceKind::KubernetesService,
+        namespace: Some("prod".into()),
+        name: "web".into(),
+    });
+    let (k, v, who) = one(&key, &svc);
+    assert_eq!(
+        k,
+        "/calico/resources/v3/projectcalico.org/kubernetesservice/prod/web"
+    );
+    assert_eq!(who, felix());
+    assert_eq!(receivers(&key), felix());
+    assert_eq!(
+        v,
+        concat!(
+            r#"{"metadata":{"name":"web","namespace":"prod","creationTimestamp":null,"labels":{"app":"web"}},"#,
+            r#""spec":{"ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080}],"#,
+            r#""selector":{"app":"web"},"clusterIP":"10.96.0.10","clusterIPs":["10.96.0.10"],"#,
+            r#""type":"ClusterIP"},"status":{"loadBalancer":{}}}"#
+        )
+    );
+
+    let slice = Value::Resource(Resource {
+        labels: labels(&[("kubernetes.io/service-name", "web")]),
+        spec_json: r#"{"addressType":"IPv4","endpoints":[{"addresses":["10.0.1.5"],"conditions":{"ready":true}}],"ports":null}"#.into(),
+    });
+    let key = Key::Resource(ResourceKey {
+        kind: ResourceKind::KubernetesEndpointSlice,
+        namespace: Some("prod".into()),
+        name: "web-abc12".into(),
+    });
+    let (k, v, who) = one(&key, &slice);
+    assert_eq!(
+        k,
+        "/calico/resources/v3/projectcalico.org/kubernetesendpointslices/prod/web-abc12"
+    );
+    assert_eq!(who, felix());
+    assert_eq!(
+        v,
+        concat!(
+            r#"{"metadata":{"name":"web-abc12","namespace":"prod","creationTimestamp":null,"#,
+            r#""labels":{"kubernetes.io/service-name":"web"}},"addressType":"IPv4","#,
+            r#""endpoints":[{"addresses":["10.0.1.5"],"conditions":{"ready":true}}],"ports":null}"#
+        )
+    );
+    // Deleting either deletes its key.
+    let gone = calico_changes(&key, Some(&slice), None);
+    assert_eq!(gone.len(), 1);
+    assert!(gone[0].value.is_none());
 }

@@ -43,11 +43,23 @@ pub enum Kind {
     ClusterInformation,
     /// Policy tier: its order and default action.
     Tier,
+    /// BGP settings (`default`, or `node.<name>`).
+    #[serde(rename = "BGPConfiguration")]
+    BgpConfiguration,
+    /// A BGP peering.
+    #[serde(rename = "BGPPeer")]
+    BgpPeer,
+    /// A request for a node's BGP and agent status.
+    CalicoNodeStatus,
+    /// A Kubernetes Service (read from the Kubernetes API only), its spec.
+    KubernetesService,
+    /// A Kubernetes EndpointSlice (read from the Kubernetes API only).
+    KubernetesEndpointSlice,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 20] = [
         Kind::WorkloadEndpoint,
         Kind::NetworkPolicy,
         Kind::GlobalNetworkPolicy,
@@ -63,6 +75,11 @@ impl Kind {
         Kind::FelixConfiguration,
         Kind::ClusterInformation,
         Kind::Tier,
+        Kind::BgpConfiguration,
+        Kind::BgpPeer,
+        Kind::CalicoNodeStatus,
+        Kind::KubernetesService,
+        Kind::KubernetesEndpointSlice,
     ];
 
     /// The kind's name as written in manifests.
@@ -83,6 +100,11 @@ impl Kind {
             Kind::FelixConfiguration => "FelixConfiguration",
             Kind::ClusterInformation => "ClusterInformation",
             Kind::Tier => "Tier",
+            Kind::BgpConfiguration => "BGPConfiguration",
+            Kind::BgpPeer => "BGPPeer",
+            Kind::CalicoNodeStatus => "CalicoNodeStatus",
+            Kind::KubernetesService => "KubernetesService",
+            Kind::KubernetesEndpointSlice => "KubernetesEndpointSlice",
         }
     }
 
@@ -99,6 +121,8 @@ impl Kind {
                 | Kind::NetworkPolicy
                 | Kind::KubernetesNetworkPolicy
                 | Kind::NetworkSet
+                | Kind::KubernetesService
+                | Kind::KubernetesEndpointSlice
         )
     }
 
@@ -120,6 +144,12 @@ impl Kind {
             Kind::FelixConfiguration => "felixconfigurations",
             Kind::ClusterInformation => "clusterinformations",
             Kind::Tier => "tiers",
+            Kind::BgpConfiguration => "bgpconfigurations",
+            Kind::BgpPeer => "bgppeers",
+            Kind::CalicoNodeStatus => "caliconodestatuses",
+            // Calico's registered names for the Kubernetes kinds (the first is singular).
+            Kind::KubernetesService => "kubernetesservice",
+            Kind::KubernetesEndpointSlice => "kubernetesendpointslices",
         }
     }
 

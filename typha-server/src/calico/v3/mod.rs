@@ -5,10 +5,11 @@
 //! so real Calico manifests load. Parsing checks structure (types, enums); meaning (CIDRs,
 //! ports, selectors) is checked by the conversion, which names the field that is wrong.
 //!
-//! `id` names resources, `resource` parses them, `policy`, `endpoint` and `network` hold the
-//! specs by concept, `yaml` splits manifests. This file only re-exports, so callers keep one
+//! `id` names resources, `resource` parses them, `policy`, `endpoint`, `network` and `bgp` hold
+//! the specs by concept, `yaml` splits manifests. This file only re-exports, so callers keep one
 //! path (`calico::v3::X`) and the files never depend on it.
 
+mod bgp;
 mod endpoint;
 mod id;
 mod network;
@@ -18,6 +19,10 @@ mod resource;
 mod tests;
 mod yaml;
 
+pub use self::bgp::{
+    AsNumber, BgpConfigurationSpec, BgpPassword, BgpPeerSpec, CalicoNodeStatusSpec, CidrBlock,
+    Community, GoDuration, PrefixAdvertisement, SecretKeySelector,
+};
 pub use self::endpoint::{EndpointPortSpec, HostEndpointSpec, IpNatSpec, WorkloadEndpointSpec};
 pub use self::id::{API_VERSION, Kind, ResourceId};
 pub use self::network::{

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::bgp::{BgpConfigurationSpec, BgpPeerSpec, CalicoNodeStatusSpec};
 use super::endpoint::{HostEndpointSpec, WorkloadEndpointSpec};
 use super::id::{API_VERSION, Kind, ResourceId};
 use super::network::{
@@ -66,6 +67,13 @@ pub enum Spec {
     FelixConfiguration(serde_json::Map<String, serde_json::Value>),
     ClusterInformation(ClusterInformationSpec),
     Tier(TierSpec),
+    BgpConfiguration(BgpConfigurationSpec),
+    BgpPeer(BgpPeerSpec),
+    CalicoNodeStatus(CalicoNodeStatusSpec),
+    /// A Service's `spec`, as the API server wrote it.
+    KubernetesService(serde_json::Value),
+    /// An EndpointSlice's `addressType`, `endpoints` and `ports` (it has no spec), as an object.
+    KubernetesEndpointSlice(serde_json::Value),
 }
 
 impl Resource {
@@ -87,6 +95,11 @@ impl Resource {
             Spec::FelixConfiguration(_) => Kind::FelixConfiguration,
             Spec::ClusterInformation(_) => Kind::ClusterInformation,
             Spec::Tier(_) => Kind::Tier,
+            Spec::BgpConfiguration(_) => Kind::BgpConfiguration,
+            Spec::BgpPeer(_) => Kind::BgpPeer,
+            Spec::CalicoNodeStatus(_) => Kind::CalicoNodeStatus,
+            Spec::KubernetesService(_) => Kind::KubernetesService,
+            Spec::KubernetesEndpointSlice(_) => Kind::KubernetesEndpointSlice,
         }
     }
 
@@ -198,6 +211,20 @@ impl Resource {
                 Spec::ClusterInformation(serde_json::from_value(spec_json).map_err(bad)?)
             }
             Kind::Tier => Spec::Tier(serde_json::from_value(spec_json).map_err(bad)?),
+            Kind::BgpConfiguration => {
+                Spec::BgpConfiguration(serde_json::from_value(spec_json).map_err(bad)?)
+            }
+            Kind::BgpPeer => Spec::BgpPeer(serde_json::from_value(spec_json).map_err(bad)?),
+            Kind::CalicoNodeStatus => {
+                Spec::CalicoNodeStatus(serde_json::from_value(spec_json).map_err(bad)?)
+            }
+            Kind::KubernetesService | Kind::KubernetesEndpointSlice => match spec_json {
+                v @ serde_json::Value::Object(_) if kind == Kind::KubernetesService => {
+                    Spec::KubernetesService(v)
+                }
+                v @ serde_json::Value::Object(_) => Spec::KubernetesEndpointSlice(v),
+                _ => return Err(ParseError::SpecNotMapping { id }),
+            },
         };
         Ok(Resource { metadata, spec })
     }
@@ -225,6 +252,10 @@ impl Resource {
             Spec::FelixConfiguration(m) => Ok(serde_json::Value::Object(m.clone())),
             Spec::ClusterInformation(s) => serde_json::to_value(s),
             Spec::Tier(s) => serde_json::to_value(s),
+            Spec::BgpConfiguration(s) => serde_json::to_value(s),
+            Spec::BgpPeer(s) => serde_json::to_value(s),
+            Spec::CalicoNodeStatus(s) => serde_json::to_value(s),
+            Spec::KubernetesService(v) | Spec::KubernetesEndpointSlice(v) => Ok(v.clone()),
         }
         // Serializing plain data structs to a JSON value cannot fail.
         .unwrap_or_default();

@@ -111,3 +111,81 @@ fn errors_keep_the_parsers_error_as_their_source() {
     let e = yaml_documents("a: [").unwrap_err();
     assert!(e.source().is_some(), "{e:?}");
 }
+
+/// Durations come out as Go's `time.Duration.String` writes them, whatever form went in.
+#[test]
+fn go_durations_are_written_as_go_writes_them() {
+    use super::bgp::GoDuration;
+    for (input, go) in [
+        ("0", "0s"),
+        ("0s", "0s"),
+        ("90s", "1m30s"),
+        ("2m", "2m0s"),
+        ("1h", "1h0m0s"),
+        ("1.5h", "1h30m0s"),
+        ("0.5s", "500ms"),
+        ("1500ms", "1.5s"),
+        ("100us", "100µs"),
+        ("1µs", "1µs"),
+        ("1ns", "1ns"),
+        ("1m0.25s", "1m0.25s"),
+        ("-3s", "-3s"),
+        ("26h3m", "26h3m0s"),
+    ] {
+        assert_eq!(
+            GoDuration::parse(input).map(|d| d.to_string()).as_deref(),
+            Some(go),
+            "{input}"
+        );
+    }
+    for bad in ["", "s", "10", "1x", "1.2.3s", "m1"] {
+        assert_eq!(GoDuration::parse(bad), None, "{bad}");
+    }
+}
+
+/// AS numbers: a number, a decimal string, or Calico's dotted form; anything else fails.
+#[test]
+fn as_numbers_parse_as_calicos() {
+    use super::bgp::AsNumber;
+    for (input, n) in [
+        ("64512", Some(64512)),
+        ("\"64512\"", Some(64512)),
+        ("\"1.10\"", Some(65546)),
+        ("\"65535.65535\"", Some(u32::MAX)),
+        ("\"65536.1\"", None),
+        ("\"1.2.3\"", None),
+        ("\"abc\"", None),
+        ("-1", None),
+    ] {
+        let got = serde_json::from_str::<AsNumber>(input).ok().map(|a| a.0);
+        assert_eq!(got, n, "{input}");
+    }
+}
+
+/// The BGP kinds and node status requests parse, and a spec of the wrong shape names the
+/// resource.
+#[test]
+fn bgp_kinds_parse() {
+    let docs = yaml_documents(
+        "apiVersion: projectcalico.org/v3\nkind: BGPPeer\nmetadata: {name: p}\nspec: {peerIP: 192.0.2.1, asNumber: 64512}\n---\napiVersion: projectcalico.org/v3\nkind: CalicoNodeStatus\nmetadata: {name: s}\nspec: {node: n1, classes: [Agent], updatePeriodSeconds: 5}\n---\napiVersion: projectcalico.org/v3\nkind: BGPConfiguration\nmetadata: {name: default}\nspec: {nodeMeshMaxRestartTime: soon}\n",
+    )
+    .unwrap();
+    let r = Resource::from_json(docs[0].clone()).unwrap();
+    assert_eq!(r.id(), ResourceId::global(Kind::BgpPeer, "p"));
+    let Spec::BgpPeer(p) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!((p.peer_ip.as_str(), p.as_number.0), ("192.0.2.1", 64512));
+    let r = Resource::from_json(docs[1].clone()).unwrap();
+    assert_eq!(r.kind(), Kind::CalicoNodeStatus);
+    let err = Resource::from_json(docs[2].clone())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("BGPConfiguration default") && err.contains("soon"),
+        "{err}"
+    );
+    // Parsed, written back and parsed again: the same resource.
+    let again = Resource::from_json(r.to_json()).unwrap();
+    assert_eq!(again, r);
+}

@@ -19,7 +19,13 @@ fn keys_follow_calicos_layout_both_ways() {
     );
     // Kinds we do not serve share the prefix: skipped, not invalid. So do IPAM blocks, which
     // Calico never stores as v3 resources in etcd; it does store BlockAffinity resources there.
-    assert_eq!(parse_key(&key("bgppeers/peer-1")), KeyMeaning::Other);
+    assert_eq!(parse_key(&key("ipamconfigs/default")), KeyMeaning::Other);
+    assert_eq!(
+        parse_key(&key("kubernetesservice/ns/web")),
+        KeyMeaning::Other
+    );
+    let id = ResourceId::global(Kind::BgpPeer, "peer-1");
+    assert_eq!(parse_key(&key("bgppeers/peer-1")), KeyMeaning::Resource(id));
     assert_eq!(parse_key(&key("ipamblocks/10-0-1-0-26")), KeyMeaning::Other);
     let id = ResourceId::global(Kind::BlockAffinity, "node-1-10-0-1-0-26");
     assert_eq!(parse_key(key_of(&id).as_bytes()), KeyMeaning::Resource(id));
@@ -83,7 +89,7 @@ fn values_become_items_and_bad_ones_are_invalid_not_errors() {
         panic!("bad key");
     };
     assert_eq!(inv.id, None);
-    assert!(item_from_kv(&key("bgpconfigurations/default"), ok, 1).is_none());
+    assert!(item_from_kv(&key("ipreservations/default"), ok, 1).is_none());
 }
 
 #[test]

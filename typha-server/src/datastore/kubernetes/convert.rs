@@ -86,6 +86,28 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             }
             (id, doc)
         }
+        Conversion::Service => {
+            // Felix reads a Service's name, namespace and spec; the rest (status, annotations,
+            // managed fields) is not carried.
+            let kind = Kind::KubernetesService;
+            let id = ResourceId::namespaced(kind, namespace.clone(), name.clone());
+            let metadata = json!({"name": name, "namespace": namespace, "labels": labels});
+            let spec = match o.data.get("spec") {
+                Some(v @ Value::Object(_)) => v.clone(),
+                _ => Value::Object(Map::new()),
+            };
+            (id, v3_doc(kind, metadata, spec))
+        }
+        Conversion::EndpointSlice => {
+            let kind = Kind::KubernetesEndpointSlice;
+            let id = ResourceId::namespaced(kind, namespace.clone(), name.clone());
+            let metadata = json!({"name": name, "namespace": namespace, "labels": labels});
+            let mut fields = Map::new();
+            for f in ["addressType", "endpoints", "ports"] {
+                fields.insert(f.into(), o.data.get(f).cloned().unwrap_or(Value::Null));
+            }
+            (id, v3_doc(kind, metadata, Value::Object(fields)))
+        }
         Conversion::NetworkPolicy => {
             let full = format!("knp.default.{name}");
             let kind = Kind::KubernetesNetworkPolicy;

@@ -322,3 +322,91 @@ fn forbidden_names_the_resource_and_the_verb() {
     let e = status_error(403, "Forbidden", "no", Revision(0), "list", pods).to_string();
     assert!(e.contains("may not list pods "), "{e}");
 }
+
+/// A Service keeps its name, namespace, labels and spec (what Felix reads); status,
+/// annotations and managed fields are not carried.
+#[test]
+fn a_service_becomes_a_kubernetes_service() {
+    let o = object(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "prod", "labels": {"app": "web"},
+                     "annotations": {"big": "x"}, "resourceVersion": "12",
+                     "managedFields": [{"manager": "kubectl"}]},
+        "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80, "protocol": "TCP"}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.9"}]}}}));
+    let (id, item) = convert(Conversion::Service, &o);
+    let r = item.unwrap().unwrap();
+    assert_eq!(
+        id,
+        Some(ResourceId::namespaced(
+            Kind::KubernetesService,
+            "prod",
+            "web"
+        ))
+    );
+    let kvs = crate::calico::convert::convert(&r).unwrap();
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/resources/v3/projectcalico.org/kubernetesservice/prod/web"
+    );
+    let typha_protocol::model::Value::Resource(v) = &kvs[0].1 else {
+        panic!("{kvs:?}")
+    };
+    assert_eq!(v.labels.get("app").map(String::as_str), Some("web"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&v.spec_json).unwrap(),
+        json!({"clusterIP": "10.96.0.10", "ports": [{"port": 80, "protocol": "TCP"}]})
+    );
+}
+
+/// An EndpointSlice keeps its labels (the service it belongs to), address type, endpoints and
+/// ports; a missing list stays null, as Go writes a nil slice.
+#[test]
+fn an_endpoint_slice_becomes_a_kubernetes_endpoint_slice() {
+    let o = object(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-x1", "namespace": "prod",
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.1.5"], "conditions": {"ready": true}}]}),
+    );
+    let (id, item) = convert(Conversion::EndpointSlice, &o);
+    let r = item.unwrap().unwrap();
+    assert_eq!(
+        id,
+        Some(ResourceId::namespaced(
+            Kind::KubernetesEndpointSlice,
+            "prod",
+            "web-x1"
+        ))
+    );
+    let kvs = crate::calico::convert::convert(&r).unwrap();
+    let typha_protocol::model::Value::Resource(v) = &kvs[0].1 else {
+        panic!("{kvs:?}")
+    };
+    assert_eq!(
+        serde_json::from_str::<Value>(&v.spec_json).unwrap(),
+        json!({"addressType": "IPv4",
+               "endpoints": [{"addresses": ["10.0.1.5"], "conditions": {"ready": true}}],
+               "ports": null})
+    );
+}
+
+/// The backend reads the new kinds, and the CRD kinds include tiers, BGP and node status.
+#[test]
+fn what_is_read() {
+    let resources = Kubernetes::resources();
+    for (group, plural) in [
+        ("", "services"),
+        ("discovery.k8s.io", "endpointslices"),
+        (CRD_GROUP, "tiers"),
+        (CRD_GROUP, "bgpconfigurations"),
+        (CRD_GROUP, "bgppeers"),
+        (CRD_GROUP, "caliconodestatuses"),
+    ] {
+        assert!(
+            resources.contains(&(group.to_owned(), plural.to_owned())),
+            "{group}/{plural}"
+        );
+    }
+}
