@@ -28,6 +28,11 @@ use typha_protocol::calico::messages::{
 };
 use typha_protocol::calico::{Compression, StreamDecoder, StreamError};
 
+/// The read buffer a session starts with.
+const READ_BUFFER: usize = 64 * 1024;
+/// Above this, an empty buffer is given back between messages.
+const IDLE_BUFFER: usize = 256 * 1024;
+
 /// What the client says in its hello.
 #[derive(Debug, Clone)]
 pub struct CalicoHello {
@@ -353,7 +358,7 @@ where
         Until::InSync | Until::Closed => None,
     };
     let mut dec = StreamDecoder::new(Limits::CLIENT_INBOUND);
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut buf = BytesMut::with_capacity(READ_BUFFER);
     let mut hello_seen = false;
     loop {
         // Every complete message in the buffer first.
@@ -433,6 +438,13 @@ where
                 _ => {}
             }
         }
+        // Everything decoded: give back what a large message grew the buffers to, so an idle
+        // session holds kilobytes, not the largest batch it ever read (thousands of sessions
+        // in one process keep theirs for hours).
+        if buf.is_empty() && buf.capacity() > IDLE_BUFFER {
+            buf = BytesMut::with_capacity(READ_BUFFER);
+        }
+        dec.release_idle(IDLE_BUFFER);
         let read = rd.read_buf(&mut buf);
         let n = match deadline {
             Some(d) => {

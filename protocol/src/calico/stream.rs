@@ -107,6 +107,17 @@ impl StreamDecoder {
         Ok(decoded)
     }
 
+    /// Gives back the decompressed-bytes buffer when it is empty and has grown past `keep`
+    /// bytes (a large message grew it): an idle stream then holds little memory.
+    pub fn release_idle(&mut self, keep: usize) {
+        if let Some((_, plain)) = &mut self.snappy
+            && plain.is_empty()
+            && plain.capacity() > keep
+        {
+            *plain = BytesMut::new();
+        }
+    }
+
     /// Starts a new gob stream (after a `MsgDecoderRestart`): no types defined, carried as
     /// `compression` says. The bytes in `src` that follow the restart message are the new
     /// stream's.
