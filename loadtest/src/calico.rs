@@ -628,6 +628,7 @@ pub(crate) async fn run(a: CalicoArgs) -> anyhow::Result<Outcome> {
         tls.as_ref(),
     )
     .await?;
+    said_as_it_ends(&cal);
     let ours = if a.no_baseline {
         None
     } else {
@@ -652,6 +653,9 @@ pub(crate) async fn run(a: CalicoArgs) -> anyhow::Result<Outcome> {
         ),
         None => None,
     };
+    if let Some(t) = &theirs {
+        said_as_it_ends(t);
+    }
     // The translation must match exactly; Calico's Typha is compared and reported, since the
     // differences are listed and explained in docs/replacing-calico-typha.md.
     let ok = cal.ok
@@ -682,6 +686,18 @@ pub(crate) async fn run(a: CalicoArgs) -> anyhow::Result<Outcome> {
         timeline: timeline.stop(),
         latency: Some(latency),
     })
+}
+
+/// Writes a side's results to stderr as soon as the side ends, one JSON line: a later side
+/// that fails (or a coordinator killed for its memory) then does not take them with it.
+fn said_as_it_ends(s: &Side) {
+    match serde_json::to_string(s) {
+        Ok(line) => eprintln!("calico: {} side ended: {line}", s.server),
+        Err(e) => eprintln!(
+            "calico: {} side ended; its results do not serialize: {e}",
+            s.server
+        ),
+    }
 }
 
 /// The Markdown report: the states check, then one column per side with the ratios.
