@@ -250,17 +250,7 @@ pub(super) fn pod_spec(
 /// making the node invalid.
 pub(super) fn node_spec(o: &DynamicObject) -> Value {
     let annotations = o.meta().annotations.clone().unwrap_or_default();
-    let get = |k: &str| {
-        let v = annotations
-            .get(&format!("projectcalico.org/{k}"))
-            .cloned()
-            .unwrap_or_default();
-        if annotation_valid(k, &v) {
-            v
-        } else {
-            String::new()
-        }
-    };
+    let get = |k: &str| calico_annotation(o, k);
     let name = o.meta().name.clone().unwrap_or_default();
     let mut spec = Map::new();
     let (v4, v6) = (get("IPv4Address"), get("IPv6Address"));
@@ -344,6 +334,23 @@ pub(super) fn node_spec(o: &DynamicObject) -> Value {
     Value::Object(spec)
 }
 
+/// calico-node's annotation `projectcalico.org/<name>` on a Kubernetes node, empty when absent
+/// or not of its type.
+fn calico_annotation(o: &DynamicObject, name: &str) -> String {
+    let v = o
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&format!("projectcalico.org/{name}")))
+        .cloned()
+        .unwrap_or_default();
+    if annotation_valid(name, &v) {
+        v
+    } else {
+        String::new()
+    }
+}
+
 /// Whether a node annotation's value has its type (Calico's validators: an IPv4 or IPv6
 /// address or network, a MAC, an AS number).
 fn annotation_valid(name: &str, v: &str) -> bool {
@@ -371,13 +378,7 @@ fn annotation_valid(name: &str, v: &str) -> bool {
 
 /// A Kubernetes node's Calico status: its WireGuard public keys (annotations) and pod CIDRs.
 pub(super) fn node_status(o: &DynamicObject) -> Value {
-    let annotations = o.meta().annotations.clone().unwrap_or_default();
-    let get = |k: &str| {
-        annotations
-            .get(&format!("projectcalico.org/{k}"))
-            .cloned()
-            .unwrap_or_default()
-    };
+    let get = |k: &str| calico_annotation(o, k);
     json!({
         "wireguardPublicKey": get("WireguardPublicKey"),
         "wireguardPublicKeyV6": get("WireguardPublicKeyV6"),
