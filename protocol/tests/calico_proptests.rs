@@ -12,8 +12,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use typha_protocol::calico::gob::{Limits, Value};
 use typha_protocol::calico::messages::{
-    self, ClientHello, DecoderRestart, GoTime, Message, Ping, Pong, Revision, SerializedUpdate,
-    ServerHello, Side, SyncStatus, UpdateType,
+    self, ClientHello, DecoderRestart, GoTime, Message, MessageKind, Ping, Pong, Revision,
+    SerializedUpdate, ServerHello, Side, SyncStatus, UpdateType,
 };
 use typha_protocol::calico::{Compression, StreamDecoder, StreamError};
 
@@ -58,6 +58,79 @@ fn read_with(
         }
     }
     (out, None)
+}
+
+/// As [`read_with`], but streaming every `MsgKVs`
+/// ([`StreamDecoder::decode_gob_streaming`]): the updates handed over are put back into their
+/// message once it has ended, so the result compares with [`read`]'s. Also the most bytes the
+/// decoder held (read but not decoded, and decoded but not read by gob) between reads.
+fn read_streaming(
+    limits: Limits,
+    bytes: &[u8],
+    cuts: &[usize],
+    restarts: bool,
+) -> (Vec<Message>, Option<StreamError>, usize) {
+    let name = MessageKind::Kvs.registered_name();
+    let mut dec = StreamDecoder::new(limits);
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    let mut handed: Vec<Value> = Vec::new();
+    let mut held = 0;
+    let mut at = 0;
+    let mut ends: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    ends.sort_unstable();
+    ends.push(bytes.len());
+    for end in ends {
+        buf.extend_from_slice(&bytes[at..end.max(at)]);
+        at = end.max(at);
+        loop {
+            let got = dec.decode_gob_streaming(&mut buf, name.as_bytes(), &mut |v: &Value| {
+                handed.push(v.clone())
+            });
+            let decoded = match got {
+                Ok(Some(mut d)) => {
+                    put_back(&mut d.value, std::mem::take(&mut handed));
+                    match messages::from_gob(&d) {
+                        Ok(m) => m,
+                        Err(e) => return (out, Some(e.into()), held),
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return (out, Some(e), held),
+            };
+            if let (true, Message::DecoderRestart(r)) = (restarts, &decoded) {
+                let Some(c) = Compression::from_name(&r.compression_algorithm) else {
+                    return (out, None, held);
+                };
+                if let Err(e) = dec.restart(c) {
+                    return (out, Some(e), held);
+                }
+            }
+            out.push(decoded);
+        }
+        held = held.max(buf.len() + dec.decoded_held());
+    }
+    (out, None, held)
+}
+
+/// Puts streamed updates back into the `KVs` field of the `MsgKVs` in `envelope`.
+fn put_back(envelope: &mut Value, updates: Vec<Value>) {
+    let Value::Struct(e) = envelope else { return };
+    for (_, field) in &mut e.fields {
+        if let Value::Interface(Some(c)) = field
+            && let Value::Struct(kvs) = &mut c.value
+        {
+            let idx = kvs.def.iter().position(|f| &*f.name == "KVs");
+            match kvs.fields.iter_mut().find(|(i, _)| Some(*i) == idx) {
+                Some((_, Value::Slice(items))) => *items = updates,
+                Some(_) => {}
+                // An empty slice is not sent: the streamed one must have been empty too.
+                None => assert!(updates.is_empty(), "updates handed over for no slice"),
+            }
+            return;
+        }
+    }
+    assert!(updates.is_empty(), "updates handed over outside a MsgKVs");
 }
 
 fn golden_sessions() -> Vec<Vec<u8>> {
@@ -190,6 +263,26 @@ fn side(m: &Message) -> Side {
     }
 }
 
+/// A streaming read of any input never panics, and agrees with the whole read: the same
+/// messages if it succeeds; if not, it fails no later (a streamed value is checked as it
+/// arrives, so a damaged message still arriving can fail before the whole read, which waits
+/// for its end, would look at it).
+fn streaming_agrees(
+    limits: Limits,
+    bytes: &[u8],
+    cuts: &[usize],
+    whole: &(Vec<Message>, Option<StreamError>),
+) -> Result<(), TestCaseError> {
+    let (got, err, _) = read_streaming(limits, bytes, cuts, true);
+    if err.is_none() {
+        prop_assert_eq!(&got, &whole.0);
+        prop_assert!(whole.1.is_none(), "{:?}", whole.1);
+    } else {
+        prop_assert!(whole.0.starts_with(&got), "{got:?} vs {:?}", whole.0);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -203,8 +296,24 @@ proptest! {
             }
             let (got, err) = read_with(Limits::CLIENT_INBOUND, &stream, &cuts, false);
             prop_assert!(err.is_none(), "{err:?}");
-            prop_assert_eq!(got, ours);
+            prop_assert_eq!(&got, &ours);
+            // Streamed, every update arrives once, in order, whatever the split.
+            let (got, err, _) = read_streaming(Limits::CLIENT_INBOUND, &stream, &cuts, false);
+            prop_assert!(err.is_none(), "{err:?}");
+            prop_assert_eq!(&got, &ours);
         }
+    }
+
+    #[test]
+    fn a_streamed_stream_reads_the_same_byte_by_byte(which in 0usize..5, from in any::<usize>()) {
+        // Every byte its own read from `from` on: every position a value can stop at.
+        let bytes = golden_sessions()[which].clone();
+        let from = from % (bytes.len() + 1);
+        let cuts: Vec<usize> = (from..bytes.len()).collect();
+        let whole = read(Limits::CLIENT_INBOUND, &bytes, &[]);
+        let (got, err, _) = read_streaming(Limits::CLIENT_INBOUND, &bytes, &cuts, true);
+        prop_assert_eq!(got, whole.0);
+        prop_assert_eq!(err, whole.1);
     }
 
     #[test]
@@ -212,8 +321,9 @@ proptest! {
         for limits in [Limits::SERVER_INBOUND, Limits::CLIENT_INBOUND] {
             let whole = read(limits, &bytes, &[]);
             let split = read(limits, &bytes, &cuts);
-            prop_assert_eq!(whole.0, split.0);
+            prop_assert_eq!(&whole.0, &split.0);
             prop_assert_eq!(whole.1.is_some(), split.1.is_some());
+            streaming_agrees(limits, &bytes, &cuts, &whole)?;
         }
     }
 
@@ -236,8 +346,9 @@ proptest! {
         for limits in [Limits::SERVER_INBOUND, Limits::CLIENT_INBOUND] {
             let whole = read(limits, &bytes, &[]);
             let split = read(limits, &bytes, &cuts);
-            prop_assert_eq!(whole.0, split.0);
-            prop_assert_eq!(whole.1, split.1);
+            prop_assert_eq!(&whole.0, &split.0);
+            prop_assert_eq!(&whole.1, &split.1);
+            streaming_agrees(limits, &bytes, &cuts, &whole)?;
         }
     }
 
@@ -277,4 +388,86 @@ fn a_restart_with_old_stream_bytes_after_it_is_an_error() {
         dec.restart(Compression::None),
         Err(StreamError::DataAfterRestart(1))
     );
+}
+
+#[test]
+fn a_streamed_snapshot_is_never_held_whole() {
+    // A snapshot message of 2,000 updates (about 900 KB), plain and then in snappy framing
+    // after a decoder restart, read 1,500 bytes at a time.
+    let updates: Vec<SerializedUpdate> = (0..2000)
+        .map(|i| SerializedUpdate {
+            key: format!("/calico/v1/host/node-{i}/workload/k8s/pod-{i}/endpoint/eth0"),
+            value: Bytes::from(format!(
+                "{{\"state\":\"active\",\"n\":{i},\"pad\":\"{}\"}}",
+                "x".repeat(i % 700)
+            )),
+            revision: Revision::String(i.to_string()),
+            update_type: UpdateType::New,
+            ..Default::default()
+        })
+        .collect();
+    let largest = updates
+        .iter()
+        .map(|u| u.key.len() + u.value.len())
+        .max()
+        .unwrap();
+    let kvs = messages::encode(Side::Server, &Message::Kvs(updates.clone())).unwrap();
+    let hello = Message::ServerHello(ServerHello {
+        version: "v".into(),
+        syncer_type: "felix".into(),
+        supports_node_resource_updates: true,
+        server_conn_id: 1,
+    });
+    let in_sync = Message::SyncStatus(SyncStatus::InSync);
+    let mut plain = Side::Server.preamble().to_vec();
+    plain.extend_from_slice(&messages::encode(Side::Server, &hello).unwrap());
+    plain.extend_from_slice(&kvs);
+    let restart = Message::DecoderRestart(DecoderRestart {
+        message: "snappy".into(),
+        compression_algorithm: "snappy".into(),
+    });
+    plain.extend_from_slice(&messages::encode(Side::Server, &restart).unwrap());
+    let mut after = Side::Server.preamble().to_vec();
+    after.extend_from_slice(&kvs);
+    after.extend_from_slice(&messages::encode(Side::Server, &in_sync).unwrap());
+    let mut snappy = typha_protocol::calico::snappy::STREAM_IDENTIFIER.to_vec();
+    snappy.extend(typha_protocol::calico::snappy::encode_chunks(&after));
+
+    for (what, stream, bound) in [
+        ("plain", plain.clone(), largest + 3_000),
+        // At most one chunk (64 KiB) decoded ahead of gob.
+        (
+            "snappy",
+            [plain.clone(), snappy].concat(),
+            largest + 3_000 + 65_536 + 76_500,
+        ),
+    ] {
+        let cuts: Vec<usize> = (0..stream.len()).step_by(1_500).collect();
+        let (got, err, held) = read_streaming(Limits::CLIENT_INBOUND, &stream, &cuts, true);
+        assert!(err.is_none(), "{what}: {err:?}");
+        let kvs: Vec<&Message> = got
+            .iter()
+            .filter(|m| matches!(m, Message::Kvs(_)))
+            .collect();
+        assert!(!kvs.is_empty(), "{what}");
+        for m in kvs {
+            assert_eq!(m, &Message::Kvs(updates.clone()), "{what}");
+        }
+        assert!(
+            held < bound && held * 10 < kvs_len(&updates),
+            "{what}: held {held} bytes (bound {bound})"
+        );
+        // The whole read holds the message.
+        let whole_held = {
+            let mut dec = StreamDecoder::new(Limits::CLIENT_INBOUND);
+            let mut buf = BytesMut::from(&plain[..plain.len() / 2]);
+            while dec.decode(&mut buf).unwrap().is_some() {}
+            buf.len()
+        };
+        assert!(whole_held > held, "{what}: {whole_held} vs {held}");
+    }
+}
+
+fn kvs_len(updates: &[SerializedUpdate]) -> usize {
+    updates.iter().map(|u| u.key.len() + u.value.len()).sum()
 }

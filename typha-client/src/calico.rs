@@ -360,26 +360,27 @@ where
     let mut dec = StreamDecoder::new(Limits::CLIENT_INBOUND);
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     let mut hello_seen = false;
+    let kvs_name = MessageKind::Kvs.registered_name();
     loop {
-        // Every complete message in the buffer first.
-        while let Some(decoded) = dec.decode_gob(&mut buf)? {
-            if let Some(each) = each_kv.as_mut()
-                && let Some(items) = kvs_in(&decoded)
-            {
-                if !hello_seen {
-                    return Err(CalicoError::Protocol(
-                        "updates before the ServerHello".into(),
-                    ));
-                }
-                for item in items {
-                    match key_value(item) {
-                        Some((k, v)) => each(k, v),
-                        // Not an update: the typed decoding names what is wrong.
-                        None => {
-                            from_gob(&decoded).map_err(StreamError::from)?;
-                        }
-                    }
-                }
+        // Every complete message in the buffer first. A skimming session streams each
+        // `MsgKVs`: its updates are handed over as they arrive, the message never held whole.
+        let mut refused: Option<&'static str> = None;
+        while let Some(decoded) = match each_kv.as_mut() {
+            None => dec.decode_gob(&mut buf)?,
+            Some(each) => {
+                let mut each_update = |item: &Value| match key_value(item) {
+                    _ if !hello_seen => refused = Some("updates before the ServerHello"),
+                    Some((k, v)) => each(k, v),
+                    None => refused = Some("a MsgKVs update that is not a SerializedUpdate"),
+                };
+                dec.decode_gob_streaming(&mut buf, kvs_name.as_bytes(), &mut each_update)?
+            }
+        } {
+            if let Some(why) = refused {
+                return Err(CalicoError::Protocol(why.into()));
+            }
+            if each_kv.is_some() && kvs_in(&decoded).is_some() {
+                // Its updates were handed over as they arrived.
                 continue;
             }
             let msg = from_gob(&decoded).map_err(StreamError::from)?;
@@ -441,6 +442,9 @@ where
         // Everything decoded: give back what a large message grew the buffers to, so an idle
         // session holds kilobytes, not the largest batch it ever read (thousands of sessions
         // in one process keep theirs for hours).
+        if let Some(why) = refused {
+            return Err(CalicoError::Protocol(why.into()));
+        }
         if buf.is_empty() && buf.capacity() > IDLE_BUFFER {
             buf = BytesMut::with_capacity(READ_BUFFER);
         }

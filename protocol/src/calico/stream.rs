@@ -107,6 +107,36 @@ impl StreamDecoder {
         Ok(decoded)
     }
 
+    /// As [`decode_gob`](Self::decode_gob), streaming the slice field of the interface
+    /// registered as `name` ([`gob::Decoder::decode_streaming`]): its elements go to `each`
+    /// as they arrive, and neither buffer need hold a whole message. With snappy, a chunk is
+    /// decoded only once what came before it has been read, so at most one chunk is held
+    /// decoded.
+    pub fn decode_gob_streaming(
+        &mut self,
+        src: &mut BytesMut,
+        name: &[u8],
+        each: &mut dyn FnMut(&gob::Value),
+    ) -> Result<Option<gob::Decoded>, StreamError> {
+        let decoded = match &mut self.snappy {
+            None => self.gob.decode_streaming(src, name, each)?,
+            Some((framing, plain)) => loop {
+                if let Some(d) = self.gob.decode_streaming(plain, name, each)? {
+                    break Some(d);
+                }
+                if !framing.decode_chunk(src, plain)? {
+                    break None;
+                }
+            },
+        };
+        Ok(decoded)
+    }
+
+    /// Decoded bytes (with snappy) that gob has not read yet.
+    pub fn decoded_held(&self) -> usize {
+        self.snappy.as_ref().map_or(0, |(_, plain)| plain.len())
+    }
+
     /// Gives back the decompressed-bytes buffer when it is empty and has grown past `keep`
     /// bytes (a large message grew it): an idle stream then holds little memory.
     pub fn release_idle(&mut self, keep: usize) {

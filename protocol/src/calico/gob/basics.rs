@@ -108,6 +108,11 @@ pub enum GobError {
     /// The message ended inside a value.
     #[error("gob message ended inside {0}")]
     Truncated(&'static str),
+    /// The bytes of a message still arriving ran out: only a decoder streaming a value
+    /// ([`Decoder::decode_streaming`](super::Decoder::decode_streaming)) meets it, and it
+    /// waits for more bytes rather than returning it.
+    #[error("gob message still arriving")]
+    Pending,
     /// A length or count larger than the bytes left in the message.
     #[error("{what} of {len} exceeds the {left} bytes left in the message")]
     LengthExceedsInput {

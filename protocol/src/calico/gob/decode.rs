@@ -13,6 +13,14 @@
 //! - Structs end at a zero field delta or at the end of the message, as in Go. Bytes left in
 //!   a value's last message are dropped, as Go's decoder drops them.
 //! - Strings and byte slices are copied out of the buffer, so the buffer can be reused.
+//!
+//! Streaming ([`Decoder::decode_streaming`]): a reader that only looks at each element of a
+//! large slice need not hold the whole message. The slice field of the interface value
+//! registered under a given name (Calico's `MsgKVs`) is then read while its message is still
+//! arriving, each complete element handed over at once; the elements handed over are cut out
+//! of the buffer, and the message's byte count and the slice's count rewritten in front of
+//! what is left, so the buffer holds the message's first bytes, one element still arriving
+//! and nothing else. The value returned at the end has that slice empty.
 
 use std::sync::Arc;
 
@@ -21,7 +29,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use super::basics::{GobError, Limits, TypeId};
 use super::types::{FieldType, TypeTable, WireKind, read_definition};
 use super::value::{Concrete, Struct, Value};
-use super::wire::{Reader, read_uint};
+use super::wire::{Reader, put_uint, read_uint};
 
 /// How much room the decoder reserves ahead for a message that is still arriving.
 const RESERVE_AHEAD: usize = 64 << 10;
@@ -51,15 +59,26 @@ pub struct Decoder {
 
 /// Where a message starts and ends in the buffer, or how much of the buffer it needs.
 enum At {
-    Complete { start: usize, end: usize },
-    Partial { total: usize },
+    Complete {
+        start: usize,
+        end: usize,
+    },
+    /// Not all there: `total` bytes of buffer are needed, and once its byte count has
+    /// arrived, `body` is where the message's body starts and will end.
+    Partial {
+        total: usize,
+        body: Option<(usize, usize)>,
+    },
 }
 
 fn message_at(data: &[u8], at: usize, max: usize) -> Result<At, GobError> {
     let rest = data.get(at..).unwrap_or_default();
     let Some((len, n)) = read_uint(rest)? else {
         // A count is at most 9 bytes.
-        return Ok(At::Partial { total: at + 9 });
+        return Ok(At::Partial {
+            total: at + 9,
+            body: None,
+        });
     };
     if len > max as u64 {
         return Err(GobError::MessageTooLarge { len, max });
@@ -70,9 +89,77 @@ fn message_at(data: &[u8], at: usize, max: usize) -> Result<At, GobError> {
     let start = at + n;
     let end = start + len as usize;
     if end > data.len() {
-        return Ok(At::Partial { total: end });
+        return Ok(At::Partial {
+            total: end,
+            body: Some((start, end)),
+        });
     }
     Ok(At::Complete { start, end })
+}
+
+/// Bytes `x` takes as a gob uint.
+fn uint_len(x: u64) -> usize {
+    let mut v = Vec::with_capacity(9);
+    put_uint(&mut v, x);
+    v.len()
+}
+
+/// A message's place in the buffer: its byte count at `hdr`, its body `start..end`.
+#[derive(Debug, Clone, Copy)]
+struct MessagePos {
+    hdr: usize,
+    start: usize,
+    end: usize,
+}
+
+/// How far a streamed slice has been handed over: its count `n` at `count_at`, its
+/// elements from `elems`, the first `done` of them (ending at `cut`) handed over, in the
+/// message at `msg`.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    msg: MessagePos,
+    count_at: usize,
+    n: u64,
+    elems: usize,
+    done: u64,
+    cut: usize,
+}
+
+/// Cuts the elements `progress` handed over out of `src`: everything before them is
+/// rewritten just in front of the first element not handed over, with the message's byte
+/// count and the slice's count lowered, and the buffer then starts there. Both counts only
+/// shrink, so the rewritten front never needs more room than the bytes it replaces.
+fn splice(src: &mut BytesMut, p: &Progress) -> Result<(), GobError> {
+    let broken = || GobError::Truncated("a streamed slice's bookkeeping");
+    let removed = p.cut.checked_sub(p.elems).ok_or_else(broken)?;
+    let left = p.n.checked_sub(p.done).ok_or_else(broken)?;
+    let old_count = p.elems.checked_sub(p.count_at).ok_or_else(broken)?;
+    let len = (p.msg.end - p.msg.start)
+        .checked_sub(removed + old_count)
+        .ok_or_else(broken)?
+        + uint_len(left);
+    let mut front = Vec::with_capacity(p.elems);
+    front.extend_from_slice(src.get(..p.msg.hdr).ok_or_else(broken)?);
+    put_uint(&mut front, len as u64);
+    front.extend_from_slice(src.get(p.msg.start..p.count_at).ok_or_else(broken)?);
+    put_uint(&mut front, left);
+    let at = p.cut.checked_sub(front.len()).ok_or_else(broken)?;
+    src.get_mut(at..p.cut)
+        .ok_or_else(broken)?
+        .copy_from_slice(&front);
+    src.advance(at);
+    Ok(())
+}
+
+/// What a streaming decode looks for and where it hands the elements.
+struct Streaming<'s> {
+    /// The registered name of the interface value whose slice field is streamed.
+    name: &'s [u8],
+    each: &'s mut dyn FnMut(&Value),
+    /// The target was met (only its first occurrence in a value is streamed).
+    met: bool,
+    /// The slice being handed over.
+    progress: Option<Progress>,
 }
 
 fn reserve(src: &mut BytesMut, total: usize) {
@@ -119,11 +206,48 @@ impl Decoder {
     /// before it). `Ok(None)`: more bytes are needed; complete definitions have been consumed,
     /// a partial value has not. An error ends the stream.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Decoded>, GobError> {
+        self.decode_with(src, None)
+    }
+
+    /// As [`decode`](Self::decode), but the elements of the slice field of the interface
+    /// value registered as `name` are handed to `each` as soon as each has arrived, before
+    /// the rest of its message, and cut out of `src` (the module's notes say how); the value
+    /// returned has that slice empty. Only the first such interface in a value is streamed.
+    ///
+    /// The buffer then holds at most a message's first bytes and one element, however long
+    /// the message: what a reader that handles each element on its own needs (a simulated
+    /// node hashing a snapshot's KVs). Elements handed over stay handed over even if the
+    /// stream later fails; the limits apply as in `decode`, each element's memory counted
+    /// until it is handed over.
+    pub fn decode_streaming(
+        &mut self,
+        src: &mut BytesMut,
+        name: &[u8],
+        each: &mut dyn FnMut(&Value),
+    ) -> Result<Option<Decoded>, GobError> {
+        // A streaming decoder walks a partial value again on every call.
+        self.retry_at = None;
+        self.decode_with(
+            src,
+            Some(Streaming {
+                name,
+                each,
+                met: false,
+                progress: None,
+            }),
+        )
+    }
+
+    fn decode_with(
+        &mut self,
+        src: &mut BytesMut,
+        mut stream: Option<Streaming<'_>>,
+    ) -> Result<Option<Decoded>, GobError> {
         let max = self.limits.max_message_len;
         loop {
             if let Some(at) = self.retry_at {
                 match message_at(src, at, max)? {
-                    At::Partial { total } => {
+                    At::Partial { total, .. } => {
                         reserve(src, total);
                         return Ok(None);
                     }
@@ -131,15 +255,31 @@ impl Decoder {
                 }
             }
             let (start, end) = match message_at(src, 0, max)? {
-                At::Partial { total } => {
+                At::Complete { start, end } => (start, end),
+                // A value's first message may be walked while it arrives when streaming.
+                At::Partial {
+                    body: Some((start, end)),
+                    ..
+                } if stream.is_some() => (start, end),
+                At::Partial { total, .. } => {
                     reserve(src, total);
                     return Ok(None);
                 }
-                At::Complete { start, end } => (start, end),
             };
-            let mut r = Reader::new(src, start, end);
-            let id = r.int("type id")?;
+            let mut r = Reader::partial(src, start, end);
+            let id = match r.int("type id") {
+                Err(GobError::Pending) => {
+                    reserve(src, end);
+                    return Ok(None);
+                }
+                id => id?,
+            };
             if id < 0 {
+                // Definitions are read whole.
+                if end > src.len() {
+                    reserve(src, end);
+                    return Ok(None);
+                }
                 let tid = defined_type_id(id)?;
                 let wt = read_definition(&mut r, tid)?;
                 if r.left() > 0 {
@@ -150,35 +290,58 @@ impl Decoder {
                 continue;
             }
             let tid = value_type_id(id)?;
+            let streaming = stream.is_some();
             let mut walk = Walk {
                 types: &mut self.types,
                 limits: self.limits,
                 added: Vec::new(),
                 messages: 1,
                 charged: 0,
+                msg: MessagePos { hdr: 0, start, end },
+                stream: stream.as_mut(),
             };
             let result = walk.top(&mut r, tid, 1);
-            let used = r.pos() + r.left();
-            return match result {
-                Ok(value) => {
+            // Go drops what a value leaves of its last message.
+            let used = r.end();
+            let added = std::mem::take(&mut walk.added);
+            let progress = walk.stream.and_then(|s| s.progress);
+            let wait = match result {
+                Ok(value) if used <= src.len() => {
                     src.advance(used);
-                    Ok(Some(Decoded {
+                    return Ok(Some(Decoded {
                         type_id: tid,
                         value,
-                    }))
+                    }));
                 }
-                Err(Stop::Incomplete { at }) => {
-                    for id in walk.added {
-                        self.types.forget(id);
-                    }
+                // Complete but for bytes still arriving after it: they are waited for.
+                Ok(_) => None,
+                Err(Stop::Incomplete { at }) => Some(at),
+                Err(Stop::Fail(GobError::Pending)) => None,
+                Err(Stop::Fail(e)) => return Err(e),
+            };
+            for id in added {
+                self.types.forget(id);
+            }
+            if let Some(p) = progress {
+                splice(src, &p)?;
+                reserve(src, src.len() + RESERVE_AHEAD);
+                return Ok(None);
+            }
+            match wait {
+                Some(at) if !streaming => {
                     self.retry_at = Some(at);
-                    if let At::Partial { total } = message_at(src, at, max)? {
+                    if let At::Partial { total, .. } = message_at(src, at, max)? {
                         reserve(src, total);
                     }
-                    Ok(None)
                 }
-                Err(Stop::Fail(e)) => Err(e),
-            };
+                Some(at) => {
+                    if let At::Partial { total, .. } = message_at(src, at, max)? {
+                        reserve(src, total);
+                    }
+                }
+                None => reserve(src, used),
+            }
+            return Ok(None);
         }
     }
 }
@@ -199,7 +362,7 @@ impl From<GobError> for Stop {
 }
 
 /// One pass over one value.
-struct Walk<'t> {
+struct Walk<'t, 's> {
     types: &'t mut TypeTable,
     limits: Limits,
     /// Definitions made inside this value: forgotten if it turns out incomplete.
@@ -208,11 +371,15 @@ struct Walk<'t> {
     messages: usize,
     /// Bytes of memory the value's nodes and copies take so far.
     charged: usize,
+    /// The message being read.
+    msg: MessagePos,
+    /// The slice to stream, when streaming.
+    stream: Option<&'t mut Streaming<'s>>,
 }
 
 const NODE: usize = std::mem::size_of::<Value>();
 
-impl Walk<'_> {
+impl Walk<'_, '_> {
     fn value(&mut self, r: &mut Reader<'_>, id: TypeId, depth: usize) -> Result<Value, Stop> {
         Ok(match id {
             TypeId::BOOL => Value::Bool(r.uint("bool")? != 0),
@@ -236,7 +403,7 @@ impl Walk<'_> {
                     .ok_or(GobError::UnknownType(id))?;
                 let depth = self.deeper(depth)?;
                 match kind {
-                    WireKind::Struct { fields } => self.structure(r, fields, depth)?,
+                    WireKind::Struct { fields } => self.structure(r, fields, depth, false)?,
                     WireKind::Slice { elem } => {
                         let n = r.count("slice length")?;
                         Value::Slice(self.elements(r, elem, n, depth)?)
@@ -311,12 +478,14 @@ impl Walk<'_> {
         Ok(out)
     }
 
-    /// A struct: field deltas up to a zero delta or the end of the message.
+    /// A struct: field deltas up to a zero delta or the end of the message. With `streamed`,
+    /// its slice fields are streamed ([`Walk::streamed_slice`]).
     fn structure(
         &mut self,
         r: &mut Reader<'_>,
         def: Arc<[FieldType]>,
         depth: usize,
+        streamed: bool,
     ) -> Result<Value, Stop> {
         let mut fields = Vec::new();
         let mut next: u64 = 0; // one more than the last field number read
@@ -335,10 +504,50 @@ impl Walk<'_> {
             };
             let id = f.id;
             self.charge(std::mem::size_of::<(usize, Value)>())?;
-            fields.push(((field - 1) as usize, self.value(r, id, depth)?));
+            let slice_of = match self.types.get(id).map(|w| &w.kind) {
+                Some(WireKind::Slice { elem }) if streamed => Some(*elem),
+                _ => None,
+            };
+            let v = match slice_of {
+                Some(elem) => self.streamed_slice(r, elem, self.deeper(depth)?)?,
+                None => self.value(r, id, depth)?,
+            };
+            fields.push(((field - 1) as usize, v));
             next = field;
         }
         Ok(Value::Struct(Struct { def, fields }))
+    }
+
+    /// A slice whose elements are handed over one by one as they complete
+    /// ([`Decoder::decode_streaming`]): the value left is an empty slice.
+    fn streamed_slice(
+        &mut self,
+        r: &mut Reader<'_>,
+        elem: TypeId,
+        depth: usize,
+    ) -> Result<Value, Stop> {
+        let count_at = r.pos();
+        let n = r.count("slice length")?;
+        let elems = r.pos();
+        for done in 1..=n {
+            let charged = self.charged;
+            let v = self.value(r, elem, depth)?;
+            // Handed over and gone: its memory no longer counts against the value.
+            self.charged = charged;
+            let msg = self.msg;
+            if let Some(s) = self.stream.as_deref_mut() {
+                (s.each)(&v);
+                s.progress = Some(Progress {
+                    msg,
+                    count_at,
+                    n: n as u64,
+                    elems,
+                    done: done as u64,
+                    cut: r.pos(),
+                });
+            }
+        }
+        Ok(Value::Slice(Vec::new()))
     }
 
     /// An interface: the registered name (empty for nil), the concrete type id (after any
@@ -356,7 +565,24 @@ impl Walk<'_> {
         let type_id = self.type_sequence(r)?;
         r.uint("interface value length")?;
         self.charge(std::mem::size_of::<Concrete>())?;
-        let value = self.top(r, type_id, depth)?;
+        let streamed = match self.stream.as_deref_mut() {
+            Some(s) if !s.met && s.name == &name[..] => {
+                s.met = true;
+                true
+            }
+            _ => false,
+        };
+        let value = if streamed {
+            match self.types.get(type_id).map(|w| &w.kind) {
+                Some(WireKind::Struct { fields }) => {
+                    let fields = fields.clone();
+                    self.structure(r, fields, depth, true)?
+                }
+                _ => self.top(r, type_id, depth)?,
+            }
+        } else {
+            self.top(r, type_id, depth)?
+        };
         Ok(Value::Interface(Some(Box::new(Concrete {
             name,
             type_id,
@@ -369,7 +595,7 @@ impl Walk<'_> {
     fn top(&mut self, r: &mut Reader<'_>, id: TypeId, depth: usize) -> Result<Value, Stop> {
         if let Some(WireKind::Struct { fields }) = self.types.get(id).map(|w| &w.kind) {
             let fields = fields.clone();
-            return self.structure(r, fields, depth);
+            return self.structure(r, fields, depth, false);
         }
         let delta = r.uint("singleton delta")?;
         if delta != 0 {
@@ -414,6 +640,25 @@ impl Walk<'_> {
             At::Complete { start, end } => {
                 r.jump(start, end);
                 self.messages += 1;
+                self.msg = MessagePos {
+                    hdr: at,
+                    start,
+                    end,
+                };
+                Ok(())
+            }
+            // When streaming, the message the value continues into is read as it arrives.
+            At::Partial {
+                body: Some((start, end)),
+                ..
+            } if self.stream.is_some() => {
+                r.jump_partial(start, end);
+                self.messages += 1;
+                self.msg = MessagePos {
+                    hdr: at,
+                    start,
+                    end,
+                };
                 Ok(())
             }
             At::Partial { .. } => Err(Stop::Incomplete { at }),

@@ -71,11 +71,17 @@ pub fn uint_to_int(x: u64) -> i64 {
 
 /// A cursor over one gob message, or over several when a value continues into the next
 /// message: `data` is everything buffered, `pos..end` the unread part of the current message.
+///
+/// A *partial* reader walks a message that is still arriving: `end` is where the message
+/// ends, `avail` where its bytes buffered so far end. Counts and the end of structs are
+/// judged by `end`, as for a whole message; a read that needs bytes past `avail` fails with
+/// [`GobError::Pending`], not as a truncated message.
 #[derive(Debug)]
 pub(crate) struct Reader<'a> {
     data: &'a [u8],
     pos: usize,
     end: usize,
+    avail: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -87,12 +93,41 @@ impl<'a> Reader<'a> {
             data,
             pos: start.min(end),
             end,
+            avail: end,
         }
     }
 
-    /// Bytes left in the current message.
+    /// A reader over the message body `start..end` of which `data` may hold only the start.
+    pub(crate) fn partial(data: &'a [u8], start: usize, end: usize) -> Self {
+        let avail = end.min(data.len());
+        Reader {
+            data,
+            pos: start.min(avail),
+            end: end.max(start),
+            avail,
+        }
+    }
+
+    /// Bytes left in the current message (arrived or not).
     pub(crate) fn left(&self) -> usize {
         self.end - self.pos
+    }
+
+    /// Offset where the current message ends (possibly past the buffered bytes).
+    pub(crate) fn end(&self) -> usize {
+        self.end
+    }
+
+    /// The bytes of the current message from `pos` that have arrived, and the error for
+    /// running out of them.
+    fn arrived(&self, what: &'static str) -> (&'a [u8], GobError) {
+        let rest = self.data.get(self.pos..self.avail).unwrap_or_default();
+        let short = if self.avail < self.end {
+            GobError::Pending
+        } else {
+            GobError::Truncated(what)
+        };
+        (rest, short)
     }
 
     /// Offset of the next unread byte in the whole buffer.
@@ -110,14 +145,20 @@ impl<'a> Reader<'a> {
         *self = Reader::new(self.data, start, end);
     }
 
+    /// Moves to the message body `start..end` of the same buffer, which may still be
+    /// arriving ([`Reader::partial`]).
+    pub(crate) fn jump_partial(&mut self, start: usize, end: usize) {
+        *self = Reader::partial(self.data, start, end);
+    }
+
     pub(crate) fn uint(&mut self, what: &'static str) -> Result<u64, GobError> {
-        let rest = self.data.get(self.pos..self.end).unwrap_or_default();
+        let (rest, short) = self.arrived(what);
         match read_uint(rest)? {
             Some((x, n)) => {
                 self.pos += n;
                 Ok(x)
             }
-            None => Err(GobError::Truncated(what)),
+            None => Err(short),
         }
     }
 
@@ -147,10 +188,8 @@ impl<'a> Reader<'a> {
         if n > self.left() {
             return Err(GobError::Truncated(what));
         }
-        let b = self
-            .data
-            .get(self.pos..self.pos + n)
-            .ok_or(GobError::Truncated(what))?;
+        let (rest, short) = self.arrived(what);
+        let b = rest.get(..n).ok_or(short)?;
         self.pos += n;
         Ok(b)
     }
