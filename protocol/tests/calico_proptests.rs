@@ -5,6 +5,8 @@
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod calico_streamed;
+use calico_streamed::put_back;
 use std::path::PathBuf;
 
 use bytes::{Bytes, BytesMut};
@@ -84,9 +86,10 @@ fn read_streaming(
         buf.extend_from_slice(&bytes[at..end.max(at)]);
         at = end.max(at);
         loop {
-            let got = dec.decode_gob_streaming(&mut buf, name.as_bytes(), &mut |v: &Value| {
-                handed.push(v.clone())
-            });
+            let got =
+                dec.decode_gob_streaming(&mut buf, name.as_bytes(), b"KVs", &mut |v: &Value| {
+                    handed.push(v.clone())
+                });
             let decoded = match got {
                 Ok(Some(mut d)) => {
                     put_back(&mut d.value, std::mem::take(&mut handed));
@@ -111,26 +114,6 @@ fn read_streaming(
         held = held.max(buf.len() + dec.decoded_held());
     }
     (out, None, held)
-}
-
-/// Puts streamed updates back into the `KVs` field of the `MsgKVs` in `envelope`.
-fn put_back(envelope: &mut Value, updates: Vec<Value>) {
-    let Value::Struct(e) = envelope else { return };
-    for (_, field) in &mut e.fields {
-        if let Value::Interface(Some(c)) = field
-            && let Value::Struct(kvs) = &mut c.value
-        {
-            let idx = kvs.def.iter().position(|f| &*f.name == "KVs");
-            match kvs.fields.iter_mut().find(|(i, _)| Some(*i) == idx) {
-                Some((_, Value::Slice(items))) => *items = updates,
-                Some(_) => {}
-                // An empty slice is not sent: the streamed one must have been empty too.
-                None => assert!(updates.is_empty(), "updates handed over for no slice"),
-            }
-            return;
-        }
-    }
-    assert!(updates.is_empty(), "updates handed over outside a MsgKVs");
 }
 
 fn golden_sessions() -> Vec<Vec<u8>> {

@@ -373,7 +373,7 @@ where
                     Some((k, v)) => each(k, v),
                     None => refused = Some("a MsgKVs update that is not a SerializedUpdate"),
                 };
-                dec.decode_gob_streaming(&mut buf, kvs_name.as_bytes(), &mut each_update)?
+                dec.decode_gob_streaming(&mut buf, kvs_name.as_bytes(), b"KVs", &mut each_update)?
             }
         } {
             if let Some(why) = refused {

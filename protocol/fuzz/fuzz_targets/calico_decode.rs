@@ -12,13 +12,21 @@
 //! 3. Round trip: every decoded message that our encoder can write (all but revisions of
 //!    non-basic types), encoded after its side's preamble and decoded again, encodes to the
 //!    same bytes (bytes, not values: a float revision may be NaN).
+//! 4. Streaming (`StreamDecoder::decode_gob_streaming`, which hands a `MsgKVs`'s updates over
+//!    as they arrive and cuts them out of the buffer), fed the same two pieces: with the
+//!    updates put back into their messages, the same messages and the same ending as the
+//!    whole read; or, if it fails, a prefix of them (a value read as it arrives can fail
+//!    before the whole read has looked at it, never after).
 
 #![no_main]
 
+#[path = "../../tests/calico_streamed/mod.rs"]
+mod calico_streamed;
 use bytes::BytesMut;
+use calico_streamed::put_back;
 use libfuzzer_sys::fuzz_target;
-use typha_protocol::calico::gob::Limits;
-use typha_protocol::calico::messages::{self, Message, Side};
+use typha_protocol::calico::gob::{Limits, Value};
+use typha_protocol::calico::messages::{self, Message, MessageKind, Side};
 use typha_protocol::calico::{Compression, StreamDecoder, StreamError};
 
 /// One step of decoding a stream.
@@ -83,6 +91,59 @@ fn decode_pieces(limits: Limits, pieces: &[&[u8]]) -> Outcome {
     }
 }
 
+/// As [`decode_pieces`], streaming every `MsgKVs` and putting its updates back.
+fn decode_pieces_streaming(limits: Limits, pieces: &[&[u8]]) -> Outcome {
+    let name = MessageKind::Kvs.registered_name();
+    let mut dec = StreamDecoder::new(limits);
+    let mut buf = BytesMut::new();
+    let mut steps = Vec::new();
+    let mut handed: Vec<Value> = Vec::new();
+    for piece in pieces {
+        buf.extend_from_slice(piece);
+        loop {
+            let got =
+                dec.decode_gob_streaming(&mut buf, name.as_bytes(), b"KVs", &mut |v: &Value| {
+                    handed.push(v.clone())
+                });
+            let mut d = match got {
+                Ok(None) => break,
+                Ok(Some(d)) => d,
+                Err(e) => {
+                    return Outcome {
+                        steps,
+                        end: End::Failed(e),
+                    };
+                }
+            };
+            put_back(&mut d.value, std::mem::take(&mut handed));
+            let m = match messages::from_gob(&d) {
+                Ok(m) => m,
+                Err(e) => {
+                    steps.push(Step::NotAMessage(e.into()));
+                    continue;
+                }
+            };
+            if let Message::DecoderRestart(r) = &m {
+                let Some(c) = Compression::from_name(&r.compression_algorithm) else {
+                    let end = End::UnknownCompression(r.compression_algorithm.clone());
+                    return Outcome { steps, end };
+                };
+                if let Err(e) = dec.restart(c) {
+                    return Outcome {
+                        steps,
+                        end: End::Failed(e),
+                    };
+                }
+            }
+            steps.push(Step::Message(m));
+        }
+    }
+    Outcome {
+        steps,
+        end: End::NeedMore(buf.len()),
+    }
+}
+
 /// A split position in `0..=data.len()` derived from the whole input (FNV-1a).
 fn split_point(data: &[u8]) -> usize {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -139,6 +200,24 @@ fuzz_target!(|data: &[u8]| {
         for step in &whole.steps {
             if let Step::Message(msg) = step {
                 check_round_trip(msg);
+            }
+        }
+        let streamed = decode_pieces_streaming(limits, &[head, tail]);
+        match (&streamed.end, &whole.end) {
+            (End::Failed(_), _) => assert!(
+                whole.steps.starts_with(&streamed.steps),
+                "streaming read is not a prefix of the whole read ({limits:?})"
+            ),
+            (End::NeedMore(_), End::NeedMore(_)) => assert_eq!(
+                streamed.steps, whole.steps,
+                "streaming and whole reads differ ({limits:?})"
+            ),
+            (a, b) => {
+                assert_eq!(
+                    a, b,
+                    "streaming and whole reads end differently ({limits:?})"
+                );
+                assert_eq!(streamed.steps, whole.steps, "({limits:?})");
             }
         }
     }

@@ -107,8 +107,9 @@ impl StreamDecoder {
         Ok(decoded)
     }
 
-    /// As [`decode_gob`](Self::decode_gob), streaming the slice field of the interface
-    /// registered as `name` ([`gob::Decoder::decode_streaming`]): its elements go to `each`
+    /// As [`decode_gob`](Self::decode_gob), streaming the slice field `field` of the
+    /// interface registered as `name` ([`gob::Decoder::decode_streaming`]): its elements go
+    /// to `each`
     /// as they arrive, and neither buffer need hold a whole message. With snappy, a chunk is
     /// decoded only once what came before it has been read, so at most one chunk is held
     /// decoded.
@@ -116,12 +117,13 @@ impl StreamDecoder {
         &mut self,
         src: &mut BytesMut,
         name: &[u8],
+        field: &[u8],
         each: &mut dyn FnMut(&gob::Value),
     ) -> Result<Option<gob::Decoded>, StreamError> {
         let decoded = match &mut self.snappy {
-            None => self.gob.decode_streaming(src, name, each)?,
+            None => self.gob.decode_streaming(src, name, field, each)?,
             Some((framing, plain)) => loop {
-                if let Some(d) = self.gob.decode_streaming(plain, name, each)? {
+                if let Some(d) = self.gob.decode_streaming(plain, name, field, each)? {
                     break Some(d);
                 }
                 if !framing.decode_chunk(src, plain)? {

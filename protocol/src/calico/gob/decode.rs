@@ -16,7 +16,8 @@
 //!
 //! Streaming ([`Decoder::decode_streaming`]): a reader that only looks at each element of a
 //! large slice need not hold the whole message. The slice field of the interface value
-//! registered under a given name (Calico's `MsgKVs`) is then read while its message is still
+//! with a given name in the interface value registered under a given name (Calico's `MsgKVs`
+//! and its `KVs`) is then read while its message is still
 //! arriving, each complete element handed over at once; the elements handed over are cut out
 //! of the buffer, and the message's byte count and the slice's count rewritten in front of
 //! what is left, so the buffer holds the message's first bytes, one element still arriving
@@ -155,9 +156,13 @@ fn splice(src: &mut BytesMut, p: &Progress) -> Result<(), GobError> {
 struct Streaming<'s> {
     /// The registered name of the interface value whose slice field is streamed.
     name: &'s [u8],
+    /// The name of that field.
+    field: &'s [u8],
     each: &'s mut dyn FnMut(&Value),
     /// The target was met (only its first occurrence in a value is streamed).
     met: bool,
+    /// Its field was met (only the first field of that name sent is streamed).
+    field_met: bool,
     /// The slice being handed over.
     progress: Option<Progress>,
 }
@@ -209,10 +214,11 @@ impl Decoder {
         self.decode_with(src, None)
     }
 
-    /// As [`decode`](Self::decode), but the elements of the slice field of the interface
-    /// value registered as `name` are handed to `each` as soon as each has arrived, before
-    /// the rest of its message, and cut out of `src` (the module's notes say how); the value
-    /// returned has that slice empty. Only the first such interface in a value is streamed.
+    /// As [`decode`](Self::decode), but the elements of the slice field named `field` of the
+    /// interface value registered as `name` are handed to `each` as soon as each has arrived,
+    /// before the rest of its message, and cut out of `src` (the module's notes say how); the
+    /// value returned has that slice empty. Only the first such interface that the top-level
+    /// value holds directly (a field of it, or itself) is streamed.
     ///
     /// The buffer then holds at most a message's first bytes and one element, however long
     /// the message: what a reader that handles each element on its own needs (a simulated
@@ -223,6 +229,7 @@ impl Decoder {
         &mut self,
         src: &mut BytesMut,
         name: &[u8],
+        field: &[u8],
         each: &mut dyn FnMut(&Value),
     ) -> Result<Option<Decoded>, GobError> {
         // A streaming decoder walks a partial value again on every call.
@@ -231,8 +238,10 @@ impl Decoder {
             src,
             Some(Streaming {
                 name,
+                field,
                 each,
                 met: false,
+                field_met: false,
                 progress: None,
             }),
         )
@@ -479,7 +488,7 @@ impl Walk<'_, '_> {
     }
 
     /// A struct: field deltas up to a zero delta or the end of the message. With `streamed`,
-    /// its slice fields are streamed ([`Walk::streamed_slice`]).
+    /// its slice field of the streamed name is streamed ([`Walk::streamed_slice`]).
     fn structure(
         &mut self,
         r: &mut Reader<'_>,
@@ -504,8 +513,18 @@ impl Walk<'_, '_> {
             };
             let id = f.id;
             self.charge(std::mem::size_of::<(usize, Value)>())?;
-            let slice_of = match self.types.get(id).map(|w| &w.kind) {
-                Some(WireKind::Slice { elem }) if streamed => Some(*elem),
+            let is_slice = matches!(
+                self.types.get(id).map(|w| &w.kind),
+                Some(WireKind::Slice { .. })
+            );
+            let slice_of = match self.stream.as_deref_mut() {
+                Some(s) if streamed && is_slice && !s.field_met && s.field == f.name.as_bytes() => {
+                    s.field_met = true;
+                    match self.types.get(id).map(|w| &w.kind) {
+                        Some(WireKind::Slice { elem }) => Some(*elem),
+                        _ => None,
+                    }
+                }
                 _ => None,
             };
             let v = match slice_of {
@@ -527,7 +546,8 @@ impl Walk<'_, '_> {
         depth: usize,
     ) -> Result<Value, Stop> {
         let count_at = r.pos();
-        let n = r.count("slice length")?;
+        // Nothing is allocated by the count: elements are handed over one at a time.
+        let n = r.message_count("slice length")?;
         let elems = r.pos();
         for done in 1..=n {
             let charged = self.charged;
@@ -565,8 +585,10 @@ impl Walk<'_, '_> {
         let type_id = self.type_sequence(r)?;
         r.uint("interface value length")?;
         self.charge(std::mem::size_of::<Concrete>())?;
+        // Only an interface the top-level value holds directly (a field of the Envelope) is
+        // streamed, as only that one is the message a reader sees.
         let streamed = match self.stream.as_deref_mut() {
-            Some(s) if !s.met && s.name == &name[..] => {
+            Some(s) if depth == 2 && !s.met && s.name == &name[..] => {
                 s.met = true;
                 true
             }

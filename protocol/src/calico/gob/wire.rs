@@ -168,7 +168,20 @@ impl<'a> Reader<'a> {
 
     /// A length or count, checked against the bytes left in the message (each counted thing
     /// takes at least one byte), so that nothing is allocated for bytes that are not there.
+    /// In a partial message the bytes must also have arrived: until they have, the count is
+    /// [`GobError::Pending`], so a message announced long but still arriving cannot make its
+    /// reader allocate for it.
     pub(crate) fn count(&mut self, what: &'static str) -> Result<usize, GobError> {
+        let n = self.message_count(what)?;
+        if n > self.avail.saturating_sub(self.pos) {
+            return Err(GobError::Pending);
+        }
+        Ok(n)
+    }
+
+    /// A count checked against the bytes left in the message only, whether or not they have
+    /// arrived: for a reader that allocates nothing by it (a streamed slice).
+    pub(crate) fn message_count(&mut self, what: &'static str) -> Result<usize, GobError> {
         let n = self.uint(what)?;
         let left = self.left();
         if n > left as u64 {
