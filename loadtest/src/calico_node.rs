@@ -15,8 +15,8 @@
 //! - a *full* node (the first `--full-nodes` of each swarm) decodes every message into typed
 //!   updates ([`calico::run_with`]), as calico-node's client does, every field checked;
 //! - every other node *skims* ([`calico::run_skimming`]): snappy and gob are read in full, but
-//!   each update's key and value are hashed where they lie in the decoded message, with nothing
-//!   built per update. That is the cost a simulated node must have so that a 2-core machine
+//!   each update's key and value are hashed as soon as the update has arrived, with nothing
+//!   built per update and no whole message held (a snapshot's `MsgKVs` is streamed). That is the cost a simulated node must have so that a 2-core machine
 //!   measures the server and not the swarm (issue 22 asks the same of our own protocol).
 //!
 //! Latency, on every node: once its session is in sync, each update received is searched for

@@ -260,13 +260,14 @@ where
 /// The same session as [`run_with`], for a caller that needs each update's key and value
 /// bytes and nothing else: a `MsgKVs` is not made into [`SerializedUpdate`]s (no strings,
 /// revisions or vectors built per update) but each update's key and value are handed to
-/// `each_kv` as they lie in the decoded message (an empty value is a deletion), and no
-/// [`Event::Kvs`] is given to `observe`. Everything else is as in [`run_with`]: the hello,
-/// ACKs, pongs, statuses, the checks and errors; the key is not checked for UTF-8 (an update
-/// that is not a `SerializedUpdate` at all still fails the session as in [`run_with`]).
+/// `each_kv` as soon as the update has arrived, before the rest of its message (an empty
+/// value is a deletion), and no [`Event::Kvs`] is given to `observe`. Everything else is as
+/// in [`run_with`]: the hello, ACKs, pongs, statuses, the checks and errors; the key is not
+/// checked for UTF-8, and an update that is not a `SerializedUpdate` at all fails the session.
 ///
 /// It is what a simulated node that only hashes what it receives needs: snappy and gob are
-/// still read in full, as they must be to find the messages, and the buffers are reused.
+/// still read in full, as they must be to find the messages, but a `MsgKVs` is streamed
+/// (`StreamDecoder::decode_gob_streaming`), so the session never holds a whole message.
 pub async fn run_skimming<S, F, K>(
     conn: S,
     hello: &CalicoHello,
@@ -439,12 +440,13 @@ where
                 _ => {}
             }
         }
-        // Everything decoded: give back what a large message grew the buffers to, so an idle
-        // session holds kilobytes, not the largest batch it ever read (thousands of sessions
-        // in one process keep theirs for hours).
+        // An update refused in a message still arriving.
         if let Some(why) = refused {
             return Err(CalicoError::Protocol(why.into()));
         }
+        // Everything decoded: give back what a large message grew the buffers to, so an idle
+        // session holds kilobytes, not the largest batch it ever read (thousands of sessions
+        // in one process keep theirs for hours).
         if buf.is_empty() && buf.capacity() > IDLE_BUFFER {
             buf = BytesMut::with_capacity(READ_BUFFER);
         }

@@ -15,13 +15,14 @@
 //! - Strings and byte slices are copied out of the buffer, so the buffer can be reused.
 //!
 //! Streaming ([`Decoder::decode_streaming`]): a reader that only looks at each element of a
-//! large slice need not hold the whole message. The slice field of the interface value
-//! with a given name in the interface value registered under a given name (Calico's `MsgKVs`
-//! and its `KVs`) is then read while its message is still
-//! arriving, each complete element handed over at once; the elements handed over are cut out
-//! of the buffer, and the message's byte count and the slice's count rewritten in front of
-//! what is left, so the buffer holds the message's first bytes, one element still arriving
-//! and nothing else. The value returned at the end has that slice empty.
+//! large slice need not hold the whole message. A named slice field of the interface value
+//! registered under a given name (Calico's `MsgKVs` and its `KVs`) is then read while its
+//! message is still arriving, each complete element handed over at once. The elements handed
+//! over are cut out of the buffer, and the message's byte count and the slice's count are
+//! rewritten in front of what is left, so the buffer holds the message's first bytes, one
+//! element still arriving and nothing else. The value returned at the end has that slice
+//! empty. While a message is still arriving, a count is trusted only once its bytes have
+//! arrived, so nothing is allocated for bytes a message merely announces.
 
 use std::sync::Arc;
 
