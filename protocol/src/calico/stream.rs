@@ -109,10 +109,9 @@ impl StreamDecoder {
 
     /// As [`decode_gob`](Self::decode_gob), streaming the slice field `field` of the
     /// interface registered as `name` ([`gob::Decoder::decode_streaming`]): its elements go
-    /// to `each`
-    /// as they arrive, and neither buffer need hold a whole message. With snappy, a chunk is
-    /// decoded only once what came before it has been read, so at most one chunk is held
-    /// decoded.
+    /// to `each` as they arrive, and neither buffer need hold a whole message. With snappy, a
+    /// chunk is decoded only once what came before it has been read, so at most one chunk is
+    /// held decoded.
     pub fn decode_gob_streaming(
         &mut self,
         src: &mut BytesMut,
