@@ -59,8 +59,9 @@ trait Backend: Sized {
     async fn new() -> Option<Self>;
     /// The backend under test, as the server uses it.
     fn datastore(&self) -> Arc<dyn Datastore>;
-    /// Creates or replaces a resource.
-    async fn put(&mut self, r: &Resource);
+    /// Creates or replaces a resource; returns it as stored (Kubernetes: with the generation
+    /// the API server gave it, which the server carries on).
+    async fn put(&mut self, r: &Resource) -> Resource;
     /// Deletes a resource.
     async fn delete(&mut self, id: &ResourceId);
     /// Every resource stored, read from the datastore directly (not through the backend
@@ -98,8 +99,9 @@ impl Backend for EmbeddedBackend {
     fn datastore(&self) -> Arc<dyn Datastore> {
         self.outage.clone()
     }
-    async fn put(&mut self, r: &Resource) {
+    async fn put(&mut self, r: &Resource) -> Resource {
         self.store.put(r.clone());
+        r.clone()
     }
     async fn delete(&mut self, id: &ResourceId) {
         self.store.delete(id);
@@ -145,10 +147,11 @@ impl Backend for EtcdBackend {
     fn datastore(&self) -> Arc<dyn Datastore> {
         self.ds.clone()
     }
-    async fn put(&mut self, r: &Resource) {
+    async fn put(&mut self, r: &Resource) -> Resource {
         let (key, _) = key_value_of(r).unwrap();
         common::etcd::put(&mut self.client, r).await;
         self.keys.insert(r.id(), key);
+        r.clone()
     }
     async fn delete(&mut self, id: &ResourceId) {
         let key = self.keys.remove(id).expect("deleting what was written");
@@ -208,9 +211,12 @@ impl Backend for KubernetesBackend {
     fn datastore(&self) -> Arc<dyn Datastore> {
         self.ds.clone()
     }
-    async fn put(&mut self, r: &Resource) {
+    async fn put(&mut self, r: &Resource) -> Resource {
         assert!(Self::supports(r.kind()), "{} is not a CRD", r.kind());
-        common::kube::put_crd(&self.admin, r).await;
+        let stored = common::kube::put_crd(&self.admin, r).await;
+        let mut r = r.clone();
+        r.metadata.generation = stored.metadata.generation;
+        r
     }
     async fn delete(&mut self, id: &ResourceId) {
         let ns = id.namespace.clone().unwrap_or_default();
@@ -474,8 +480,8 @@ impl<B: Backend> Run<B> {
         let mut model: BTreeMap<ResourceId, Resource> =
             b.ambient().await.into_iter().map(|r| (r.id(), r)).collect();
         for r in seed {
-            b.put(r).await;
-            model.insert(r.id(), r.clone());
+            let stored = b.put(r).await;
+            model.insert(r.id(), stored);
         }
         let switch = Switch::new(b.datastore());
         let srv = start(Config::for_tests(), switch.clone()).await.unwrap();
@@ -487,9 +493,11 @@ impl<B: Backend> Run<B> {
         })
     }
 
-    async fn put(&mut self, r: Resource) {
-        self.b.put(&r).await;
-        self.model.insert(r.id(), r);
+    /// Writes `r`; returns it as stored (see [`Backend::put`]).
+    async fn put(&mut self, r: Resource) -> Resource {
+        let stored = self.b.put(&r).await;
+        self.model.insert(r.id(), stored.clone());
+        stored
     }
 
     async fn delete(&mut self, id: &ResourceId) {
@@ -563,17 +571,21 @@ async fn every_kind_is_created_updated_and_deleted<B: Backend>() {
     run.converge(&mut p, "the initial sync").await;
     for kind in kinds::<B>() {
         let (v1, v2) = (resource(kind, 7, 1), resource(kind, 7, 2));
-        let (kv1, kv2) = (kvs(&v1), kvs(&v2));
-        assert!(!kv1.is_empty(), "{kind} converts to something");
-        assert_ne!(kv1, kv2, "{kind}: the update changes what a client holds");
+        assert!(!kvs(&v1).is_empty(), "{kind} converts to something");
+        assert_ne!(
+            kvs(&v1),
+            kvs(&v2),
+            "{kind}: the update changes what a client holds"
+        );
 
-        run.put(v1.clone()).await;
+        // As stored: with the generation a Kubernetes API server gives it.
+        let kv1 = kvs(&run.put(v1.clone()).await);
         run.converge(&mut p, &format!("{kind} created")).await;
         for (k, v) in &kv1 {
             assert_eq!(p.state.get(k), Some(v), "{kind} created: {k}");
         }
 
-        run.put(v2.clone()).await;
+        let kv2 = kvs(&run.put(v2.clone()).await);
         run.converge(&mut p, &format!("{kind} updated")).await;
         for (k, v) in &kv2 {
             assert_eq!(p.state.get(k), Some(v), "{kind} updated: {k}");

@@ -116,8 +116,10 @@ impl Run {
 
     /// Writes a Calico resource as its CRD.
     async fn put(&mut self, doc: Value) {
-        let r = Resource::from_json(doc).unwrap();
-        common::kube::put_crd(&self.admin, &r).await;
+        let mut r = Resource::from_json(doc).unwrap();
+        let stored = common::kube::put_crd(&self.admin, &r).await;
+        // The API server's generation, which the server carries on.
+        r.metadata.generation = stored.metadata.generation;
         self.want.insert(r.id(), r);
     }
 
@@ -613,14 +615,20 @@ async fn a_crd_that_is_not_installed_is_empty_until_it_is() {
     };
     let obj: kube::api::DynamicObject = serde_json::from_value(crd_doc(&tier(100))).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while let Err(e) = api.create(&Default::default(), &obj).await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the tiers CRD is not served: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let r = Resource::from_json(tier(100)).unwrap();
+    let created = loop {
+        match api.create(&Default::default(), &obj).await {
+            Ok(created) => break created,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the tiers CRD is not served: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let mut r = Resource::from_json(tier(100)).unwrap();
+    r.metadata.generation = created.metadata.generation;
     run.want.insert(r.id(), r);
     run.converge(&mut p, "a tier of a CRD installed later")
         .await;
@@ -679,8 +687,8 @@ async fn lists_are_paged() {
     let admin = cp.admin().unwrap();
     let mut want = BTreeMap::new();
     for i in 0..25 {
-        let r = Resource::from_json(global_set(i, 0)).unwrap();
-        common::kube::put_crd(&admin, &r).await;
+        let mut r = Resource::from_json(global_set(i, 0)).unwrap();
+        r.metadata.generation = common::kube::put_crd(&admin, &r).await.metadata.generation;
         want.insert(r.id(), r);
     }
     let (client, _) = common::kube::typha_identity(&cp).await;

@@ -24,7 +24,7 @@ pub use rule::{Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, Servic
 pub use value::{
     AllocationAttribute, AllocationTable, Block, EncapMode, EndpointPort, HostEndpoint, IpNat,
     IpPool, Labels, Mac, MacParseError, NetworkSet, Node, NodeAddress, NodeDetail, NodeInterface,
-    OrchRef, Policy, PolicyType, ProfileRules, Resource, Value, WorkloadEndpoint,
+    OrchRef, Policy, PolicyType, ProfileRules, Resource, ResourceDetail, Value, WorkloadEndpoint,
 };
 
 /// A validated key path: it always parses as a [`Key`]. Cheap to clone (shared).
@@ -139,7 +139,8 @@ impl EncodedValue {
     ///
     /// Fields added to a value type after version 1 travel as a tail after the version 1
     /// encoding (a Node's [`NodeDetail`](value::NodeDetail), a Block's
-    /// [`AllocationTable`](value::AllocationTable)). A decoder that predates them stops
+    /// [`AllocationTable`](value::AllocationTable), a Resource's
+    /// [`ResourceDetail`](value::ResourceDetail)). A decoder that predates them stops
     /// before the tail (postcard ignores trailing bytes); [`EncodedValue::decode`] reads it
     /// when present and leaves it empty when not, so servers and clients of either age
     /// understand each other (docs/protocol.md, "Compatibility rules").
@@ -153,6 +154,9 @@ impl EncodedValue {
             }
             Value::Block(b) if !b.table.is_empty() => {
                 out = postcard::to_extend(&b.table, out).unwrap_or_default();
+            }
+            Value::Resource(r) if !r.detail.is_empty() => {
+                out = postcard::to_extend(&r.detail, out).unwrap_or_default();
             }
             _ => {}
         }
@@ -178,6 +182,11 @@ impl EncodedValue {
                 }
                 Value::Block(b) => {
                     b.table = postcard::take_from_bytes(tail)
+                        .map_err(ValueError::Decode)?
+                        .0;
+                }
+                Value::Resource(r) => {
+                    r.detail = postcard::take_from_bytes(tail)
                         .map_err(ValueError::Decode)?
                         .0;
                 }
@@ -425,11 +434,23 @@ mod tests {
         })
     }
 
+    fn resource_with_detail() -> Value {
+        Value::Resource(Resource {
+            labels: [("a".to_owned(), "b".to_owned())].into(),
+            spec_json: r#"{"node":"n1"}"#.into(),
+            detail: ResourceDetail { generation: 3 },
+        })
+    }
+
     /// The tail: a version 1 decoder (postcard's `from_bytes`, which ignores trailing bytes)
     /// reads a value with a tail as the value without it; ours reads both forms.
     #[test]
     fn value_tails_are_compatible_both_ways() {
-        for v in [node_with_detail(), block_with_table()] {
+        for v in [
+            node_with_detail(),
+            block_with_table(),
+            resource_with_detail(),
+        ] {
             let with_tail = EncodedValue::encode(&v);
             assert_eq!(with_tail.decode().unwrap(), v);
 
@@ -437,6 +458,7 @@ mod tests {
             match &mut bare {
                 Value::Node(n) => n.detail = NodeDetail::default(),
                 Value::Block(b) => b.table = AllocationTable::default(),
+                Value::Resource(r) => r.detail = ResourceDetail::default(),
                 _ => unreachable!(),
             }
             let old_reader: Value = postcard::from_bytes(with_tail.as_bytes()).unwrap();

@@ -446,4 +446,24 @@ pub struct Resource {
     pub labels: Labels,
     /// The resource's `spec`, as JSON text.
     pub spec_json: String,
+    /// Metadata beyond name and labels, encoded as the value's tail as for [`Block::table`].
+    #[serde(skip)]
+    pub detail: ResourceDetail,
+}
+
+/// Metadata of a v3 resource that some consumers compare: `metadata.generation`, which the
+/// Kubernetes API server raises on every change of the spec (Calico's node status reporter
+/// tells a changed CalicoNodeStatus request from its own status write by it). Zero where the
+/// datastore keeps none (etcd).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceDetail {
+    /// `metadata.generation`.
+    pub generation: i64,
+}
+
+impl ResourceDetail {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }

@@ -234,6 +234,7 @@ pub fn canonical_kvs() -> Vec<(Key, Value)> {
             Value::Resource(Resource {
                 labels: BTreeMap::new(),
                 spec_json: r#"{"clusterIP":"10.96.0.1"}"#.into(),
+                detail: ResourceDetail::default(),
             }),
         ),
     ]
@@ -759,8 +760,13 @@ pub fn value() -> impl Strategy<Value = Value> {
                 labels,
                 detail,
             })),
-        (labels(), text())
-            .prop_map(|(labels, spec_json)| Value::Resource(Resource { labels, spec_json })),
+        (labels(), text(), prop_oneof![Just(0i64), any::<i64>()]).prop_map(
+            |(labels, spec_json, generation)| Value::Resource(Resource {
+                labels,
+                spec_json,
+                detail: ResourceDetail { generation },
+            })
+        ),
     ]
 }
 

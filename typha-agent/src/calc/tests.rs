@@ -211,6 +211,7 @@ fn tiers_apply_in_tier_order() {
         Some(Value::Resource(typha_protocol::model::Resource {
             labels: Labels::new(),
             spec_json: r#"{"order":100}"#.into(),
+            ..Default::default()
         })),
     );
     assert!(g.flush().chains);
@@ -632,6 +633,7 @@ fn kinds_carried_for_calicos_clients_are_ignored() {
         let value = Value::Resource(typha_protocol::model::Resource {
             labels: Labels::new(),
             spec_json: r#"{"order":1,"peerIP":"10.0.0.9"}"#.into(),
+            ..Default::default()
         });
         g.on_update(&key, Some(value));
         let d = g.flush();

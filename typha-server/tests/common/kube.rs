@@ -150,8 +150,9 @@ pub async fn put_crd(client: &kube::Client, r: &Resource) -> DynamicObject {
     apply(client, typha_server::control_plane::crd_object(r)).await
 }
 
-/// Every Calico CRD object stored, as the v3 resource it holds (name, namespace, labels and
-/// spec), read through the API as the admin: the test's own reading, not the backend's.
+/// Every Calico CRD object stored, as the v3 resource it holds (name, namespace, labels,
+/// generation and spec), read through the API as the admin: the test's own reading, not the
+/// backend's.
 pub async fn calico_resources(client: &kube::Client) -> Vec<Resource> {
     let mut out = Vec::new();
     for kind in CRD_KINDS {
@@ -170,6 +171,9 @@ pub async fn calico_resources(client: &kube::Client) -> Vec<Resource> {
             }
             if let Some(labels) = &o.metadata.labels {
                 metadata["labels"] = json!(labels);
+            }
+            if let Some(g) = o.metadata.generation {
+                metadata["generation"] = g.into();
             }
             let doc = json!({"apiVersion": "projectcalico.org/v3", "kind": kind.as_str(),
                              "metadata": metadata, "spec": o.data["spec"]});

@@ -129,6 +129,7 @@ pub(super) fn block_affinity(meta: &ObjectMeta, s: &BlockAffinitySpec) -> Vec<(K
         Value::Resource(ResourceValue {
             labels: meta.labels.clone(),
             spec_json: serde_json::to_string(s).unwrap_or_default(),
+            detail: super::raw::detail(meta),
         }),
     )]
 }

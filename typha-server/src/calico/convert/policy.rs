@@ -139,6 +139,7 @@ pub(super) fn tier(meta: &ObjectMeta, s: &TierSpec) -> Vec<(Key, Value)> {
             labels: meta.labels.clone(),
             // Serializing a plain struct to JSON cannot fail.
             spec_json: serde_json::to_string(s).unwrap_or_default(),
+            detail: super::raw::detail(meta),
         }),
     )]
 }

@@ -4,7 +4,9 @@
 //! them.
 
 use serde::Serialize;
-use typha_protocol::model::{Key, Resource as ResourceValue, ResourceKey, ResourceKind, Value};
+use typha_protocol::model::{
+    Key, Resource as ResourceValue, ResourceDetail, ResourceKey, ResourceKind, Value,
+};
 
 use crate::calico::v3::ObjectMeta;
 
@@ -27,6 +29,14 @@ pub(super) fn raw(
             labels: meta.labels.clone(),
             // Serializing plain data (structs, JSON values) to JSON cannot fail.
             spec_json: serde_json::to_string(spec).unwrap_or_default(),
+            detail: detail(meta),
         }),
     )]
+}
+
+/// The metadata a raw resource carries beyond name and labels.
+pub(super) fn detail(meta: &ObjectMeta) -> ResourceDetail {
+    ResourceDetail {
+        generation: meta.generation.unwrap_or_default(),
+    }
 }

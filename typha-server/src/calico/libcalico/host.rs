@@ -22,7 +22,7 @@ use super::resource::v3_object;
 /// kept: no syncer client reads it.
 pub(super) fn v3_node(name: &str, n: &Node) -> Vec<u8> {
     let d = &n.detail;
-    v3_object("Node", name, None, &n.labels, |o| {
+    v3_object("Node", name, None, &n.labels, 0, |o| {
         o.field("spec").object(|s| {
             let has_bgp = n.as_number.is_some()
                 || n.ipv4_address.is_some()

@@ -111,7 +111,7 @@ pub(super) fn profile_labels(l: &Labels) -> Vec<u8> {
 /// `labelsToApply` (namespace and service account labels). Built from the labels alone: our
 /// cache keeps the rules in their v1 form only, so `spec.ingress`/`spec.egress` are absent.
 pub(super) fn v3_profile(name: &str, l: &Labels) -> Vec<u8> {
-    v3_object("Profile", name, None, &Labels::new(), |o| {
+    v3_object("Profile", name, None, &Labels::new(), 0, |o| {
         o.field("spec").object(|s| {
             if !l.is_empty() {
                 s.field("labelsToApply").string_map(l, Escape::Jsoniter);

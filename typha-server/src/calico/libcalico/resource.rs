@@ -18,12 +18,15 @@ use super::json::{Escape, Json, Obj};
 const API_VERSION: &str = "projectcalico.org/v3";
 
 /// A v3 object of `kind`: TypeMeta, ObjectMeta, then the fields `rest` writes (`spec`, and
-/// `status` where the Go type has one).
+/// `status` where the Go type has one). `generation` is `metadata.generation`, left out when
+/// zero (Go's `omitempty`), written where Go's ObjectMeta has it: after the namespace, before
+/// `creationTimestamp`.
 pub(super) fn v3_object(
     kind: &str,
     name: &str,
     namespace: Option<&str>,
     labels: &Labels,
+    generation: i64,
     rest: impl FnOnce(&mut Obj<'_>),
 ) -> Vec<u8> {
     let mut j = Json::new();
@@ -33,6 +36,9 @@ pub(super) fn v3_object(
         o.field("metadata").object(|m| {
             m.str_ne("name", name);
             m.str_ne("namespace", namespace.unwrap_or_default());
+            if generation != 0 {
+                m.field("generation").raw(generation.to_string().as_bytes());
+            }
             m.field("creationTimestamp").null();
             if !labels.is_empty() {
                 m.field("labels").string_map(labels, Escape::Jsoniter);

@@ -296,6 +296,7 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
                         &k.name,
                         k.namespace.as_deref(),
                         &r.labels,
+                        r.detail.generation,
                         |o| {
                             json_text(o.field("spec"), &r.spec_json);
                             if kind == ResourceKind::CalicoNodeStatus {

@@ -668,6 +668,7 @@ fn affinity_value(node: &str) -> Value {
         spec_json: format!(
             r#"{{"cidr":"10.0.1.0/26","deleted":"false","node":"{node}","state":"confirmed"}}"#
         ),
+        ..Default::default()
     })
 }
 
@@ -1032,6 +1033,7 @@ fn any_kv() -> impl Strategy<Value = (Key, Value)> {
                             "node": "n1", "cidr": cidr.to_string(), "state": "pending", "deleted": flag
                         })
                         .to_string(),
+                        ..Default::default()
                     })
                 )),
             ]
@@ -1081,6 +1083,7 @@ fn any_kv() -> impl Strategy<Value = (Key, Value)> {
                         // these two are in BGPPeerSpec's order too.
                         spec_json: serde_json::json!({"node": value, "peerIP": ip.to_string()})
                             .to_string(),
+                        ..Default::default()
                     })
                 )),
             ]
@@ -1450,6 +1453,18 @@ fn calico_node_status() {
             r#""numberEstablishedV6":0,"numberNotEstablishedV6":0},"routes":{}}}"#
         )
     );
+    // With the generation the Kubernetes API server keeps (the node status reporter compares
+    // it to tell a changed request from its own write): where Go's ObjectMeta puts it.
+    let with_generation =
+        NODE_STATUS.replace("{name: n1-status}", "{name: n1-status, generation: 4}");
+    let (_, v, _) = only(&from_manifest(&with_generation));
+    assert!(
+        v.starts_with(concat!(
+            r#"{"kind":"CalicoNodeStatus","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"n1-status","generation":4,"creationTimestamp":null},"#,
+        )),
+        "{v}"
+    );
 }
 
 /// A Service and an EndpointSlice as client-go hands them to Calico's felix syncer: no kind or
@@ -1459,6 +1474,7 @@ fn kubernetes_service_and_endpoint_slice() {
     let svc = Value::Resource(Resource {
         labels: labels(&[("app", "web")]),
         spec_json: r#"{"ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080}],"selector":{"app":"web"},"clusterIP":"10.96.0.10","clusterIPs":["10.96.0.10"],"type":"ClusterIP"}"#.into(),
+        ..Default::default()
     });
     let key = Key::Resource(ResourceKey {
         kind: ResourceKind::KubernetesService,
@@ -1485,6 +1501,7 @@ fn kubernetes_service_and_endpoint_slice() {
     let slice = Value::Resource(Resource {
         labels: labels(&[("kubernetes.io/service-name", "web")]),
         spec_json: r#"{"addressType":"IPv4","endpoints":[{"addresses":["10.0.1.5"],"conditions":{"ready":true}}],"ports":null}"#.into(),
+        ..Default::default()
     });
     let key = Key::Resource(ResourceKey {
         kind: ResourceKind::KubernetesEndpointSlice,

@@ -35,6 +35,9 @@ pub struct ObjectMeta {
     /// `generateName` (pods).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub generate_name: String,
+    /// `generation`: raised by the Kubernetes API server on each change of the spec.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
 }
 
 /// A parsed resource: metadata plus a typed spec.

@@ -29,11 +29,16 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             } else {
                 ResourceId::global(kind, name.clone())
             };
-            let metadata = if kind.is_namespaced() {
+            let mut metadata = if kind.is_namespaced() {
                 json!({"name": name, "namespace": namespace, "labels": labels})
             } else {
                 json!({"name": name, "labels": labels})
             };
+            // Raised by the API server on every change of the spec; Calico's clients compare
+            // it (the node status reporter tells a changed request from its own write by it).
+            if let (Some(g), Some(m)) = (o.metadata.generation, metadata.as_object_mut()) {
+                m.insert("generation".into(), g.into());
+            }
             let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
             (id, v3_doc(kind, metadata, spec))
         }
