@@ -5,12 +5,14 @@
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod gob_bytes;
+
 use std::alloc::System;
 
 use bytes::BytesMut;
 use cap::Cap;
-use typha_protocol::calico::gob::encode::put_message;
-use typha_protocol::calico::gob::{FieldType, Limits, TypeId, WireType, put_int, put_uint};
+use gob_bytes::{def, int, msg, uint};
+use typha_protocol::calico::gob::{FieldType, Limits, TypeId, WireType};
 use typha_protocol::calico::snappy::STREAM_IDENTIFIER;
 use typha_protocol::calico::{Compression, StreamDecoder};
 
@@ -22,28 +24,6 @@ fn peak_growth(f: impl FnOnce()) -> usize {
     let live = ALLOC.allocated();
     f();
     ALLOC.max_allocated().saturating_sub(live)
-}
-
-fn uint(x: u64) -> Vec<u8> {
-    let mut v = Vec::new();
-    put_uint(&mut v, x);
-    v
-}
-
-fn int(i: i64) -> Vec<u8> {
-    let mut v = Vec::new();
-    put_int(&mut v, i);
-    v
-}
-
-fn msg(body: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    put_message(&mut v, body);
-    v
-}
-
-fn def(id: u32, wt: &WireType) -> Vec<u8> {
-    msg(&wt.definition_body(TypeId(id)))
 }
 
 #[test]

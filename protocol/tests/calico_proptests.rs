@@ -19,6 +19,22 @@ use typha_protocol::calico::messages::{
 };
 use typha_protocol::calico::{Compression, StreamDecoder, StreamError};
 
+/// `bytes` cut into consecutive pieces that end at `cuts` (each taken modulo the length, in
+/// any order) and at the end.
+fn pieces<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut ends: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    ends.sort_unstable();
+    ends.push(bytes.len());
+    let mut at = 0;
+    ends.into_iter()
+        .map(|end| {
+            let piece = &bytes[at..end];
+            at = end;
+            piece
+        })
+        .collect()
+}
+
 /// What reading `bytes` gives, as a client reads a server's stream (restarting its decoder
 /// on each `MsgDecoderRestart` it understands), fed in pieces that end at `cuts`.
 fn read(limits: Limits, bytes: &[u8], cuts: &[usize]) -> (Vec<Message>, Option<StreamError>) {
@@ -34,13 +50,8 @@ fn read_with(
     let mut dec = StreamDecoder::new(limits);
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
-    let mut at = 0;
-    let mut ends: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
-    ends.sort_unstable();
-    ends.push(bytes.len());
-    for end in ends {
-        buf.extend_from_slice(&bytes[at..end.max(at)]);
-        at = end.max(at);
+    for piece in pieces(bytes, cuts) {
+        buf.extend_from_slice(piece);
         loop {
             match dec.decode(&mut buf) {
                 Ok(Some(m)) => {
@@ -78,13 +89,8 @@ fn read_streaming(
     let mut out = Vec::new();
     let mut handed: Vec<Value> = Vec::new();
     let mut held = 0;
-    let mut at = 0;
-    let mut ends: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
-    ends.sort_unstable();
-    ends.push(bytes.len());
-    for end in ends {
-        buf.extend_from_slice(&bytes[at..end.max(at)]);
-        at = end.max(at);
+    for piece in pieces(bytes, cuts) {
+        buf.extend_from_slice(piece);
         loop {
             let got =
                 dec.decode_gob_streaming(&mut buf, name.as_bytes(), b"KVs", &mut |v: &Value| {

@@ -99,11 +99,14 @@ fn message_at(data: &[u8], at: usize, max: usize) -> Result<At, GobError> {
     Ok(At::Complete { start, end })
 }
 
-/// Bytes `x` takes as a gob uint.
+/// Bytes `x` takes as a gob uint (one below 128; else a length byte and the bytes without
+/// leading zeros).
 fn uint_len(x: u64) -> usize {
-    let mut v = Vec::with_capacity(9);
-    put_uint(&mut v, x);
-    v.len()
+    if x < 128 {
+        1
+    } else {
+        1 + 8 - (x.leading_zeros() / 8) as usize
+    }
 }
 
 /// A message's place in the buffer: its byte count at `hdr`, its body `start..end`.
@@ -276,7 +279,7 @@ impl Decoder {
                     return Ok(None);
                 }
             };
-            let mut r = Reader::partial(src, start, end);
+            let mut r = Reader::new(src, start, end);
             let id = match r.int("type id") {
                 Err(GobError::Pending) => {
                     reserve(src, end);
@@ -659,32 +662,39 @@ impl Walk<'_, '_> {
             .into());
         }
         let at = r.pos();
-        match message_at(r.data(), at, self.limits.max_message_len)? {
-            At::Complete { start, end } => {
-                r.jump(start, end);
-                self.messages += 1;
-                self.msg = MessagePos {
-                    hdr: at,
-                    start,
-                    end,
-                };
-                Ok(())
-            }
+        let (start, end) = match message_at(r.data(), at, self.limits.max_message_len)? {
+            At::Complete { start, end } => (start, end),
             // When streaming, the message the value continues into is read as it arrives.
             At::Partial {
                 body: Some((start, end)),
                 ..
-            } if self.stream.is_some() => {
-                r.jump_partial(start, end);
-                self.messages += 1;
-                self.msg = MessagePos {
-                    hdr: at,
-                    start,
-                    end,
-                };
-                Ok(())
-            }
-            At::Partial { .. } => Err(Stop::Incomplete { at }),
+            } if self.stream.is_some() => (start, end),
+            At::Partial { .. } => return Err(Stop::Incomplete { at }),
+        };
+        r.jump(start, end);
+        self.messages += 1;
+        self.msg = MessagePos {
+            hdr: at,
+            start,
+            end,
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uint_len_is_what_put_uint_writes() {
+        let mut xs = vec![0, 1, 127, 128, 255, 256, u64::MAX];
+        xs.extend((0..64).map(|b| 1u64 << b));
+        xs.extend((1..64).map(|b| (1u64 << b) - 1));
+        for x in xs {
+            let mut v = Vec::new();
+            put_uint(&mut v, x);
+            assert_eq!(uint_len(x), v.len(), "{x}");
         }
     }
 }

@@ -85,20 +85,9 @@ pub(crate) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    /// A reader over the message body `data[start..end]`. `end` must not exceed `data.len()`
-    /// (it is clamped if it does).
+    /// A reader over the message body `start..end`, of which `data` may hold only the start
+    /// (all of it, for a whole message).
     pub(crate) fn new(data: &'a [u8], start: usize, end: usize) -> Self {
-        let end = end.min(data.len());
-        Reader {
-            data,
-            pos: start.min(end),
-            end,
-            avail: end,
-        }
-    }
-
-    /// A reader over the message body `start..end` of which `data` may hold only the start.
-    pub(crate) fn partial(data: &'a [u8], start: usize, end: usize) -> Self {
         let avail = end.min(data.len());
         Reader {
             data,
@@ -140,15 +129,10 @@ impl<'a> Reader<'a> {
         self.data
     }
 
-    /// Moves to the message body `start..end` of the same buffer.
+    /// Moves to the message body `start..end` of the same buffer, which may still be
+    /// arriving.
     pub(crate) fn jump(&mut self, start: usize, end: usize) {
         *self = Reader::new(self.data, start, end);
-    }
-
-    /// Moves to the message body `start..end` of the same buffer, which may still be
-    /// arriving ([`Reader::partial`]).
-    pub(crate) fn jump_partial(&mut self, start: usize, end: usize) {
-        *self = Reader::partial(self.data, start, end);
     }
 
     pub(crate) fn uint(&mut self, what: &'static str) -> Result<u64, GobError> {
