@@ -28,6 +28,19 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The state letter of each thread of a process (`R`, `S`, `T` stopped, `Z` zombie...), from
+/// `/proc/<pid>/task/*/stat`; empty once the process is gone.
+fn thread_states(pid: u32) -> Vec<char> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        .filter_map(|stat| stat.rsplit_once(") ")?.1.chars().next())
+        .collect()
+}
+
 /// The etcd binary.
 pub fn etcd_bin() -> PathBuf {
     std::env::var_os("ETCD_BIN").map_or_else(|| PathBuf::from("/usr/bin/etcd"), PathBuf::from)
@@ -36,6 +49,9 @@ pub fn etcd_bin() -> PathBuf {
 /// A running (or stopped) etcd.
 pub struct EtcdServer {
     dir: tempfile::TempDir,
+    /// The member's name, unique to this instance: the readiness probe checks that the etcd
+    /// answering on the chosen port is this one, not another test's that took the port first.
+    name: String,
     client_port: u16,
     peer_port: u16,
     tls: bool,
@@ -70,8 +86,17 @@ impl EtcdServer {
             )
             .unwrap();
         }
+        let name = format!(
+            "test-{}",
+            dir.path()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .trim_start_matches('.')
+        );
         Self {
             dir,
+            name,
             client_port: free_port(),
             peer_port: free_port(),
             tls,
@@ -108,6 +133,27 @@ impl EtcdServer {
     /// Starts etcd (again) on the same data directory and ports, and waits until it answers.
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "etcd is already running");
+        let first_start = !self.dir.path().join("data").exists();
+        for _ in 0..3 {
+            if self.try_start().await {
+                return;
+            }
+            // Another process took a port between `free_port` and etcd's bind. On a first
+            // start nothing refers to the ports yet, so choose others; a restart must keep them.
+            assert!(
+                first_start,
+                "etcd could not take its ports again:\n{}",
+                self.log()
+            );
+            self.client_port = free_port();
+            self.peer_port = free_port();
+            let _ = std::fs::remove_dir_all(self.dir.path().join("data"));
+        }
+        panic!("etcd lost its ports three times:\n{}", self.log());
+    }
+
+    /// Starts etcd and waits until it answers; false if it exited because a port was taken.
+    async fn try_start(&mut self) -> bool {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let client = self.endpoint();
         let log = std::fs::OpenOptions::new()
@@ -116,14 +162,14 @@ impl EtcdServer {
             .open(self.dir.path().join("etcd.log"))
             .unwrap();
         let mut cmd = Command::new(etcd_bin());
-        cmd.args(["--name", "test"])
+        cmd.args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &client])
             .args(["--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("test={peer}")])
+            .args(["--initial-cluster", &format!("{}={peer}", self.name)])
             .args(["--initial-cluster-state", "new"])
             // A single member elects itself at once; no reason to wait a second for it.
             .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
@@ -151,13 +197,23 @@ impl EtcdServer {
         let deadline = tokio::time::Instant::now() + STARTUP;
         loop {
             if let Some(mut c) = self.try_client().await
-                && tokio::time::timeout(Duration::from_secs(2), c.get("/health-probe", None))
-                    .await
-                    .is_ok_and(|r| r.is_ok())
+                && let Ok(Ok(members)) =
+                    tokio::time::timeout(Duration::from_secs(2), c.member_list()).await
             {
-                return;
+                if members.members().iter().any(|m| m.name() == self.name) {
+                    return true;
+                }
+                // Someone else's etcd answers on our port: ours cannot have bound it.
+                let mut child = self.child.take().unwrap();
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
             }
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                if self.log().contains("address already in use") {
+                    self.child = None;
+                    return false;
+                }
                 panic!("etcd exited ({status}):\n{}", self.log());
             }
             assert!(
@@ -187,6 +243,27 @@ impl EtcdServer {
             .status()
             .unwrap();
         assert!(status.success());
+        // The signal is sent, not yet taken: wait until every thread has stopped (or runs
+        // again), so that what the test does next meets a hung etcd, and say so if it died.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let states = thread_states(pid);
+            assert!(
+                !states.is_empty() && !states.contains(&'Z') && !states.contains(&'X'),
+                "etcd (pid {pid}) is not running:\n{}",
+                self.log()
+            );
+            let stopped = |c: &char| *c == 'T' || *c == 't';
+            if (frozen && states.iter().all(stopped)) || (!frozen && !states.iter().any(stopped)) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "etcd's threads did not {} within 10 s: {states:?}",
+                if frozen { "stop" } else { "resume" }
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// What etcd logged.
