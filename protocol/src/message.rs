@@ -54,12 +54,19 @@ impl Features {
     /// The client understands [`Staleness`]: the server says when its view of the datastore
     /// has not been confirmed current for too long, and when it is again.
     pub const STALENESS: Features = Features(1 << 3);
+    /// The client carries keys of kinds added after version 1, and keys of kinds it does not
+    /// know at all, without refusing the message: a kind it knows is applied as any other, one
+    /// it does not know is kept as an opaque entry that counts in its digest and is never
+    /// reported (docs/protocol.md, "Adding a kind"). A client without it is sent the version 1
+    /// view: no such keys, and digests without them.
+    pub const OPAQUE_KINDS: Features = Features(1 << 4);
     /// Everything this build implements.
     pub const ALL: Features = Features(
         Features::ACK.0
             | Features::BUCKET_RESYNC.0
             | Features::DELTA_RESUME.0
-            | Features::STALENESS.0,
+            | Features::STALENESS.0
+            | Features::OPAQUE_KINDS.0,
     );
 
     /// Flags present in both sets.
@@ -85,6 +92,7 @@ impl fmt::Debug for Features {
             (Features::BUCKET_RESYNC, "BUCKET_RESYNC"),
             (Features::DELTA_RESUME, "DELTA_RESUME"),
             (Features::STALENESS, "STALENESS"),
+            (Features::OPAQUE_KINDS, "OPAQUE_KINDS"),
         ];
         let mut set = f.debug_set();
         let mut known = 0;

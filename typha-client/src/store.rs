@@ -11,6 +11,10 @@
 //!   ResyncInProgress while (re)synchronising, InSync only when the server is in sync *and*
 //!   this store has caught up with it.
 //!
+//! A key of a kind this build does not know (a newer server's, [`Key::Opaque`]) is kept
+//! with its value, so that the digest agrees with the server's, but never delivered, and left
+//! out of [`Store::iter`].
+//!
 //! It checks what it is sent: a Deltas frame must start where the store is, and after every
 //! frame the digest must equal the server's. A violation is an error; the caller reconnects and
 //! offers its digest, and the server resends only the buckets that differ.
@@ -22,7 +26,12 @@ use typha_protocol::handshake::Session;
 use typha_protocol::message::{
     Cursor, Message, MessageType, Resume, Seq, SnapshotScope, Staleness,
 };
-use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
+use typha_protocol::model::{
+    EncodedValue, KeyPath, KeyType, Revision, SyncStatus, Update, UpdateKind,
+};
+
+#[cfg(doc)]
+use typha_protocol::model::Key;
 
 /// What a consumer implements: Calico's `api.SyncerCallbacks`.
 pub trait SyncerCallbacks: Send {
@@ -251,7 +260,7 @@ impl Store {
         }
     }
 
-    /// Number of keys held.
+    /// Number of keys held (opaque ones included).
     pub fn len(&self) -> usize {
         self.kvs.len()
     }
@@ -266,9 +275,20 @@ impl Store {
         self.kvs.get(key).map(|(v, _)| v)
     }
 
-    /// Every key and value (unordered).
+    /// Every key and value (unordered), but for keys of kinds this build does not know.
     pub fn iter(&self) -> impl Iterator<Item = (&KeyPath, &EncodedValue)> {
-        self.kvs.iter().map(|(k, (v, _))| (k, v))
+        self.kvs
+            .iter()
+            .filter(|(k, _)| k.key_type() != KeyType::Opaque)
+            .map(|(k, (v, _))| (k, v))
+    }
+
+    /// How many keys of kinds this build does not know are held (see [`Key::Opaque`]).
+    pub fn opaque_len(&self) -> usize {
+        self.kvs
+            .keys()
+            .filter(|k| k.key_type() == KeyType::Opaque)
+            .count()
     }
 
     /// The state digest.
@@ -356,8 +376,19 @@ impl Store {
         })
     }
 
-    /// Changes `key` to `value` (None: delete), returning the update to deliver, if any.
+    /// Changes `key` to `value` (None: delete), returning the update to deliver, if any (none
+    /// for a key of a kind this build does not know: it is only kept, for the digest).
     fn set(
+        &mut self,
+        key: KeyPath,
+        value: Option<EncodedValue>,
+        revision: Revision,
+    ) -> Option<Update> {
+        let update = self.change(key, value, revision)?;
+        (update.key.key_type() != KeyType::Opaque).then_some(update)
+    }
+
+    fn change(
         &mut self,
         key: KeyPath,
         value: Option<EncodedValue>,

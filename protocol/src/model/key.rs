@@ -45,6 +45,10 @@ pub enum Key {
     ReadyFlag,
     /// A v3 resource stored whole, such as a Node.
     Resource(ResourceKey),
+    /// A well-formed path of a kind this build does not know (a newer peer's), carried as it
+    /// is: it counts in the digest and is relayed, but nothing reads it (docs/protocol.md,
+    /// "Adding a kind"). Only decoding from the wire makes one; [`Key::parse`] refuses it.
+    Opaque(OpaqueKey),
 }
 
 /// The type of a [`Key`], without its fields: for counting, logging and checking that a value
@@ -78,11 +82,13 @@ pub enum KeyType {
     ReadyFlag,
     /// [`Key::Resource`]
     Resource,
+    /// [`Key::Opaque`]
+    Opaque,
 }
 
 impl KeyType {
     /// Every key type, for tables and tests.
-    pub const ALL: [KeyType; 13] = [
+    pub const ALL: [KeyType; 14] = [
         KeyType::WorkloadEndpoint,
         KeyType::HostEndpoint,
         KeyType::Policy,
@@ -96,6 +102,7 @@ impl KeyType {
         KeyType::GlobalConfig,
         KeyType::ReadyFlag,
         KeyType::Resource,
+        KeyType::Opaque,
     ];
 
     /// A stable, readable name (`workload-endpoint`, ...), for logs, metrics labels and tools.
@@ -114,6 +121,7 @@ impl KeyType {
             KeyType::GlobalConfig => "global-config",
             KeyType::ReadyFlag => "ready-flag",
             KeyType::Resource => "resource",
+            KeyType::Opaque => "opaque",
         }
     }
 }
@@ -288,11 +296,14 @@ pub enum ResourceKind {
     CalicoNodeStatus,
     /// `blockaffinities`
     BlockAffinity,
+    /// `bgpfilters`: the first kind added after protocol version 1 (see
+    /// [`ResourceKind::in_v1`]).
+    BgpFilter,
 }
 
 impl ResourceKind {
     /// Every resource kind.
-    pub const ALL: [ResourceKind; 12] = [
+    pub const ALL: [ResourceKind; 13] = [
         ResourceKind::Node,
         ResourceKind::ClusterInformation,
         ResourceKind::FelixConfiguration,
@@ -305,7 +316,15 @@ impl ResourceKind {
         ResourceKind::KubernetesEndpointSlice,
         ResourceKind::CalicoNodeStatus,
         ResourceKind::BlockAffinity,
+        ResourceKind::BgpFilter,
     ];
+
+    /// Whether a client of protocol version 1 knows this kind. A key of a later kind makes
+    /// such a client refuse the whole message, so it is sent only to clients that offered
+    /// [`Features::OPAQUE_KINDS`](crate::message::Features::OPAQUE_KINDS).
+    pub fn in_v1(self) -> bool {
+        !matches!(self, ResourceKind::BgpFilter)
+    }
 
     /// The kind's name in the v3 API.
     pub fn as_str(self) -> &'static str {
@@ -322,6 +341,7 @@ impl ResourceKind {
             ResourceKind::KubernetesEndpointSlice => "KubernetesEndpointSlice",
             ResourceKind::CalicoNodeStatus => "CalicoNodeStatus",
             ResourceKind::BlockAffinity => "BlockAffinity",
+            ResourceKind::BgpFilter => "BGPFilter",
         }
     }
 
@@ -340,6 +360,7 @@ impl ResourceKind {
             ResourceKind::KubernetesEndpointSlice => "kubernetesendpointslices",
             ResourceKind::CalicoNodeStatus => "caliconodestatuses",
             ResourceKind::BlockAffinity => "blockaffinities",
+            ResourceKind::BgpFilter => "bgpfilters",
         }
     }
 
@@ -365,6 +386,13 @@ pub struct ResourceKey {
     pub namespace: Option<String>,
     /// Resource name.
     pub name: String,
+}
+
+/// A path of a kind this build does not know: see [`Key::Opaque`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpaqueKey {
+    /// The path as received.
+    pub path: String,
 }
 
 /// A key path that could not be parsed. Names the path and what is wrong with it.
@@ -407,11 +435,24 @@ impl Key {
             Key::GlobalConfig(_) => KeyType::GlobalConfig,
             Key::ReadyFlag => KeyType::ReadyFlag,
             Key::Resource(_) => KeyType::Resource,
+            Key::Opaque(_) => KeyType::Opaque,
+        }
+    }
+
+    /// Whether a client of protocol version 1 knows this key's kind (see
+    /// [`ResourceKind::in_v1`]); an opaque key is of a kind later still.
+    pub fn in_v1(&self) -> bool {
+        match self {
+            Key::Resource(k) => k.kind.in_v1(),
+            Key::Opaque(_) => false,
+            _ => true,
         }
     }
 }
 
 mod path;
+
+pub use path::{MAX_OPAQUE_PATH, PathClass};
 
 #[cfg(test)]
 mod tests;

@@ -17,8 +17,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use key::{
     BlockKey, GlobalConfigKey, HostConfigKey, HostEndpointKey, HostIpKey, IpPoolKey, Key, KeyError,
-    KeyType, NetworkSetKey, PolicyKey, PolicyKind, ProfileKey, ResourceKey, ResourceKind,
-    WorkloadEndpointKey,
+    KeyType, MAX_OPAQUE_PATH, NetworkSetKey, OpaqueKey, PathClass, PolicyKey, PolicyKind,
+    ProfileKey, ResourceKey, ResourceKind, WorkloadEndpointKey,
 };
 pub use rule::{Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, ServiceMatch};
 pub use value::{
@@ -27,7 +27,12 @@ pub use value::{
     OrchRef, Policy, PolicyType, ProfileRules, Resource, ResourceDetail, Value, WorkloadEndpoint,
 };
 
-/// A validated key path: it always parses as a [`Key`]. Cheap to clone (shared).
+/// A validated key path. Cheap to clone (shared).
+///
+/// Built here ([`KeyPath::new`]) it always parses as a [`Key`] this build knows. Decoded from
+/// the wire it may also be a well-formed path of a kind this build does not know (a newer
+/// peer's), whose [`KeyPath::key`] is [`Key::Opaque`]: carried, counted in digests, never
+/// reported (docs/protocol.md, "Adding a kind").
 ///
 /// Ordered and compared as the path string, so caches sort keys the way etcd does.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -45,18 +50,37 @@ impl KeyPath {
         &self.0
     }
 
-    /// The typed key. Cannot fail: the path was validated when this was built.
+    /// Validates a path received from a peer: a key this build knows, or a well-formed path
+    /// of a kind it does not know (see [`Key::classify`]).
+    pub fn from_wire(path: &str) -> Result<Self, KeyError> {
+        Key::classify(path)?;
+        Ok(Self(Arc::from(path)))
+    }
+
+    /// The typed key: [`Key::Opaque`] for a path of a kind this build does not know.
     pub fn key(&self) -> Key {
-        match Key::parse(&self.0) {
-            Ok(k) => k,
-            // Unreachable: every constructor validates with the same parser.
-            Err(_) => Key::ReadyFlag,
-        }
+        Key::parse(&self.0).unwrap_or_else(|_| {
+            Key::Opaque(OpaqueKey {
+                path: self.0.to_string(),
+            })
+        })
     }
 
     /// The key's type, without building the key.
     pub fn key_type(&self) -> KeyType {
-        Key::validate(&self.0).unwrap_or(KeyType::ReadyFlag)
+        match Key::classify(&self.0) {
+            Ok(PathClass::Known { key_type, .. }) => key_type,
+            _ => KeyType::Opaque,
+        }
+    }
+
+    /// Whether a protocol version 1 peer knows this key's kind: false for kinds added later
+    /// and for kinds this build does not know.
+    pub fn in_v1(&self) -> bool {
+        matches!(
+            Key::classify(&self.0),
+            Ok(PathClass::Known { in_v1: true, .. })
+        )
     }
 }
 
@@ -106,7 +130,7 @@ impl<'de> Deserialize<'de> for KeyPath {
                 f.write_str("a Calico key path")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<KeyPath, E> {
-                KeyPath::new(v).map_err(E::custom)
+                KeyPath::from_wire(v).map_err(E::custom)
             }
         }
         d.deserialize_str(V)

@@ -383,3 +383,44 @@ fn a_light_store_may_skip_snapshot_chunks_but_only_inside_a_snapshot() {
     full.connected(&session(1), &mut rec);
     assert!(full.skip_chunk().is_err(), "a full store must decode");
 }
+
+/// A key of a kind this build does not know (a newer server's) is kept, counted in the digest
+/// as the server counts it, swept and deleted like any other, but never delivered.
+#[test]
+fn keys_of_unknown_kinds_count_in_the_digest_but_are_never_delivered() {
+    // Decoded from the wire, as a client receives it.
+    let opaque = KeyPath::from_wire("/calico/resources/v3/projectcalico.org/widgets/w1").unwrap();
+    // An opaque value is never decoded either: any bytes do.
+    let blob = EncodedValue::from_bytes(bytes::Bytes::from_static(&[0xff, 0x00, 0x42]));
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    s.connected(&session(1), &mut rec);
+    snapshot(&mut s, &mut rec, 5, &[(1, "a")]);
+    rec.updates.clear();
+
+    let mut server = StateDigest::new();
+    server.insert(key(1).as_str(), val("a").as_bytes());
+    server.insert(opaque.as_str(), blob.as_bytes());
+    s.apply(
+        Message::Deltas(Deltas {
+            from_seq: Seq(5),
+            seq: Seq(6),
+            digest: server.combined(),
+            updates: vec![Update::put(
+                opaque.clone(),
+                blob.clone(),
+                Revision(6),
+                UpdateKind::New,
+            )],
+        }),
+        &mut rec,
+    )
+    .expect("the digest counts the opaque entry");
+    assert!(rec.updates.is_empty(), "{:?}", rec.updates);
+    assert_eq!((s.len(), s.opaque_len(), s.iter().count()), (2, 1, 1));
+    assert_eq!(s.get(opaque.as_str()), Some(&blob));
+
+    // A snapshot without it sweeps it, silently.
+    snapshot(&mut s, &mut rec, 7, &[(1, "a")]);
+    assert!(rec.updates.is_empty(), "{:?}", rec.updates);
+    assert_eq!((s.len(), s.opaque_len()), (1, 0));
+}

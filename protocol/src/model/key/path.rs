@@ -21,6 +21,58 @@ impl Key {
     pub fn validate(path: &str) -> Result<KeyType, KeyError> {
         RawKey::parse(path).map(|raw| raw.key_type())
     }
+
+    /// Classifies a path received from a peer: a key this build knows (its type, and whether
+    /// a protocol version 1 peer knows its kind too), a well-formed path of a kind it does not
+    /// know (a newer peer's: [`Key::Opaque`]), or an error for a path that is malformed (not
+    /// under `/calico/`, an empty segment, a bad escape or CIDR in a known kind, ...).
+    /// Allocation-free, like [`Key::validate`].
+    pub fn classify(path: &str) -> Result<PathClass, KeyError> {
+        match RawKey::parse(path) {
+            Ok(raw) => Ok(PathClass::Known {
+                key_type: raw.key_type(),
+                in_v1: raw.in_v1(),
+            }),
+            Err(e) if UNKNOWN_KIND.contains(&e.reason) && well_formed(path) => {
+                Ok(PathClass::Unknown)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What [`Key::classify`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathClass {
+    /// A key this build parses.
+    Known {
+        /// Its type.
+        key_type: KeyType,
+        /// Whether a protocol version 1 peer knows its kind ([`Key::in_v1`]).
+        in_v1: bool,
+    },
+    /// A well-formed path of a kind this build does not know.
+    Unknown,
+}
+
+/// The parse errors that mean "a kind this build does not know" rather than "malformed".
+const UNKNOWN_KIND: [&str; 4] = [
+    "unknown policy kind",
+    "unknown resource kind",
+    "not a known key path",
+    "too many segments",
+];
+
+/// Longest opaque path accepted: far above any Calico key, so a peer cannot make a client
+/// keep arbitrary blobs as keys.
+pub const MAX_OPAQUE_PATH: usize = 1024;
+
+/// Under `/calico/`, no empty segment, not too long: what any key of any kind looks like.
+fn well_formed(path: &str) -> bool {
+    path.len() <= MAX_OPAQUE_PATH
+        && path
+            .strip_prefix("/calico/")
+            .is_some_and(|rest| rest.split('/').all(|s| !s.is_empty()))
 }
 
 impl FromStr for Key {
@@ -92,6 +144,7 @@ impl fmt::Display for Key {
                 }
                 write!(f, "{}", Escaped(&k.name))
             }
+            Key::Opaque(k) => f.write_str(&k.path),
         }
     }
 }
@@ -258,6 +311,13 @@ impl<'a> RawKey<'a> {
             RawKey::GlobalConfig(_) => KeyType::GlobalConfig,
             RawKey::ReadyFlag => KeyType::ReadyFlag,
             RawKey::Resource(..) => KeyType::Resource,
+        }
+    }
+
+    fn in_v1(&self) -> bool {
+        match self {
+            RawKey::Resource(kind, ..) => kind.in_v1(),
+            _ => true,
         }
     }
 

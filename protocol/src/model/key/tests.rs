@@ -90,3 +90,68 @@ fn long_bad_paths_are_truncated_in_errors() {
     let e = Key::parse(&bad).unwrap_err();
     assert!(e.path.len() <= 256);
 }
+
+/// From the wire, a well-formed path of a kind this build does not know is carried as an
+/// opaque key; a malformed one is still an error; a known one is typed, and says whether a
+/// version 1 peer knows it too.
+#[test]
+fn paths_from_the_wire_are_known_opaque_or_malformed() {
+    for unknown in [
+        "/calico/v1/policy/StagedKubernetesNetworkPolicy/ns/x",
+        "/calico/resources/v3/projectcalico.org/widgets/x",
+        "/calico/resources/v3/projectcalico.org/widgets/ns/x",
+        "/calico/v2/something/new",
+        "/calico/a/b/c/d/e/f/g/h/i/j/k",
+    ] {
+        assert_eq!(Key::classify(unknown), Ok(PathClass::Unknown), "{unknown}");
+        assert!(
+            Key::parse(unknown).is_err(),
+            "{unknown}: parse stays strict"
+        );
+        let p = crate::model::KeyPath::from_wire(unknown).unwrap();
+        assert_eq!(p.key_type(), KeyType::Opaque);
+        assert!(!p.in_v1());
+        let k = p.key();
+        assert_eq!(k.to_string(), unknown);
+        assert!(!k.in_v1());
+        assert!(crate::model::KeyPath::new(unknown).is_err());
+    }
+    for malformed in [
+        "/not/calico",
+        "/calico/v1/netset/bad%41escape",
+        "/calico/v1/ipam/v4/pool/10.0.0.0-33",
+        "/calico/v1/policy/NetworkPolicy/no-namespace",
+        "/calico/resources/v3/projectcalico.org/nodes/ns/x",
+        "/calico/v2//empty",
+        "/calico/v2/trailing/",
+    ] {
+        assert!(Key::classify(malformed).is_err(), "{malformed}");
+        assert!(crate::model::KeyPath::from_wire(malformed).is_err());
+    }
+    let long = format!("/calico/v2/{}", "x".repeat(MAX_OPAQUE_PATH));
+    assert!(
+        Key::classify(&long).is_err(),
+        "an opaque path has a length bound"
+    );
+
+    let filter = "/calico/resources/v3/projectcalico.org/bgpfilters/f1";
+    assert_eq!(
+        Key::classify(filter),
+        Ok(PathClass::Known {
+            key_type: KeyType::Resource,
+            in_v1: false
+        })
+    );
+    assert!(!Key::parse(filter).unwrap().in_v1());
+    let peer = "/calico/resources/v3/projectcalico.org/bgppeers/p1";
+    assert_eq!(
+        Key::classify(peer),
+        Ok(PathClass::Known {
+            key_type: KeyType::Resource,
+            in_v1: true
+        })
+    );
+    for k in ResourceKind::ALL {
+        assert_eq!(k.in_v1(), k != ResourceKind::BgpFilter, "{k:?}");
+    }
+}
