@@ -18,8 +18,9 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use tracing::error;
 use typha_protocol::frame::{DEFAULT_ZSTD_LEVEL, FrameEncoder};
-use typha_protocol::message::{Message, Seq};
-use typha_protocol::model::SyncStatus;
+use typha_protocol::handshake::Session;
+use typha_protocol::message::{Features, Message, Seq};
+use typha_protocol::model::{KeyPath, SyncStatus};
 
 /// Span strides, largest first.
 pub const STRIDES: [u64; 2] = [256, 16];
@@ -55,18 +56,84 @@ pub fn encode(msg: &Message, compress: bool) -> Bytes {
     })
 }
 
-/// One value per protocol variant: frames for peers that decode zstd, and for those that do
-/// not.
+/// Which keys a client of our protocol is sent (docs/protocol.md, "Adding a kind").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum View {
+    /// Every key: the client offered [`Features::OPAQUE_KINDS`].
+    All,
+    /// Only keys of kinds protocol version 1 knows, and digests over those alone: a client
+    /// that would refuse a whole message holding a later kind. While the cache holds no key
+    /// of a later kind, its frames are the same as [`View::All`]'s (and shared with them).
+    V1,
+}
+
+impl View {
+    /// The view a session's features allow.
+    pub fn of(features: Features) -> View {
+        if features.contains(Features::OPAQUE_KINDS) {
+            View::All
+        } else {
+            View::V1
+        }
+    }
+
+    /// Whether a key is in this view.
+    pub fn holds(self, key: &KeyPath) -> bool {
+        self == View::All || key.in_v1()
+    }
+}
+
+/// What a frame is encoded for: the keys its client is sent, and whether it decodes zstd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Variant {
+    /// Which keys.
+    pub view: View,
+    /// zstd or plain.
+    pub compress: bool,
+}
+
+impl Variant {
+    /// Every key, compressed or not (what Calico clients' shared frames and tests use).
+    pub fn all(compress: bool) -> Variant {
+        Variant {
+            view: View::All,
+            compress,
+        }
+    }
+
+    /// The variant a session asked for.
+    pub fn of(session: &Session) -> Variant {
+        Variant {
+            view: View::of(session.features),
+            compress: session.peer_decodes_zstd,
+        }
+    }
+
+    /// The same compression, every key.
+    pub fn with_all_keys(self) -> Variant {
+        Variant::all(self.compress)
+    }
+}
+
+/// One value per protocol variant: frames for peers that decode zstd and for those that do
+/// not, for each [`View`].
 #[derive(Debug, Default)]
 pub struct PerVariant<T> {
     plain: T,
     zstd: T,
+    plain_v1: T,
+    zstd_v1: T,
 }
 
 impl<T> PerVariant<T> {
     /// The value for the variant.
-    pub fn get(&self, compress: bool) -> &T {
-        if compress { &self.zstd } else { &self.plain }
+    pub fn get(&self, v: Variant) -> &T {
+        match (v.view, v.compress) {
+            (View::All, false) => &self.plain,
+            (View::All, true) => &self.zstd,
+            (View::V1, false) => &self.plain_v1,
+            (View::V1, true) => &self.zstd_v1,
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update}
 
 use super::calico::{CalicoCrumb, CalicoCrumbError, Carriage};
 use crate::calico::libcalico::SyncerType;
-use crate::fanout::{PerVariant, encode};
+use crate::fanout::{PerVariant, Variant, View, encode};
 use crate::metrics::{FrameKind, Metrics};
 
 /// A cached value and the revision it came from.
@@ -54,6 +54,14 @@ pub struct Breadcrumb {
     pub status: SyncStatus,
     /// Combined state digest at this point.
     pub digest: u64,
+    /// The same over the keys of the version 1 view alone ([`View::V1`]).
+    pub digest_v1: u64,
+    /// Keys in the state at this point that are not in the version 1 view.
+    pub later_kvs: usize,
+    /// The newest breadcrumb up to this one (this one included) whose state or deltas held a
+    /// key outside the version 1 view; `Seq(0)` if none. The frames of the breadcrumbs after
+    /// it are the same in both views.
+    pub last_later: Seq,
     /// Encoded frames, built once on first use and shared by every connection.
     pub(super) frames: CrumbFrames,
 }
@@ -64,25 +72,48 @@ impl Breadcrumb {
         self.map.load_full()
     }
 
-    /// This breadcrumb's delta frame (from `seq - 1` to `seq`), encoded on first use.
-    pub fn delta_frame(&self, compress: bool, m: &Metrics) -> Bytes {
+    /// The combined digest of `view` at this point.
+    pub fn digest_for(&self, view: View) -> u64 {
+        match view {
+            View::All => self.digest,
+            View::V1 => self.digest_v1,
+        }
+    }
+
+    /// The variant whose frames a client of `v` can be sent for what happened after `from`
+    /// up to this breadcrumb: `v` itself, or, where the two views do not differ there, the
+    /// same compression with every key (so such frames are encoded once for both).
+    fn shared_variant(&self, from: Seq, v: Variant) -> Variant {
+        if v.view == View::V1 && self.last_later <= from {
+            v.with_all_keys()
+        } else {
+            v
+        }
+    }
+
+    /// This breadcrumb's delta frame (from `seq - 1` to `seq`) for `v`, encoded on first use.
+    pub fn delta_frame(&self, v: Variant, m: &Metrics) -> Bytes {
+        let v = self.shared_variant(Seq(self.seq.0.saturating_sub(1)), v);
         self.frames
             .delta
-            .get(compress)
+            .get(v)
             .get_or_init(|| {
-                m.kvs_per_msg.observe(self.deltas.len() as f64);
-                m.counted(FrameKind::delta, encode(&deltas_message(self), compress))
+                let msg = deltas_message(self, v.view);
+                if let Message::Deltas(d) = &msg {
+                    m.kvs_per_msg.observe(d.updates.len() as f64);
+                }
+                m.counted(FrameKind::delta, encode(&msg, v.compress))
             })
             .clone()
     }
 
-    /// The coalesced span of `stride` breadcrumbs ending at this one, encoded on first use,
-    /// if this one is aligned and `span` (called with the span's bounds, exclusive and
-    /// inclusive) can still give every breadcrumb of it.
+    /// The coalesced span of `stride` breadcrumbs ending at this one for `v`, encoded on
+    /// first use, if this one is aligned and `span` (called with the span's bounds, exclusive
+    /// and inclusive) can still give every breadcrumb of it.
     pub fn span_frame(
         &self,
         stride: u64,
-        compress: bool,
+        v: Variant,
         m: &Metrics,
         span: impl FnOnce(Seq, Seq) -> Option<Vec<Arc<Breadcrumb>>>,
     ) -> Option<Bytes> {
@@ -94,13 +125,14 @@ impl Breadcrumb {
         if !self.seq.0.is_multiple_of(stride) || self.seq.0 < stride {
             return None;
         }
-        slot.get(compress)
+        let from = Seq(self.seq.0 - stride);
+        let v = self.shared_variant(from, v);
+        slot.get(v)
             .get_or_init(|| {
-                let from = Seq(self.seq.0 - stride);
                 let crumbs = span(from, self.seq)?;
                 let mut latest: BTreeMap<KeyPath, Update> = BTreeMap::new();
                 for c in &crumbs {
-                    for u in c.deltas.iter() {
+                    for u in c.deltas.iter().filter(|u| v.view.holds(&u.key)) {
                         latest.insert(u.key.clone(), u.clone());
                     }
                 }
@@ -108,10 +140,10 @@ impl Breadcrumb {
                 let msg = Message::Deltas(Deltas {
                     from_seq: from,
                     seq: self.seq,
-                    digest: self.digest,
+                    digest: self.digest_for(v.view),
                     updates: latest.into_values().collect(),
                 });
-                Some(m.counted(FrameKind::span, encode(&msg, compress)))
+                Some(m.counted(FrameKind::span, encode(&msg, v.compress)))
             })
             .clone()
     }
@@ -149,12 +181,17 @@ pub(super) struct CrumbFrames {
     span16: PerVariant<OnceLock<Option<Bytes>>>,
 }
 
-/// Encodes the delta frame of a breadcrumb: what takes a client from `seq - 1` to `seq`.
-fn deltas_message(c: &Breadcrumb) -> Message {
+/// The delta message of a breadcrumb: what takes a client of `view` from `seq - 1` to `seq`.
+fn deltas_message(c: &Breadcrumb, view: View) -> Message {
     Message::Deltas(Deltas {
         from_seq: Seq(c.seq.0.saturating_sub(1)),
         seq: c.seq,
-        digest: c.digest,
-        updates: c.deltas.to_vec(),
+        digest: c.digest_for(view),
+        updates: c
+            .deltas
+            .iter()
+            .filter(|u| view.holds(&u.key))
+            .cloned()
+            .collect(),
     })
 }

@@ -31,6 +31,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use typha_protocol::message::{Epoch, Seq};
 
+use crate::fanout::Variant;
 use crate::metrics::Metrics;
 use breadcrumb::Breadcrumb;
 
@@ -215,10 +216,8 @@ impl Cache {
 
     /// The coalesced span of `stride` breadcrumbs ending at `end`, if `end` is aligned and
     /// every breadcrumb of the span is still in the history.
-    pub fn span_frame(&self, end: &Breadcrumb, stride: u64, compress: bool) -> Option<Bytes> {
-        end.span_frame(stride, compress, &self.metrics, |from, to| {
-            self.range(from, to)
-        })
+    pub fn span_frame(&self, end: &Breadcrumb, stride: u64, v: Variant) -> Option<Bytes> {
+        end.span_frame(stride, v, &self.metrics, |from, to| self.range(from, to))
     }
 }
 

@@ -19,7 +19,7 @@ use typha_protocol::model::{Update, UpdateKind};
 
 use super::Cache;
 use super::breadcrumb::{Breadcrumb, Kv, KvMap};
-use crate::fanout::{PerVariant, encode};
+use crate::fanout::{PerVariant, Variant, View, encode};
 use crate::metrics::FrameKind;
 
 /// Most KVs per snapshot chunk.
@@ -96,10 +96,12 @@ fn reusable(built: Instant, seq: Seq, latest: Seq) -> bool {
 }
 
 impl Snapshots {
-    /// The full snapshot to send a joining client: the current one if still reusable, else a
-    /// new one built from the latest breadcrumb (once, however many clients are waiting).
-    pub async fn full(&self, cache: &Arc<Cache>, compress: bool) -> Arc<SnapshotFrames> {
-        let mut slot = self.full.get(compress).lock().await;
+    /// The full snapshot to send a joining client of `v`: the current one if still reusable,
+    /// else a new one built from the latest breadcrumb (once, however many clients are
+    /// waiting). Each view has its own: a reused snapshot of one view could be of a state the
+    /// other view's frames must not describe.
+    pub async fn full(&self, cache: &Arc<Cache>, v: Variant) -> Arc<SnapshotFrames> {
+        let mut slot = self.full.get(v).lock().await;
         let latest = cache.latest();
         if let Some(s) = slot
             .as_ref()
@@ -109,11 +111,11 @@ impl Snapshots {
             return s.clone();
         }
         let c2 = cache.clone();
-        let built = tokio::task::spawn_blocking(move || build_full(&c2, latest, compress)).await;
+        let built = tokio::task::spawn_blocking(move || build_full(&c2, latest, v)).await;
         let s = match built {
             Ok(s) => Arc::new(s),
             // The build panicked: a bug; build again on this thread rather than fail the client.
-            Err(_) => Arc::new(build_full(cache, cache.latest(), compress)),
+            Err(_) => Arc::new(build_full(cache, cache.latest(), v)),
         };
         cache.metrics.snapshots_generated.inc();
         cache
@@ -124,9 +126,9 @@ impl Snapshots {
         s
     }
 
-    /// The bucket frames to resynchronise a client by digest (same reuse rule).
-    pub async fn buckets(&self, cache: &Arc<Cache>, compress: bool) -> Arc<BucketFrames> {
-        let mut slot = self.buckets.get(compress).lock().await;
+    /// The bucket frames to resynchronise a client of `v` by digest (same reuse rule).
+    pub async fn buckets(&self, cache: &Arc<Cache>, v: Variant) -> Arc<BucketFrames> {
+        let mut slot = self.buckets.get(v).lock().await;
         let latest = cache.latest();
         if let Some(s) = slot
             .as_ref()
@@ -135,10 +137,10 @@ impl Snapshots {
             return s.clone();
         }
         let c2 = cache.clone();
-        let built = tokio::task::spawn_blocking(move || build_buckets(&c2, latest, compress)).await;
+        let built = tokio::task::spawn_blocking(move || build_buckets(&c2, latest, v)).await;
         let s = match built {
             Ok(s) => Arc::new(s),
-            Err(_) => Arc::new(build_buckets(cache, cache.latest(), compress)),
+            Err(_) => Arc::new(build_buckets(cache, cache.latest(), v)),
         };
         *slot = Some(s.clone());
         s
@@ -201,29 +203,35 @@ fn with_map(cache: &Cache, crumb: Arc<Breadcrumb>) -> (Arc<Breadcrumb>, Arc<KvMa
     }
 }
 
-fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> SnapshotFrames {
+fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, v: Variant) -> SnapshotFrames {
     let (crumb, map) = with_map(cache, crumb);
+    let compress = v.compress;
     let mut raw = 0;
+    let kvs = match v.view {
+        View::All => map.len(),
+        View::V1 => map.len() - crumb.later_kvs,
+    } as u64;
     let begin = Message::SnapshotBegin(SnapshotBegin {
         seq: crumb.seq,
         scope: SnapshotScope::Full,
-        kvs: map.len() as u64,
+        kvs,
     });
     let mut frames = vec![
         cache
             .metrics
             .counted(FrameKind::snapshot, encode(&begin, compress)),
     ];
+    let view = v.view;
     frames.extend(chunks(
         cache,
-        map.iter().map(as_update),
+        map.iter().filter(|(k, _)| view.holds(k)).map(as_update),
         compress,
         FrameKind::snapshot,
         &mut raw,
     ));
     let end = Message::SnapshotEnd(SnapshotEnd {
         seq: crumb.seq,
-        digest: crumb.digest,
+        digest: crumb.digest_for(view),
     });
     frames.push(
         cache
@@ -236,7 +244,7 @@ fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Snapshot
         .set(i64::try_from(raw).unwrap_or(i64::MAX));
     SnapshotFrames {
         seq: crumb.seq,
-        kvs: map.len() as u64,
+        kvs,
         wire_bytes: frames.iter().map(|f| f.len() as u64).sum(),
         crumb,
         frames,
@@ -244,11 +252,12 @@ fn build_full(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Snapshot
     }
 }
 
-fn build_buckets(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> BucketFrames {
+fn build_buckets(cache: &Cache, crumb: Arc<Breadcrumb>, v: Variant) -> BucketFrames {
     let (crumb, map) = with_map(cache, crumb);
+    let compress = v.compress;
     let mut per_bucket: Vec<Vec<Update>> = vec![Vec::new(); BUCKETS];
     let mut digest = StateDigest::new();
-    for (k, kv) in map.iter() {
+    for (k, kv) in map.iter().filter(|(k, _)| v.view.holds(k)) {
         let h = KeyHash::of(k.as_str());
         digest.toggle(h, kv.value.as_bytes());
         if let Some(b) = per_bucket.get_mut(usize::from(h.bucket().0)) {
@@ -271,7 +280,7 @@ fn build_buckets(cache: &Cache, crumb: Arc<Breadcrumb>, compress: bool) -> Bucke
         .collect();
     let end = Message::SnapshotEnd(SnapshotEnd {
         seq: crumb.seq,
-        digest: crumb.digest,
+        digest: crumb.digest_for(v.view),
     });
     BucketFrames {
         seq: crumb.seq,

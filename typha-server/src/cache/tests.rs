@@ -282,7 +282,7 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
         w.flush();
     }
     let end = cache.get(Seq(32)).unwrap();
-    let frame = cache.span_frame(&end, 16, false).unwrap();
+    let frame = cache.span_frame(&end, 16, Variant::all(false)).unwrap();
     let mut dec = typha_protocol::FrameDecoder::new(typha_protocol::Limits::CLIENT_INBOUND);
     let msg = dec
         .decode(&mut bytes::BytesMut::from(&frame[..]))
@@ -304,7 +304,7 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
     fold(&mut state, &d.updates);
     assert_eq!(state, map_of(&end.map().unwrap()));
     // Built once, shared.
-    let again = cache.span_frame(&end, 16, false).unwrap();
+    let again = cache.span_frame(&end, 16, Variant::all(false)).unwrap();
     assert_eq!(again.as_ptr(), frame.as_ptr());
     assert_eq!(
         cache.metrics.encoded_count(crate::metrics::FrameKind::span),
@@ -313,7 +313,7 @@ fn spans_carry_the_latest_value_of_each_changed_key() {
     // Not aligned: no span.
     assert!(
         cache
-            .span_frame(&cache.get(Seq(31)).unwrap(), 16, false)
+            .span_frame(&cache.get(Seq(31)).unwrap(), 16, Variant::all(false))
             .is_none()
     );
 }
@@ -382,4 +382,180 @@ fn the_batch_window_grows_with_the_streaming_clients_within_its_bounds() {
         ..CacheConfig::default()
     };
     assert_eq!(fixed.window(10_000), fixed.min_interval);
+}
+
+/// A BGPFilter, the first kind a protocol version 1 client does not know, as raw KVs (the
+/// reader of the kind is not needed to test the views).
+fn filter(rev: u64, name: &str, spec: Option<&str>) -> SyncerEvent {
+    let key = typha_protocol::model::KeyPath::new(&format!(
+        "/calico/resources/v3/projectcalico.org/bgpfilters/{name}"
+    ))
+    .unwrap();
+    let value = spec.map(|s| {
+        typha_protocol::model::EncodedValue::encode(&Value::Resource(
+            typha_protocol::model::Resource {
+                spec_json: s.into(),
+                ..Default::default()
+            },
+        ))
+    });
+    SyncerEvent::Kvs(vec![Update {
+        key,
+        kind: if value.is_some() {
+            UpdateKind::New
+        } else {
+            UpdateKind::Deleted
+        },
+        value,
+        revision: Revision(rev),
+    }])
+}
+
+fn decode_frame(frame: &bytes::Bytes) -> Vec<typha_protocol::Message> {
+    let mut dec = typha_protocol::FrameDecoder::new(typha_protocol::Limits::CLIENT_INBOUND);
+    let mut buf = bytes::BytesMut::from(&frame[..]);
+    let mut out = Vec::new();
+    while let Some(m) = dec.decode(&mut buf).unwrap() {
+        out.push(m);
+    }
+    out
+}
+
+fn deltas_of(frame: &bytes::Bytes) -> typha_protocol::message::Deltas {
+    match decode_frame(frame).pop() {
+        Some(typha_protocol::Message::Deltas(d)) => d,
+        other => panic!("{other:?}"),
+    }
+}
+
+const V1: Variant = Variant {
+    view: crate::fanout::View::V1,
+    compress: false,
+};
+
+/// A client without `OPAQUE_KINDS` is sent the version 1 view: no key of a later kind in any
+/// frame, and digests over its keys alone, so its own digest checks pass. Where the views do
+/// not differ the frames are the very same bytes (encoded once for both).
+#[test]
+fn a_version_1_client_gets_frames_and_digests_without_later_kinds() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    let steps: Vec<SyncerEvent> = vec![
+        put(1, netset("a", "10.1.0.0/16")),
+        filter(2, "f1", Some(r#"{"exportV4":[]}"#)),
+        put(3, netset("b", "10.2.0.0/16")),
+        filter(4, "f1", Some(r#"{"importV4":[]}"#)),
+        filter(5, "f1", None),
+        put(6, netset("c", "10.3.0.0/16")),
+    ];
+    for ev in steps {
+        w.handle(ev);
+        w.flush();
+    }
+    let (mut all, mut v1) = (BTreeMap::new(), BTreeMap::new());
+    let mut shared = Vec::new();
+    for seq in 1..=6 {
+        let c = cache.get(Seq(seq)).unwrap();
+        let (fa, f1) = (
+            c.delta_frame(Variant::all(false), &cache.metrics),
+            c.delta_frame(V1, &cache.metrics),
+        );
+        let (da, d1) = (deltas_of(&fa), deltas_of(&f1));
+        fold(&mut all, &da.updates);
+        fold(&mut v1, &d1.updates);
+        assert!(d1.updates.iter().all(|u| u.key.in_v1()), "{seq}: {d1:?}");
+        assert_eq!(da.digest, digest_of(&all), "{seq}");
+        assert_eq!(d1.digest, digest_of(&v1), "{seq}");
+        if fa.as_ptr() == f1.as_ptr() {
+            shared.push(seq);
+        }
+    }
+    assert_eq!(all.len(), 3);
+    assert_eq!(v1, all, "the filter is gone at the end");
+    // 1: before any filter; 6: after its deletion. 3 held one in the state, 2, 4, 5 changed it.
+    assert_eq!(shared, [1, 6]);
+    assert_eq!(cache.get(Seq(3)).unwrap().later_kvs, 1);
+}
+
+#[tokio::test]
+async fn snapshots_and_buckets_of_the_version_1_view_leave_later_kinds_out() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    w.handle(put(1, netset("a", "10.1.0.0/16")));
+    w.handle(filter(2, "f1", Some("{}")));
+    w.handle(filter(3, "f2", Some("{}")));
+    w.handle(SyncerEvent::Status(SyncStatus::InSync));
+    w.flush();
+    let latest = cache.latest();
+    assert_eq!((latest.kvs, latest.later_kvs), (3, 2));
+    let snaps = snapshot::Snapshots::default();
+    for (v, kvs, digest) in [
+        (Variant::all(false), 3, latest.digest),
+        (V1, 1, latest.digest_v1),
+    ] {
+        let s = snaps.full(&cache, v).await;
+        let msgs: Vec<_> = s.frames.iter().flat_map(decode_frame).collect();
+        let keys: Vec<_> = msgs
+            .iter()
+            .flat_map(|m| match m {
+                typha_protocol::Message::SnapshotChunk(c) => c.updates.clone(),
+                _ => vec![],
+            })
+            .collect();
+        assert_eq!(keys.len(), kvs, "{v:?}");
+        assert_eq!(s.kvs, kvs as u64);
+        assert!(v.view == crate::fanout::View::All || keys.iter().all(|u| u.key.in_v1()));
+        let mut state = BTreeMap::new();
+        fold(&mut state, &keys);
+        match (msgs.first(), msgs.last()) {
+            (
+                Some(typha_protocol::Message::SnapshotBegin(b)),
+                Some(typha_protocol::Message::SnapshotEnd(e)),
+            ) => {
+                assert_eq!(b.kvs, kvs as u64);
+                assert_eq!(e.digest, digest);
+                assert_eq!(e.digest, digest_of(&state));
+            }
+            other => panic!("{other:?}"),
+        }
+        let b = snaps.buckets(&cache, v).await;
+        assert_eq!(b.digest.combined(), digest);
+        assert_eq!(b.counts.iter().sum::<u64>(), kvs as u64);
+    }
+    assert_ne!(latest.digest, latest.digest_v1);
+}
+
+/// Spans: one in which a later kind came and went is filtered (and its digest is the version 1
+/// one); one without any is shared.
+#[test]
+fn spans_of_the_version_1_view_leave_later_kinds_out() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    for i in 0..48u64 {
+        w.handle(put(
+            i + 1,
+            netset(&format!("k{}", i % 4), &format!("10.{i}.0.0/16")),
+        ));
+        if i == 20 {
+            w.handle(filter(100, "f", Some("{}")));
+        }
+        if i == 22 {
+            w.handle(filter(101, "f", None));
+        }
+        w.flush();
+    }
+    let (e32, e48) = (cache.get(Seq(32)).unwrap(), cache.get(Seq(48)).unwrap());
+    let (a32, v32) = (
+        cache.span_frame(&e32, 16, Variant::all(false)).unwrap(),
+        cache.span_frame(&e32, 16, V1).unwrap(),
+    );
+    assert_ne!(a32.as_ptr(), v32.as_ptr());
+    let (da, d1) = (deltas_of(&a32), deltas_of(&v32));
+    assert_eq!(da.updates.len(), 5, "4 keys + the deletion of the filter");
+    assert_eq!(d1.updates.len(), 4);
+    assert!(d1.updates.iter().all(|u| u.key.in_v1()));
+    assert_eq!((da.digest, d1.digest), (e32.digest, e32.digest_v1));
+    assert_eq!(e32.digest, e32.digest_v1, "no filter left at 32");
+    let (a48, v48) = (
+        cache.span_frame(&e48, 16, Variant::all(false)).unwrap(),
+        cache.span_frame(&e48, 16, V1).unwrap(),
+    );
+    assert_eq!(a48.as_ptr(), v48.as_ptr());
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::debug;
-use typha_protocol::digest::StateDigest;
+use typha_protocol::digest::{KeyHash, StateDigest};
 use typha_protocol::message::{Epoch, Seq};
 use typha_protocol::model::{EncodedValue, Revision, SyncStatus, Update, UpdateKind};
 
@@ -15,6 +15,7 @@ use super::breadcrumb::{Breadcrumb, CrumbFrames, Kv, KvMap, MAP_VERSIONS_KEPT};
 use super::pipeline::{KvChange, Pipeline};
 use super::{Cache, CacheConfig, NODES_PREFIX};
 use crate::datastore::WatchEvent;
+use crate::fanout::Variant;
 use crate::liveness::Heartbeat;
 use crate::metrics::Metrics;
 use crate::syncer::SyncerEvent;
@@ -36,6 +37,18 @@ pub struct CacheWriter {
     /// Keys under [`NODES_PREFIX`] in `map`, kept as changes apply (a scan of the map per
     /// breadcrumb would cost O(nodes) on the writer's path).
     nodes: usize,
+    /// The keys outside the version 1 view (docs/protocol.md, "Adding a kind"): how many
+    /// there are, the XOR of their digest entries (the version 1 digest is the full one
+    /// without them), and whether the batch being built holds one.
+    later: Later,
+}
+
+#[derive(Debug, Default)]
+struct Later {
+    kvs: usize,
+    digest: u64,
+    in_batch: bool,
+    last: Seq,
 }
 
 impl CacheWriter {
@@ -52,6 +65,9 @@ impl CacheWriter {
             deltas: Arc::from(Vec::new()),
             status: SyncStatus::WaitForDatastore,
             digest: 0,
+            digest_v1: 0,
+            later_kvs: 0,
+            last_later: Seq(0),
             frames: CrumbFrames::default(),
         });
         let cache = Arc::new(Cache {
@@ -75,6 +91,7 @@ impl CacheWriter {
             pipeline: Pipeline::default(),
             last_publish: None,
             nodes: 0,
+            later: Later::default(),
         };
         (writer, cache)
     }
@@ -170,6 +187,21 @@ impl CacheWriter {
                 old.map(|o| o.value.as_bytes()),
                 c.value.as_ref().map(EncodedValue::as_bytes),
             );
+            if !c.key.in_v1() {
+                let h = KeyHash::of(c.key.as_str());
+                for v in [old.map(|o| &o.value), c.value.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
+                    self.later.digest ^= h.entry(v.as_bytes());
+                }
+                match kind {
+                    UpdateKind::New => self.later.kvs += 1,
+                    UpdateKind::Deleted => self.later.kvs = self.later.kvs.saturating_sub(1),
+                    UpdateKind::Updated => {}
+                }
+                self.later.in_batch = true;
+            }
             match &c.value {
                 Some(v) => {
                     batch_bytes += v.len();
@@ -212,6 +244,10 @@ impl CacheWriter {
         self.status = status;
         let m = &self.cache.metrics;
         m.breadcrumb_size.observe(deltas.len() as f64);
+        if std::mem::take(&mut self.later.in_batch) || self.later.kvs > 0 {
+            self.later.last = Seq(self.seq);
+        }
+        let digest = self.digest.combined();
         let crumb = Arc::new(Breadcrumb {
             epoch: self.cache.epoch,
             seq: Seq(self.seq),
@@ -221,11 +257,14 @@ impl CacheWriter {
             kvs: self.map.len(),
             deltas: Arc::from(deltas),
             status,
-            digest: self.digest.combined(),
+            digest,
+            digest_v1: digest ^ self.later.digest,
+            later_kvs: self.later.kvs,
+            last_later: self.later.last,
             frames: CrumbFrames::default(),
         });
         // Encode the common (compressed) delta frame now, once, off the connections' path.
-        crumb.delta_frame(true, m);
+        crumb.delta_frame(Variant::all(true), m);
         {
             let mut crumbs = self.cache.crumbs.write().unwrap_or_else(|p| p.into_inner());
             crumbs.push_back(crumb.clone());

@@ -17,7 +17,7 @@ use typha_protocol::model::SyncStatus;
 use super::out::{Out, jitter, scopeguard};
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
-use crate::fanout::{self, Step, encode, plan};
+use crate::fanout::{self, Step, Variant, encode, plan};
 use crate::metrics::ResumeKind;
 
 /// Waits for `until`, pinging the client meanwhile (so its read timeout does not fire); a
@@ -101,7 +101,8 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
 ) -> Result<(Arc<Breadcrumb>, ResumeKind), ConnError> {
     let cache = &ctx.cache;
     let m = &cache.metrics;
-    let compress = session.peer_decodes_zstd;
+    let v = Variant::of(session);
+    let compress = v.compress;
     // Same epoch, still in the window: only the missed deltas.
     if session.features.contains(Features::DELTA_RESUME)
         && let Some(at) = resume
@@ -113,7 +114,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
         let msg = Message::Deltas(Deltas {
             from_seq: at.seq,
             seq: at.seq,
-            digest: at.digest,
+            digest: at.digest_for(v.view),
             updates: vec![],
         });
         out.queue(encode(&msg, compress))?;
@@ -125,7 +126,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     if session.features.contains(Features::BUCKET_RESYNC)
         && let Some(theirs) = resume.and_then(|r| r.digest.as_ref())
     {
-        let bf = ctx.snapshots.buckets(cache, compress).await;
+        let bf = ctx.snapshots.buckets(cache, v).await;
         let diff = theirs.diff(&bf.digest);
         if diff.len() <= BUCKETS / 2 {
             out.queue(bf.begin(&diff, compress))?;
@@ -143,7 +144,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
             return Ok((bf.crumb.clone(), ResumeKind::digest));
         }
     }
-    let snap = ctx.snapshots.full(cache, compress).await;
+    let snap = ctx.snapshots.full(cache, v).await;
     for f in &snap.frames {
         out.queue(f.clone())?;
         if out.pending_len >= ctx.cfg.max_write * 4 {
@@ -185,7 +186,7 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     cursor: &mut Arc<Breadcrumb>,
     sent_status: &mut SyncStatus,
-    compress: bool,
+    v: Variant,
     follow: &mut Following,
     out: &mut Out<W>,
 ) -> Result<(), ConnError> {
@@ -197,7 +198,7 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     }
     let Some(next) = cache.get(Seq(cursor.seq.0 + 1)) else {
         // Fell out of the window: resnapshot (the client replaces its state).
-        let snap = ctx.snapshots.full(cache, compress).await;
+        let snap = ctx.snapshots.full(cache, v).await;
         for f in &snap.frames {
             out.queue(f.clone())?;
             if out.pending_len >= ctx.cfg.max_write * 4 {
@@ -245,14 +246,14 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
             Step::Crumb(_) => None,
             Step::Span { end, stride } => cache
                 .get(end)
-                .and_then(|c| cache.span_frame(&c, stride, compress).map(|f| (f, c))),
+                .and_then(|c| cache.span_frame(&c, stride, v).map(|f| (f, c))),
         };
         let spanned = span.is_some();
         let (frame, reached) = match span {
             Some(x) => x,
             // A single breadcrumb; also the fallback when part of a span left the window.
             None => match cache.get(Seq(cursor.seq.0 + 1)) {
-                Some(c) => (c.delta_frame(compress, m), c),
+                Some(c) => (c.delta_frame(v, m), c),
                 None => break,
             },
         };

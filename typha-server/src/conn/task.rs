@@ -20,7 +20,7 @@ use super::out::{Out, jitter, scopeguard};
 use super::sync::{Following, catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
-use crate::fanout::encode;
+use crate::fanout::{Variant, encode};
 use crate::metrics::DropReason;
 
 /// Serves one connection until it ends, reporting what it does in `info`; logs the outcome
@@ -139,7 +139,7 @@ where
     // The hello's digest was the big part of the read buffer; do not keep its capacity.
     rbuf = BytesMut::from(&rbuf[..]);
 
-    let compress = session.peer_decodes_zstd;
+    let variant = Variant::of(&session);
     if accepted_hello.resume.is_some() && !ctx.cache.ever_in_sync() {
         // A resuming client has state: comparing it with a partial cache would tell it to
         // delete what this server has not loaded yet. Hold it (answering pings) until the
@@ -187,7 +187,7 @@ where
             &ctx,
             &mut cursor,
             &mut sent_status,
-            compress,
+            variant,
             &mut follow,
             &mut out,
         )

@@ -16,7 +16,7 @@ use typha_protocol::digest::{KeyHash, StateDigest};
 use typha_protocol::frame::{FrameDecoder, FrameEncoder, Limits};
 use typha_protocol::handshake::{ClientHandshake, ClientOffer, Session};
 use typha_protocol::message::{
-    Cursor, Epoch, Goodbye, Message, Pong, Resume, Seq, SnapshotScope, Staleness,
+    Cursor, Epoch, Features, Goodbye, Message, Pong, Resume, Seq, SnapshotScope, Staleness,
 };
 use typha_protocol::model::{EncodedValue, KeyPath, SyncStatus};
 use typha_server::calico::v3::Resource;
@@ -218,6 +218,27 @@ impl Peer {
         }
     }
 
+    /// What a client of protocol version 1 offers: no [`Features::OPAQUE_KINDS`]. Such a
+    /// client refuses a whole message holding a key of a later kind; this peer checks that
+    /// none arrives.
+    pub fn offer_v1(host: &str, resume: Option<Resume>) -> ClientOffer {
+        let mut o = Self::offer(host, resume);
+        o.features = Features(o.features.0 & !Features::OPAQUE_KINDS.0);
+        o
+    }
+
+    /// A key a version 1 client would refuse, sent to one.
+    fn check_view(&self, key: &KeyPath) -> Result<(), String> {
+        let v1_only = self
+            .session
+            .as_ref()
+            .is_some_and(|s| !s.features.contains(Features::OPAQUE_KINDS));
+        if v1_only && !key.in_v1() {
+            return Err(format!("{key} sent to a version 1 client"));
+        }
+        Ok(())
+    }
+
     /// Where this peer is, for a resume.
     pub fn resume(&self) -> Resume {
         Resume {
@@ -282,6 +303,9 @@ impl Peer {
                 });
             }
             Message::SnapshotChunk(c) => {
+                for u in &c.updates {
+                    self.check_view(&u.key)?;
+                }
                 let Some(snap) = self.snap.as_mut() else {
                     return Err("chunk outside a snapshot".into());
                 };
@@ -340,6 +364,7 @@ impl Peer {
                 }
                 self.delta_frames += 1;
                 for u in d.updates {
+                    self.check_view(&u.key)?;
                     let old = match &u.value {
                         Some(v) => self.state.insert(u.key.clone(), v.clone()),
                         None => self.state.remove(&u.key),
