@@ -49,6 +49,8 @@ impl SyncClient {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut store = if self.cfg.light_store {
             Store::light()
+        } else if self.cfg.relay_unknown_kinds {
+            Store::relaying()
         } else {
             Store::new()
         };

@@ -37,6 +37,10 @@ pub struct ClientConfig {
     /// Keep no values ([`crate::Store::light`]) and skip decoding snapshot chunks: only for
     /// simulating many nodes in one process.
     pub light_store: bool,
+    /// Also deliver keys of kinds this build does not know ([`typha_protocol::model::Key::Opaque`])
+    /// to the callbacks, as they are: for a relay (a tier of typha-server) that passes
+    /// everything on to clients that may know them. Consumers that read values leave it off.
+    pub relay_unknown_kinds: bool,
 }
 
 impl ClientConfig {
@@ -55,6 +59,7 @@ impl ClientConfig {
             backoff_max: Duration::from_secs(10),
             ack_interval: Duration::from_secs(1),
             light_store: false,
+            relay_unknown_kinds: false,
         }
     }
 }

@@ -178,6 +178,8 @@ pub struct Store {
     reported: Option<SyncStatus>,
     /// Light mode: no values kept (see [`Store::light`]).
     light: bool,
+    /// Keys of unknown kinds are delivered too (see [`Store::relaying`]).
+    relay: bool,
     /// Light mode: snapshot KVs counted, and the server's digest at the cursor.
     light_seen: u64,
     /// Light mode: a chunk of this snapshot went by undecoded, so its KVs cannot be counted.
@@ -205,6 +207,7 @@ impl Store {
             server_status: None,
             reported: None,
             light: false,
+            relay: false,
             light_seen: 0,
             light_skipped: false,
             announced: 0,
@@ -221,6 +224,15 @@ impl Store {
     pub fn light() -> Self {
         Self {
             light: true,
+            ..Self::new()
+        }
+    }
+
+    /// A full store that also delivers keys of kinds this build does not know, as they are:
+    /// for a relay, whose own clients may know them.
+    pub fn relaying() -> Self {
+        Self {
+            relay: true,
             ..Self::new()
         }
     }
@@ -385,7 +397,7 @@ impl Store {
         revision: Revision,
     ) -> Option<Update> {
         let update = self.change(key, value, revision)?;
-        (update.key.key_type() != KeyType::Opaque).then_some(update)
+        (self.relay || update.key.key_type() != KeyType::Opaque).then_some(update)
     }
 
     fn change(

@@ -85,6 +85,9 @@ pub async fn run(
     client_cfg.tls = cfg.tls;
     client_cfg.info = format!("typha-server {} (tier)", env!("CARGO_PKG_VERSION"));
     client_cfg.light_store = false;
+    // Kinds this build does not know (a newer upstream's) are passed on too: this server's
+    // clients that know them get them; the others get the version 1 view without them.
+    client_cfg.relay_unknown_kinds = true;
     let metrics_probe = metrics.clone();
     let client = match SyncClient::new(client_cfg, metrics) {
         Ok(c) => c,

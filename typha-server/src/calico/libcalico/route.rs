@@ -63,6 +63,8 @@ pub fn receivers(key: &Key) -> SyncerSet {
             }
             _ => SyncerSet::NONE,
         },
+        // A kind this build does not know (relayed by a tier) has no Calico form here.
+        Key::Opaque(_) => SyncerSet::NONE,
         _ => SyncerSet::of(FELIX),
     }
 }
