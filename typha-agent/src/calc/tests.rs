@@ -618,6 +618,7 @@ fn kinds_carried_for_calicos_clients_are_ignored() {
     for (kind, ns) in [
         (ResourceKind::BgpConfiguration, None),
         (ResourceKind::BgpPeer, None),
+        (ResourceKind::BgpFilter, None),
         (ResourceKind::CalicoNodeStatus, None),
         (ResourceKind::KubernetesService, Some("web".to_owned())),
         (
