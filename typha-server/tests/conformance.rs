@@ -417,8 +417,9 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
             "spec": {"state": state,
                      "node": format!("host-{}", i % 3), "cidr": format!("10.64.{}.0/26", i % 256),
                      "deleted": "false"}}),
+        // Every fourth a selector-scoped configuration (any other name), carried whole.
         Kind::FelixConfiguration => json!({
-            "metadata": {"name": format!("node.host-{i}")},
+            "metadata": {"name": if i % 4 == 3 { format!("scoped-{i}") } else { format!("node.host-{i}") }},
             "spec": {"logSeverityScreen": severity,
                      "reportingInterval": format!("{}s", g % 100)}}),
         Kind::Tier => json!({

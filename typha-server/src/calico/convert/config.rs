@@ -1,10 +1,11 @@
 //! Felix's configuration: FelixConfiguration (global and per-node config keys) and
 //! ClusterInformation, with the Felix names and string forms of their values.
 
-use typha_protocol::model::{GlobalConfigKey, HostConfigKey, Key, Value};
+use typha_protocol::model::{GlobalConfigKey, HostConfigKey, Key, ResourceKind, Value};
 
 use super::context::{ConvertError, Cx};
-use crate::calico::v3::ClusterInformationSpec;
+use super::raw;
+use crate::calico::v3::{ClusterInformationSpec, ObjectMeta};
 
 /// A FelixConfiguration value that has no Felix string form.
 #[derive(Debug, thiserror::Error)]
@@ -14,20 +15,31 @@ enum ConfigValueError {
     UnsupportedListItem(serde_json::Value),
 }
 
-/// FelixConfiguration `default` (global keys) or `node.<name>` (that host's keys).
+/// FelixConfiguration `default` (global keys) or `node.<name>` (that host's keys). Any other
+/// name is a selector-scoped configuration (Calico v3.32), which Calico's felix syncer passes
+/// through whole for Felix to match against its node: it is carried as the raw resource.
 pub(super) fn felix_configuration(
     cx: &Cx<'_>,
-    name: &str,
+    meta: &ObjectMeta,
     fields: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<(Key, Value)>, ConvertError> {
+    let name = meta.name.as_str();
     let host = if name == "default" {
         None
-    } else if let Some(h) = name.strip_prefix("node.").filter(|h| !h.is_empty()) {
+    } else if let Some(h) = name.strip_prefix("node.") {
+        if h.is_empty() {
+            return Err(cx
+                .at("metadata.name")
+                .err("\"node.\" must be followed by a node name"));
+        }
         Some(h.to_owned())
     } else {
-        return Err(cx
-            .at("metadata.name")
-            .err("must be \"default\" or \"node.<nodename>\""));
+        return Ok(raw::raw(
+            ResourceKind::FelixConfiguration,
+            meta,
+            None,
+            fields,
+        ));
     };
     let mut out = Vec::new();
     for (field, v) in fields {

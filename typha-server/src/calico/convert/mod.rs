@@ -51,7 +51,7 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::IpamBlock(s) => network::ipam_block(&cx, s),
         Spec::BlockAffinity(s) => Ok(network::block_affinity(meta, s)),
         Spec::Node(s) => network::node(&cx, meta, s),
-        Spec::FelixConfiguration(fields) => config::felix_configuration(&cx, name, fields),
+        Spec::FelixConfiguration(fields) => config::felix_configuration(&cx, meta, fields),
         Spec::ClusterInformation(s) => Ok(config::cluster_information(s)),
         Spec::Tier(s) => Ok(policy::tier(meta, s)),
         Spec::BgpConfiguration(s) => Ok(raw::raw(ResourceKind::BgpConfiguration, meta, None, s)),

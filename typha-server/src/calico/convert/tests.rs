@@ -291,8 +291,29 @@ fn felix_configuration_becomes_config_keys() {
         kvs[0].0.to_string(),
         "/calico/v1/host/node-1/config/LogSeverityScreen"
     );
-    let e = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: weird}\nspec: {}\n").unwrap_err();
+    let e = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: node.}\nspec: {}\n").unwrap_err();
     assert_eq!(e.field, "metadata.name");
+}
+
+/// Any other name is a selector-scoped configuration: Calico's felix syncer passes it through
+/// whole (its `configurationprocessor`), so it is carried as the raw resource, spec as given.
+#[test]
+fn selector_scoped_felix_configurations_are_carried_whole() {
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: gpu-nodes, labels: {team: ml}}\nspec: {nodeSelector: \"gpu == 'true'\", logSeverityScreen: Debug, bpfEnabled: true}\n").unwrap();
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/resources/v3/projectcalico.org/felixconfigurations/gpu-nodes"
+    );
+    let Value::Resource(r) = &kvs[0].1 else {
+        panic!("{:?}", kvs[0].1)
+    };
+    assert_eq!(r.labels.get("team").map(String::as_str), Some("ml"));
+    let spec: serde_json::Value = serde_json::from_str(&r.spec_json).unwrap();
+    assert_eq!(
+        spec,
+        serde_json::json!({"nodeSelector": "gpu == 'true'", "logSeverityScreen": "Debug", "bpfEnabled": true})
+    );
 }
 
 #[test]

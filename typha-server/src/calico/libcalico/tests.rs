@@ -1527,3 +1527,26 @@ fn kubernetes_service_and_endpoint_slice() {
     assert_eq!(gone.len(), 1);
     assert!(gone[0].value.is_none());
 }
+
+/// A selector-scoped FelixConfiguration (any name but `default` and `node.<n>`): the v3
+/// resource whole, to felix only, as Calico's felix syncer passes it through.
+#[test]
+fn selector_scoped_felix_configuration() {
+    let (k, v, who) = only(&from_manifest(
+        "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\nmetadata: {name: gpu-nodes}\nspec: {nodeSelector: \"gpu == 'true'\", bpfEnabled: true}\n",
+    ));
+    assert_eq!(
+        k,
+        "/calico/resources/v3/projectcalico.org/felixconfigurations/gpu-nodes"
+    );
+    assert_eq!(who, SyncerSet::of(&[SyncerType::Felix]));
+    let got: serde_json::Value = serde_json::from_str(&v).unwrap();
+    assert_eq!(
+        got,
+        serde_json::json!({
+            "kind": "FelixConfiguration", "apiVersion": "projectcalico.org/v3",
+            "metadata": {"name": "gpu-nodes", "creationTimestamp": null},
+            "spec": {"nodeSelector": "gpu == 'true'", "bpfEnabled": true}
+        })
+    );
+}
