@@ -38,6 +38,9 @@ pub enum DatastoreConfig {
         /// API server URL (`TYPHA_K8SAPIENDPOINT`); `None`: the in-cluster service account, else
         /// `$KUBECONFIG` / `~/.kube/config`.
         api_endpoint: Option<String>,
+        /// Host-local IPAM from the nodes' pod CIDRs (`USE_POD_CIDR`): see
+        /// [`crate::datastore::kubernetes::Kubernetes::with_pod_cidr`].
+        use_pod_cidr: bool,
     },
     /// Another typha server (`TYPHA_DATASTORETYPE=typha`, `TYPHA_UPSTREAMADDR`): tiered fan-out.
     Upstream(crate::syncer::upstream::UpstreamConfig),
@@ -118,11 +121,19 @@ impl Config {
                 endpoints.join(","),
                 if tls.is_some() { ", TLS" } else { "" }
             ),
-            DatastoreConfig::Kubernetes { api_endpoint } => format!(
-                "kubernetes ({})",
+            DatastoreConfig::Kubernetes {
+                api_endpoint,
+                use_pod_cidr,
+            } => format!(
+                "kubernetes ({}{})",
                 api_endpoint
                     .as_deref()
-                    .unwrap_or("in-cluster or $KUBECONFIG")
+                    .unwrap_or("in-cluster or $KUBECONFIG"),
+                if *use_pod_cidr {
+                    ", IPAM blocks from pod CIDRs"
+                } else {
+                    ""
+                }
             ),
             DatastoreConfig::Upstream(u) => format!("typha ({})", u.addrs.join(",")),
         };

@@ -836,3 +836,63 @@ mod bookmarks {
         );
     }
 }
+
+/// Host-local IPAM (`USE_POD_CIDR`), against the real API server: a node's pod CIDR arrives
+/// as a block affine to it, with its IPIP tunnel address from the CIDR; an IPAMBlock in the
+/// datastore is not read; deleting the node deletes its block.
+#[tokio::test]
+async fn with_pod_cidrs_the_nodes_cidrs_are_the_blocks() {
+    let Some(cp) = common::kube::default().await else {
+        return;
+    };
+    let admin = cp.admin().unwrap();
+    let (client, _) = common::kube::typha_identity(&cp).await;
+    let srv = start(
+        Config::for_tests(),
+        Arc::new(Kubernetes::with_pod_cidr(client, true)),
+    )
+    .await
+    .unwrap();
+    let stray = Resource::from_json(v3(
+        "IPAMBlock",
+        json!({"name": "10-99-0-0-26"}),
+        json!({"cidr": "10.99.0.0/26", "affinity": "host:elsewhere", "allocations": [],
+               "unallocated": [], "attributes": [], "deleted": false}),
+    ))
+    .unwrap();
+    common::kube::put_crd(&admin, &stray).await;
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": "node-p"},
+               "spec": {"podCIDR": "10.244.7.0/24", "podCIDRs": ["10.244.7.0/24"]}}),
+    )
+    .await;
+    let block = "/calico/ipam/v2/assignment/ipv4/block/10.244.7.0-24";
+    let tunnel = "/calico/v1/host/node-p/config/IpInIpTunnelAddr";
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+    p.until("the node's pod CIDR as its block", |p| {
+        p.state.contains_key(block) && p.status == Some(SyncStatus::InSync)
+    })
+    .await;
+    let v = p.state.get(block).unwrap().decode().unwrap();
+    let typha_protocol::model::Value::Block(b) = v else {
+        panic!("{v:?}")
+    };
+    assert_eq!(b.affinity.as_deref(), Some("host:node-p"));
+    assert_eq!(
+        p.state.get(tunnel).map(|v| v.decode().unwrap()),
+        Some(typha_protocol::model::Value::Config("10.244.7.1".into()))
+    );
+    assert!(
+        !p.state.keys().any(|k| k.as_str().contains("10.99.0.0")),
+        "IPAM blocks are not read with host-local IPAM"
+    );
+    delete(&admin, "v1", "Node", "", "node-p").await;
+    p.until("the node's block deleted with it", |p| {
+        !p.state.contains_key(block) && !p.state.contains_key(tunnel)
+    })
+    .await;
+    srv.shutdown().await;
+}

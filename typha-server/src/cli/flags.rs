@@ -48,6 +48,12 @@ pub struct Cli {
     /// service account, else `$KUBECONFIG` / `~/.kube/config`).
     #[arg(long, env = "TYPHA_K8SAPIENDPOINT")]
     pub k8s_api_endpoint: Option<String>,
+    /// Host-local IPAM from the nodes' pod CIDRs (Calico's `USE_POD_CIDR`, the same variable
+    /// Calico's Typha reads), with `TYPHA_DATASTORETYPE=kubernetes`: IPAM blocks and block
+    /// affinities are not read; each node's pod CIDRs are sent as its blocks, and its IPIP
+    /// tunnel address is its pod CIDR's first address.
+    #[arg(long, env = "USE_POD_CIDR", default_value = "false", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub use_pod_cidr: bool,
     /// Upstream typha servers (`host:port`, comma-separated) for `TYPHA_DATASTORETYPE=typha`:
     /// this server is fed by them instead of a datastore (tiered fan-out).
     #[arg(long, env = "TYPHA_UPSTREAMADDR", value_delimiter = ',')]

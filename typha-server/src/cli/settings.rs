@@ -90,6 +90,7 @@ impl Cli {
                         Some(url.to_owned())
                     }
                 },
+                use_pod_cidr: self.use_pod_cidr,
             },
             other => {
                 return Err(bad(

@@ -344,3 +344,31 @@ fn the_default_manifests_folder_is_relative_to_the_working_directory() {
     assert_eq!(dir, PathBuf::from(DEFAULT_EMBEDDED_DIR));
     assert!(dir.is_relative());
 }
+
+#[test]
+fn kubernetes_settings_with_host_local_ipam() {
+    let c = parse(&["--datastore-type", "kubernetes"]).unwrap();
+    assert_eq!(
+        c.datastore,
+        DatastoreConfig::Kubernetes {
+            api_endpoint: None,
+            use_pod_cidr: false
+        }
+    );
+    let c = parse(&[
+        "--datastore-type",
+        "kubernetes",
+        "--k8s-api-endpoint",
+        "https://10.96.0.1:443",
+        "--use-pod-cidr",
+        "true",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.datastore,
+        DatastoreConfig::Kubernetes {
+            api_endpoint: Some("https://10.96.0.1:443".into()),
+            use_pod_cidr: true
+        }
+    );
+}

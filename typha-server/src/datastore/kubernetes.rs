@@ -135,8 +135,13 @@ enum Conversion {
     ServiceAccount,
     /// A pod: its workload endpoint.
     Pod,
-    /// A node: Calico's node (addresses, and what calico-node annotated).
-    Node,
+    /// A node: Calico's node (addresses, and what calico-node annotated); with `pod_cidr`
+    /// (`USE_POD_CIDR`, host-local IPAM) its IPIP tunnel address from its pod CIDR and its pod
+    /// CIDRs as its IPAM blocks.
+    Node {
+        /// Host-local IPAM.
+        pod_cidr: bool,
+    },
     /// A `networking.k8s.io/v1` NetworkPolicy: Calico's `knp.default.<name>`.
     NetworkPolicy,
     /// A Service: carried for Felix.
@@ -174,6 +179,7 @@ pub struct Kubernetes {
     missing: Arc<Mutex<Vec<bool>>>,
     page_size: u32,
     crd_poll: Duration,
+    use_pod_cidr: bool,
 }
 
 impl std::fmt::Debug for Kubernetes {
@@ -187,7 +193,15 @@ impl std::fmt::Debug for Kubernetes {
 impl Kubernetes {
     /// A backend reading through `client`. Nothing is requested until the first listing.
     pub async fn new(client: Client) -> Self {
-        let sources = Self::sources();
+        Self::with_pod_cidr(client, false)
+    }
+
+    /// A backend for a cluster that uses host-local IPAM from the nodes' pod CIDRs (Calico's
+    /// `USE_POD_CIDR`, `K8sUsePodCIDR`), when `use_pod_cidr`: as Calico's syncers then do, IPAM
+    /// blocks and block affinities are not read; each node's pod CIDRs are its blocks, and
+    /// its IPIP tunnel address is the first address of its pod CIDR.
+    pub fn with_pod_cidr(client: Client, use_pod_cidr: bool) -> Self {
+        let sources = Self::sources(use_pod_cidr);
         let marks = Arc::new(Mutex::new(vec![0; sources.len()]));
         let missing = Arc::new(Mutex::new(vec![false; sources.len()]));
         Self {
@@ -197,13 +211,20 @@ impl Kubernetes {
             missing,
             page_size: PAGE_SIZE,
             crd_poll: MISSING_CRD_POLL,
+            use_pod_cidr,
         }
     }
 
+    /// Whether the nodes' pod CIDRs are the IPAM blocks ([`Kubernetes::with_pod_cidr`]).
+    pub fn uses_pod_cidr(&self) -> bool {
+        self.use_pod_cidr
+    }
+
     /// Every source read, in order.
-    fn sources() -> Vec<Source> {
+    fn sources(use_pod_cidr: bool) -> Vec<Source> {
         let mut sources: Vec<Source> = CRD_KINDS
             .into_iter()
+            .filter(|k| !(use_pod_cidr && matches!(k, Kind::IpamBlock | Kind::BlockAffinity)))
             .map(|kind| Source {
                 resource: ApiResource::from_gvk_with_plural(
                     &GroupVersionKind::gvk(CRD_GROUP, "v1", kind.as_str()),
@@ -220,7 +241,12 @@ impl Kubernetes {
                     Conversion::ServiceAccount,
                 ),
                 (ApiResource::erase::<Pod>(&()), Conversion::Pod),
-                (ApiResource::erase::<Node>(&()), Conversion::Node),
+                (
+                    ApiResource::erase::<Node>(&()),
+                    Conversion::Node {
+                        pod_cidr: use_pod_cidr,
+                    },
+                ),
                 (
                     ApiResource::erase::<K8sNetworkPolicy>(&()),
                     Conversion::NetworkPolicy,
@@ -242,7 +268,8 @@ impl Kubernetes {
     /// What this backend reads, as (API group, plural) pairs (`""` for the core group): the
     /// resources its ServiceAccount needs get, list and watch on.
     pub fn resources() -> Vec<(String, String)> {
-        Self::sources()
+        // With Calico IPAM: the most it reads (host-local IPAM reads less).
+        Self::sources(false)
             .into_iter()
             .map(|s| (s.resource.group, s.resource.plural))
             .collect()
@@ -252,7 +279,7 @@ impl Kubernetes {
     /// `/apis/crd.projectcalico.org/v1/ippools`): what a client that lists and watches for
     /// itself, as Felix does without Typha, asks for.
     pub fn collection_paths() -> Vec<String> {
-        Self::sources()
+        Self::sources(false)
             .into_iter()
             .map(|s| {
                 if s.resource.group.is_empty() {

@@ -116,12 +116,15 @@ pub async fn open(cfg: &DatastoreConfig) -> Result<Opened, OpenError> {
             info!(?endpoints, tls = tls.is_some(), "etcd datastore");
             Arc::new(e)
         }
-        DatastoreConfig::Kubernetes { api_endpoint } => {
+        DatastoreConfig::Kubernetes {
+            api_endpoint,
+            use_pod_cidr,
+        } => {
             let client = kube_client(api_endpoint.as_deref())
                 .await
                 .map_err(|source| OpenError::Kubernetes { source })?;
-            info!(api = ?api_endpoint, "kubernetes datastore");
-            Arc::new(Kubernetes::new(client).await)
+            info!(api = ?api_endpoint, use_pod_cidr, "kubernetes datastore");
+            Arc::new(Kubernetes::with_pod_cidr(client, *use_pod_cidr))
         }
         DatastoreConfig::Upstream(_) => return Err(OpenError::Upstream),
     };

@@ -261,6 +261,26 @@ pub(super) fn node(
         wireguard_public_key_v6: s.status.wireguard_public_key_v6.clone(),
         pod_cidrs: s.status.pod_cidrs.clone(),
     };
+    if s.status.pod_cidr_blocks {
+        // Host-local IPAM: each pod CIDR is a block affine to this node, with no allocations
+        // (Calico's felix node processor with K8sUsePodCIDR). One that does not parse is
+        // skipped, as Calico skips it.
+        for cidr in &s.status.pod_cidrs {
+            if let Ok(net) = cidr.parse::<IpNet>() {
+                let net = net.trunc();
+                out.push((
+                    Key::Block(BlockKey { cidr: net }),
+                    Value::Block(Block {
+                        cidr: net,
+                        affinity: Some(format!("host:{name}")),
+                        allocated: 0,
+                        deleted: false,
+                        table: AllocationTable::default(),
+                    }),
+                ));
+            }
+        }
+    }
     out.push((
         Key::Resource(ResourceKey {
             kind: ResourceKind::Node,

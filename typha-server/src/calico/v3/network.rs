@@ -269,9 +269,14 @@ pub struct NodeStatusSpec {
         skip_serializing_if = "String::is_empty"
     )]
     pub wireguard_public_key_v6: String,
-    /// Pod CIDRs (Kubernetes datastore with `K8sUsePodCIDR`).
+    /// The Kubernetes node's pod CIDRs (Kubernetes datastore).
     #[serde(rename = "podCIDRs", skip_serializing_if = "Vec::is_empty")]
     pub pod_cidrs: Vec<String>,
+    /// Not part of the resource: set by the Kubernetes datastore with `USE_POD_CIDR` (host-local
+    /// IPAM), where the pod CIDRs are this node's IPAM blocks, as Calico's felix syncer then
+    /// makes them.
+    #[serde(skip)]
+    pub pod_cidr_blocks: bool,
 }
 
 /// ClusterInformation spec.

@@ -81,9 +81,9 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
                 None => return (Some(id), None),
             }
         }
-        Conversion::Node => {
+        Conversion::Node { pod_cidr } => {
             let id = ResourceId::global(Kind::Node, name.clone());
-            let spec = node_spec(o);
+            let spec = node_spec(o, pod_cidr);
             let metadata = json!({"name": name, "labels": labels});
             let mut doc = v3_doc(Kind::Node, metadata, spec);
             if let Some(d) = doc.as_object_mut() {
@@ -121,10 +121,15 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             (id, v3_doc(kind, metadata, k8s_policy_spec(o)))
         }
     };
-    let item = Resource::from_json(doc).map_err(|e| Invalid {
+    let mut item = Resource::from_json(doc).map_err(|e| Invalid {
         id: Some(id.clone()),
         reason: e.to_string(),
     });
+    if let (Conversion::Node { pod_cidr: true }, Ok(r)) = (c, item.as_mut())
+        && let crate::calico::v3::Spec::Node(n) = &mut r.spec
+    {
+        n.status.pod_cidr_blocks = true;
+    }
     (Some(id), Some(item))
 }
 
@@ -253,12 +258,21 @@ pub(super) fn pod_spec(
 /// BGP ones as `CalicoNodeIP`, then the node's internal and external ones) and interfaces.
 /// An annotation whose value is not of its type is ignored, as Calico ignores it, rather than
 /// making the node invalid.
-pub(super) fn node_spec(o: &DynamicObject) -> Value {
+///
+/// With host-local IPAM (`pod_cidr`) and a pod CIDR, as Calico's driver then does: the IPIP
+/// tunnel address is the pod CIDR's first address plus one (none for an IPv6 pod CIDR), and so
+/// is the WireGuard IPv4 interface address when the node has a WireGuard public key; the
+/// annotations for those are not read.
+pub(super) fn node_spec(o: &DynamicObject, pod_cidr: bool) -> Value {
     let annotations = o.meta().annotations.clone().unwrap_or_default();
     let get = |k: &str| calico_annotation(o, k);
     let name = o.meta().name.clone().unwrap_or_default();
     let mut spec = Map::new();
     let (v4, v6) = (get("IPv4Address"), get("IPv6Address"));
+    let host_local = at(&o.data, "/spec/podCIDR")
+        .as_str()
+        .filter(|c| pod_cidr && !c.is_empty())
+        .map(static_tunnel_address);
     let mut bgp = Map::new();
     for (field, annotation) in [
         ("ipv4Address", "IPv4Address"),
@@ -266,7 +280,10 @@ pub(super) fn node_spec(o: &DynamicObject) -> Value {
         ("ipv4IPIPTunnelAddr", "IPv4IPIPTunnelAddr"),
         ("routeReflectorClusterID", "RouteReflectorClusterID"),
     ] {
-        let v = get(annotation);
+        let v = match (field, &host_local) {
+            ("ipv4IPIPTunnelAddr", Some(t)) => t.clone(),
+            _ => get(annotation),
+        };
         if !v.is_empty() {
             bgp.insert(field.into(), v.into());
         }
@@ -292,10 +309,14 @@ pub(super) fn node_spec(o: &DynamicObject) -> Value {
         "orchRefs".into(),
         json!([{"nodeName": name, "orchestrator": "k8s"}]),
     );
-    let (wg4, wg6) = (
-        get("IPv4WireguardInterfaceAddr"),
-        get("IPv6WireguardInterfaceAddr"),
-    );
+    let (wg4, wg6) = match &host_local {
+        Some(t) if !get("WireguardPublicKey").is_empty() => (t.clone(), String::new()),
+        Some(_) => (String::new(), String::new()),
+        None => (
+            get("IPv4WireguardInterfaceAddr"),
+            get("IPv6WireguardInterfaceAddr"),
+        ),
+    };
     if !wg4.is_empty() || !wg6.is_empty() {
         spec.insert(
             "wireguard".into(),
@@ -378,6 +399,16 @@ fn annotation_valid(name: &str, v: &str) -> bool {
             v.is_empty() || v.parse::<typha_protocol::model::Mac>().is_ok()
         }
         _ => true,
+    }
+}
+
+/// Host-local IPAM's tunnel address for a pod CIDR: its first address plus one (`10.244.1.0/24`
+/// → `10.244.1.1`); empty for an IPv6 CIDR or one that does not parse (Calico then fails the
+/// node; here it just has no tunnel address).
+fn static_tunnel_address(cidr: &str) -> String {
+    match cidr.parse::<ipnet::IpNet>().map(|n| n.addr()) {
+        Ok(IpAddr::V4(a)) => std::net::Ipv4Addr::from(u32::from(a).wrapping_add(1)).to_string(),
+        _ => String::new(),
     }
 }
 

@@ -137,7 +137,10 @@ fn a_node_takes_its_addresses_and_calicos_annotations() {
             "projectcalico.org/IPv4VXLANTunnelAddr": "10.244.1.0"}},
         "status": {"addresses": [{"type": "InternalIP", "address": "172.16.0.5"},
                                  {"type": "Hostname", "address": "node-1"}]}}));
-    let r = convert(Conversion::Node, &node).1.unwrap().unwrap();
+    let r = convert(Conversion::Node { pod_cidr: false }, &node)
+        .1
+        .unwrap()
+        .unwrap();
     assert_eq!(r.id(), ResourceId::global(Kind::Node, "node-1"));
     let Spec::Node(n) = &r.spec else {
         panic!("{r:?}")
@@ -163,7 +166,10 @@ fn a_node_takes_its_addresses_and_calicos_annotations() {
     let bare = object(json!({"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "node-2"},
         "status": {"addresses": [{"type": "InternalIP", "address": "172.16.0.6"}]}}));
-    let r = convert(Conversion::Node, &bare).1.unwrap().unwrap();
+    let r = convert(Conversion::Node { pod_cidr: false }, &bare)
+        .1
+        .unwrap()
+        .unwrap();
     let Spec::Node(n) = &r.spec else {
         panic!("{r:?}")
     };
@@ -194,7 +200,10 @@ fn a_node_takes_everything_calicos_driver_reads() {
             "projectcalico.org/Interfaces": "[{\"name\":\"eth0\",\"addresses\":[\"172.16.0.5\",\"junk\"]}]"}},
         "spec": {"podCIDRs": ["10.244.1.0/24"]},
         "status": {"addresses": [{"type": "ExternalIP", "address": "203.0.113.5"}]}}));
-    let r = convert(Conversion::Node, &node).1.unwrap().unwrap();
+    let r = convert(Conversion::Node { pod_cidr: false }, &node)
+        .1
+        .unwrap()
+        .unwrap();
     let Spec::Node(n) = &r.spec else {
         panic!("{r:?}")
     };
@@ -280,7 +289,7 @@ fn a_kubernetes_network_policy_becomes_calicos_knp() {
 
 #[test]
 fn gone_is_too_old_and_the_rest_refused() {
-    let k = Kubernetes::sources();
+    let k = Kubernetes::sources(false);
     let pods = k
         .iter()
         .find(|s| matches!(s.conversion, Conversion::Pod))
@@ -305,7 +314,7 @@ fn gone_is_too_old_and_the_rest_refused() {
 
 #[test]
 fn forbidden_names_the_resource_and_the_verb() {
-    let k = Kubernetes::sources();
+    let k = Kubernetes::sources(false);
     let knp = k
         .iter()
         .find(|s| matches!(s.conversion, Conversion::NetworkPolicy))
@@ -408,5 +417,95 @@ fn what_is_read() {
             resources.contains(&(group.to_owned(), plural.to_owned())),
             "{group}/{plural}"
         );
+    }
+}
+
+/// Host-local IPAM (`USE_POD_CIDR`), as Calico's driver and felix node processor do it: the
+/// IPIP tunnel address (and the WireGuard one, with a key) is the pod CIDR's first address
+/// plus one, not the annotations; each pod CIDR becomes a block affine to the node; IPAM
+/// blocks and affinities are not read.
+#[test]
+fn with_pod_cidrs_a_nodes_cidrs_are_its_blocks_and_its_tunnel_address() {
+    let node = |annotations: serde_json::Value| {
+        object(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-1", "annotations": annotations},
+            "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd00:244:1::/64"]}}))
+    };
+    let annotated = json!({
+        "projectcalico.org/IPv4IPIPTunnelAddr": "10.9.9.9",
+        "projectcalico.org/IPv4WireguardInterfaceAddr": "10.9.9.8",
+        "projectcalico.org/WireguardPublicKey": "jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY="});
+    let r = convert(
+        Conversion::Node { pod_cidr: true },
+        &node(annotated.clone()),
+    )
+    .1
+    .unwrap()
+    .unwrap();
+    let Spec::Node(n) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!(n.bgp.as_ref().unwrap().ipv4_ipip_tunnel_addr, "10.244.1.1");
+    assert_eq!(
+        n.wireguard.as_ref().unwrap().interface_ipv4_address,
+        "10.244.1.1"
+    );
+    assert!(n.status.pod_cidr_blocks);
+    let kvs = crate::calico::convert::convert(&r).unwrap();
+    let blocks: Vec<(String, typha_protocol::model::Value)> = kvs
+        .iter()
+        .filter(|(k, _)| matches!(k, typha_protocol::model::Key::Block(_)))
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    assert_eq!(
+        blocks.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+        [
+            "/calico/ipam/v2/assignment/ipv4/block/10.244.1.0-24",
+            "/calico/ipam/v2/assignment/ipv6/block/fd00:244:1::-64"
+        ]
+    );
+    let typha_protocol::model::Value::Block(b) = &blocks[0].1 else {
+        panic!("{blocks:?}")
+    };
+    assert_eq!(b.affinity.as_deref(), Some("host:node-1"));
+    assert_eq!((b.allocated, b.deleted), (0, false));
+    assert!(b.table.is_empty());
+
+    // Without a WireGuard key there is no WireGuard address; without the setting, the
+    // annotations as before and no blocks.
+    let r = convert(Conversion::Node { pod_cidr: true }, &node(json!({})))
+        .1
+        .unwrap()
+        .unwrap();
+    let Spec::Node(n) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert!(n.wireguard.is_none());
+    let r = convert(Conversion::Node { pod_cidr: false }, &node(annotated))
+        .1
+        .unwrap()
+        .unwrap();
+    let Spec::Node(n) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!(n.bgp.as_ref().unwrap().ipv4_ipip_tunnel_addr, "10.9.9.9");
+    assert!(!n.status.pod_cidr_blocks);
+    let kvs = crate::calico::convert::convert(&r).unwrap();
+    assert!(
+        !kvs.iter()
+            .any(|(k, _)| matches!(k, typha_protocol::model::Key::Block(_)))
+    );
+
+    let kinds = |pod_cidr| -> Vec<Conversion> {
+        Kubernetes::sources(pod_cidr)
+            .into_iter()
+            .map(|s| s.conversion)
+            .collect()
+    };
+    for pod_cidr in [false, true] {
+        let reads_blocks = kinds(pod_cidr)
+            .iter()
+            .any(|c| matches!(c, Conversion::Crd(Kind::IpamBlock | Kind::BlockAffinity)));
+        assert_eq!(reads_blocks, !pod_cidr);
     }
 }
