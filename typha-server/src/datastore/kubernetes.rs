@@ -89,9 +89,11 @@ use missing::*;
 pub const CRD_GROUP: &str = "crd.projectcalico.org";
 
 /// The Calico kinds stored as CRDs in [`CRD_GROUP`]`/v1`.
-pub const CRD_KINDS: [Kind; 14] = [
+pub const CRD_KINDS: [Kind; 16] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
+    Kind::StagedNetworkPolicy,
+    Kind::StagedGlobalNetworkPolicy,
     Kind::NetworkSet,
     Kind::GlobalNetworkSet,
     Kind::HostEndpoint,
