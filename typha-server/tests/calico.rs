@@ -287,6 +287,110 @@ async fn each_syncer_type_reaches_in_sync_with_the_translated_cache() {
     srv.shutdown().await;
 }
 
+/// Staged policies reach a felix client of Calico's protocol as Calico v3.32's felix syncer
+/// sends them: at `model.PolicyKey`'s path for the staged kind (the namespace empty for the
+/// cluster-wide kind), the value a `model.Policy` with `staged_action`; a staged deletion is
+/// not sent; a change of action and a staged deletion of a policy sent before arrive as an
+/// update and a deletion. Expected keys and values written by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_policies_reach_a_felix_client_as_calico_sends_them() {
+    let p = pki();
+    let (srv, store) = tls_server(&p).await;
+    let staged = |kind: &str, name: &str, spec: serde_json::Value| {
+        let mut metadata = serde_json::json!({"name": name});
+        if kind == "StagedNetworkPolicy" {
+            metadata["namespace"] = "ns-a".into();
+        }
+        res(
+            serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": kind,
+                               "metadata": metadata, "spec": spec}),
+        )
+    };
+    let snp = |action: &str| {
+        staged(
+            "StagedNetworkPolicy",
+            "preview",
+            serde_json::json!({"stagedAction": action, "order": 10, "selector": "app == 'web'",
+                               "ingress": [{"action": "Allow"}]}),
+        )
+    };
+    store.put(snp("Set"));
+    store.put(staged(
+        "StagedGlobalNetworkPolicy",
+        "preview",
+        serde_json::json!({"stagedAction": "Learn", "selector": "all()",
+                           "egress": [{"action": "Deny"}]}),
+    ));
+    store.put(staged(
+        "StagedNetworkPolicy",
+        "gone",
+        serde_json::json!({"stagedAction": "Delete"}),
+    ));
+    loaded(&srv, &store).await;
+    let snp_key = "/calico/v1/policy/StagedNetworkPolicy/ns-a/preview";
+    let sgnp_key = "/calico/v1/policy/StagedGlobalNetworkPolicy//preview";
+    let snp_value = |action: &str| {
+        format!(
+            r#"{{"namespace":"ns-a","tier":"default","order":10,"inbound_rules":[{{"action":"allow"}}],"selector":"(app == \"web\" \u0026\u0026 projectcalico.org/namespace == \"ns-a\")","types":["ingress"],"staged_action":"{action}"}}"#
+        )
+    };
+    let sgnp_value = r#"{"tier":"default","outbound_rules":[{"action":"deny"}],"selector":"all()","types":["egress"],"staged_action":"Learn"}"#;
+
+    let out = out_file(&p, "staged-snapshot");
+    wait(calico_peer(
+        &p,
+        &srv,
+        SyncerType::Felix,
+        &out,
+        &["--until-in-sync", "--duration", "20s"],
+    ))
+    .await;
+    let (got, summary) = read_state(&out);
+    assert_eq!(summary["inSync"], true, "{summary}");
+    assert_eq!(
+        got.get(snp_key).map(|v| v.0.as_str()),
+        Some(&*snp_value("Set"))
+    );
+    assert_eq!(got.get(sgnp_key).map(|v| v.0.as_str()), Some(sgnp_value));
+    assert!(
+        got.keys().all(|k| !k.contains("/gone")),
+        "a staged deletion is not sent"
+    );
+    assert_same(&got, &expected(&srv, SyncerType::Felix), "staged snapshot");
+
+    // Changes after the snapshot: the action changes, then the deletion of the other is staged.
+    let out = out_file(&p, "staged-changes");
+    let child = calico_peer(&p, &srv, SyncerType::Felix, &out, &["--duration", "6s"]);
+    eventually("the Calico client streaming", || {
+        srv.metrics.calico_connections(SyncerType::Felix).get() == 1
+    })
+    .await;
+    store.put(snp("Ignore"));
+    store.put(staged(
+        "StagedGlobalNetworkPolicy",
+        "preview",
+        serde_json::json!({"stagedAction": "Delete"}),
+    ));
+    loaded(&srv, &store).await;
+    wait(child).await;
+    let (got, summary) = read_state(&out);
+    assert_eq!(summary["inSync"], true, "{summary}");
+    assert!(
+        summary["deletionsReceived"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    assert_eq!(
+        got.get(snp_key).map(|v| v.0.as_str()),
+        Some(&*snp_value("Ignore"))
+    );
+    assert!(
+        !got.contains_key(sgnp_key),
+        "the staged deletion deleted the key"
+    );
+    assert_same(&got, &expected(&srv, SyncerType::Felix), "staged changes");
+    srv.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_reaches_every_syncer_type_next_to_our_own_client() {
     let p = pki();

@@ -194,6 +194,36 @@ async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
     common::etcd::put_raw(&mut c, "globalnetworksets/impostor", valid.as_bytes()).await;
     // A kind this server does not serve: skipped, not invalid.
     common::etcd::put_raw(&mut c, "ipreservations/r-1", b"{}").await;
+    // Staged policies: an action Calico does not have and a selector that does not parse are
+    // invalid; a staged deletion is valid and sends nothing.
+    let staged = |kind: &str, metadata: serde_json::Value, spec: serde_json::Value| {
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": kind,
+                           "metadata": metadata, "spec": spec})
+        .to_string()
+    };
+    let bad_action = staged(
+        "StagedNetworkPolicy",
+        serde_json::json!({"name": "p", "namespace": "ns"}),
+        serde_json::json!({"stagedAction": "Remove", "selector": "all()"}),
+    );
+    let bad_selector = staged(
+        "StagedGlobalNetworkPolicy",
+        serde_json::json!({"name": "g"}),
+        serde_json::json!({"stagedAction": "Set", "selector": "a =="}),
+    );
+    let deletion = staged(
+        "StagedNetworkPolicy",
+        serde_json::json!({"name": "d", "namespace": "ns"}),
+        serde_json::json!({"stagedAction": "Delete", "selector": "a =="}),
+    );
+    common::etcd::put_raw(&mut c, "stagednetworkpolicies/ns/p", bad_action.as_bytes()).await;
+    common::etcd::put_raw(
+        &mut c,
+        "stagedglobalnetworkpolicies/g",
+        bad_selector.as_bytes(),
+    )
+    .await;
+    common::etcd::put_raw(&mut c, "stagednetworkpolicies/ns/d", deletion.as_bytes()).await;
 
     let ds = Arc::new(backend(&etcd).await);
     let srv = start(Config::for_tests(), ds).await.unwrap();
@@ -204,7 +234,7 @@ async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
         p.digest.combined() == want.0 && p.status == Some(SyncStatus::InSync)
     })
     .await;
-    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 3.0);
+    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 5.0);
 
     // A resource overwritten with garbage is gone (and counted); fixed, it is back.
     let victim = good[0].clone();
@@ -214,7 +244,7 @@ async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
         p.digest.combined() == without.0
     })
     .await;
-    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 4.0);
+    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 6.0);
     common::etcd::put(&mut c, &victim).await;
     p.until("the fixed resource to return", |p| {
         p.digest.combined() == want.0

@@ -60,6 +60,8 @@ pub fn plural_of(kind: &str) -> String {
     match kind {
         "NetworkPolicy" => "networkpolicies".into(),
         "GlobalNetworkPolicy" => "globalnetworkpolicies".into(),
+        "StagedNetworkPolicy" => "stagednetworkpolicies".into(),
+        "StagedGlobalNetworkPolicy" => "stagedglobalnetworkpolicies".into(),
         "IPPool" => "ippools".into(),
         "IPAMBlock" => "ipamblocks".into(),
         "BlockAffinity" => "blockaffinities".into(),

@@ -44,6 +44,12 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::GlobalNetworkPolicy(s) => {
             policy::policy(&cx, PolicyKind::GlobalNetworkPolicy, None, name, s)
         }
+        Spec::StagedNetworkPolicy(s) => {
+            policy::staged_policy(&cx, PolicyKind::StagedNetworkPolicy, Some(&ns), name, s)
+        }
+        Spec::StagedGlobalNetworkPolicy(s) => {
+            policy::staged_policy(&cx, PolicyKind::StagedGlobalNetworkPolicy, None, name, s)
+        }
         Spec::Profile(s) => policy::profile(&cx, name, s),
         Spec::NetworkSet(s) => network::network_set(&cx, meta, &ns, s),
         Spec::GlobalNetworkSet(s) => network::global_network_set(&cx, meta, s),

@@ -1,4 +1,5 @@
-//! Policies (namespaced, global and Kubernetes) and profiles; their rules are in [`super::rule`].
+//! Policies (namespaced, global, Kubernetes and staged) and profiles; their rules are in
+//! [`super::rule`].
 
 use typha_protocol::model::{
     Key, Policy, PolicyKey, PolicyKind, PolicyType, ProfileKey, ProfileRules,
@@ -8,7 +9,9 @@ use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
 use super::context::{ConvertError, Cx};
 use super::rule::rules;
-use crate::calico::v3::{ObjectMeta, PolicySpec, ProfileSpec, TierSpec};
+use crate::calico::v3::{
+    ObjectMeta, PolicySpec, ProfileSpec, StagedAction, StagedPolicySpec, TierSpec,
+};
 
 /// A policy of `kind`; `ns` is its namespace, `None` for a global policy.
 pub(super) fn policy(
@@ -98,6 +101,29 @@ pub(super) fn policy(
             staged_action: None,
         }),
     )])
+}
+
+/// A staged policy of `kind` (`ns` as for [`policy`]): as Calico's felix syncer sends it, the
+/// policy it stages converted as that policy is, keyed by the staged kind and its own name, with
+/// `staged_action` when one is given. A staged deletion (`stagedAction: Delete`) sends nothing:
+/// Calico gives it no value, so its key is deleted, and its other fields are not looked at.
+pub(super) fn staged_policy(
+    cx: &Cx<'_>,
+    kind: PolicyKind,
+    ns: Option<&str>,
+    name: &str,
+    s: &StagedPolicySpec,
+) -> Result<Vec<(Key, Value)>, ConvertError> {
+    if s.staged_action == Some(StagedAction::Delete) {
+        return Ok(Vec::new());
+    }
+    let mut kvs = policy(cx, kind, ns, name, &s.policy)?;
+    for (_, v) in &mut kvs {
+        if let Value::Policy(p) = v {
+            p.staged_action = s.staged_action.map(|a| a.as_str().to_owned());
+        }
+    }
+    Ok(kvs)
 }
 
 /// A profile's rules, and its labels when it has any (none is a deletion of the labels key).

@@ -1,7 +1,9 @@
 //! The conversion, resource by resource: keys, values, and errors that name the field.
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use typha_protocol::model::{EncapMode, Key, Policy, PolicyType, Port, Value};
+use typha_protocol::model::{
+    EncapMode, Key, Policy, PolicyKey, PolicyKind, PolicyType, Port, Value,
+};
 use typha_protocol::selector::NAMESPACE_LABEL;
 
 use super::config::go_duration_secs;
@@ -395,4 +397,187 @@ fn a_tier_is_carried_with_its_order_and_default_action() {
         calico[0].value.as_deref(),
         Some(&br#"{"order":1000,"defaultAction":"Pass"}"#[..])
     );
+}
+
+/// Staged policies as Calico v3.32's staged update processors make them: the staged policy's
+/// own kind and name in the key (no `staged:` prefix: that is only in the pre-3.30 key), the
+/// value converted as the policy it stages (selectors folded by the same rules), and
+/// `staged_action` copied when one is given.
+#[test]
+fn staged_policies_convert_as_the_policy_they_stage_with_their_action() {
+    let kvs = one(r#"
+apiVersion: projectcalico.org/v3
+kind: StagedNetworkPolicy
+metadata: {name: allow-web, namespace: prod}
+spec:
+  stagedAction: Set
+  tier: default
+  order: 10
+  selector: app == 'web'
+  serviceAccountSelector: role == 'api'
+  ingress:
+    - action: Allow
+      source: {selector: app == 'frontend'}
+"#)
+    .unwrap();
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(
+        kvs[0].0,
+        Key::Policy(PolicyKey {
+            kind: PolicyKind::StagedNetworkPolicy,
+            namespace: Some("prod".into()),
+            name: "allow-web".into(),
+        })
+    );
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/v1/policy/StagedNetworkPolicy/prod/allow-web"
+    );
+    let p = policy(&kvs);
+    assert_eq!(
+        p.selector,
+        r#"(app == "web" && projectcalico.org/namespace == "prod" && pcsa.role == "api")"#
+    );
+    assert_eq!(p.staged_action.as_deref(), Some("Set"));
+    assert_eq!((p.tier.as_str(), p.order), ("default", Some(10.0)));
+    assert_eq!(p.types, vec![PolicyType::Ingress]);
+    assert_eq!(
+        p.inbound_rules[0].src.selector,
+        r#"(projectcalico.org/namespace == "prod" && app == "frontend")"#
+    );
+    // The same spec as an enforced NetworkPolicy converts to the same value but for the action.
+    let enforced = one(r#"
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: allow-web, namespace: prod}
+spec:
+  tier: default
+  order: 10
+  selector: app == 'web'
+  serviceAccountSelector: role == 'api'
+  ingress:
+    - action: Allow
+      source: {selector: app == 'frontend'}
+"#)
+    .unwrap();
+    let mut unstaged = p.clone();
+    unstaged.staged_action = None;
+    assert_eq!(&unstaged, policy(&enforced));
+    // What a felix syncer client of Calico's protocol gets: model.PolicyKey's path with the
+    // staged kind, and the pre-3.30 key with the `staged:` prefix in the name.
+    let calico = crate::calico::libcalico::calico_kvs(&kvs[0].0, &kvs[0].1);
+    assert_eq!(calico.len(), 1);
+    assert_eq!(
+        &*calico[0].key,
+        "/calico/v1/policy/StagedNetworkPolicy/prod/allow-web"
+    );
+    assert_eq!(
+        calico[0].legacy_key.as_deref(),
+        Some("/calico/v1/policy/tier/default/policy/prod%2fstaged:allow-web")
+    );
+    assert_eq!(
+        std::str::from_utf8(calico[0].value.as_ref().unwrap()).unwrap(),
+        r#"{"namespace":"prod","tier":"default","order":10,"inbound_rules":[{"action":"allow","src_selector":"(projectcalico.org/namespace == \"prod\" \u0026\u0026 app == \"frontend\")"}],"selector":"(app == \"web\" \u0026\u0026 projectcalico.org/namespace == \"prod\" \u0026\u0026 pcsa.role == \"api\")","types":["ingress"],"staged_action":"Set"}"#
+    );
+
+    let kvs = one(r#"
+apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata: {name: g}
+spec:
+  stagedAction: Learn
+  tier: security
+  namespaceSelector: team == 'web'
+  doNotTrack: true
+  ingress: [{action: Deny}]
+"#)
+    .unwrap();
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/v1/policy/StagedGlobalNetworkPolicy/g"
+    );
+    let p = policy(&kvs);
+    assert_eq!(p.selector, r#"pcns.team == "web""#);
+    assert_eq!(p.namespace, "");
+    assert_eq!(p.tier, "security");
+    assert!(p.untracked && p.apply_on_forward);
+    assert_eq!(p.staged_action.as_deref(), Some("Learn"));
+    let calico = crate::calico::libcalico::calico_kvs(&kvs[0].0, &kvs[0].1);
+    assert_eq!(
+        &*calico[0].key,
+        "/calico/v1/policy/StagedGlobalNetworkPolicy//g"
+    );
+    assert_eq!(
+        calico[0].legacy_key.as_deref(),
+        Some("/calico/v1/policy/tier/security/policy/staged:g")
+    );
+
+    // No stagedAction (or an empty one): none in the value, as Calico leaves the pointer nil.
+    for action in ["", "stagedAction: '', "] {
+        let kvs = one(&format!(
+            "apiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {{name: g}}\nspec: {{{action}selector: all()}}\n"
+        ))
+        .unwrap();
+        assert_eq!(policy(&kvs).staged_action, None, "{action:?}");
+        assert_eq!(policy(&kvs).selector, "all()");
+    }
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: StagedNetworkPolicy\nmetadata: {name: p, namespace: n}\nspec: {stagedAction: Ignore}\n").unwrap();
+    assert_eq!(policy(&kvs).staged_action.as_deref(), Some("Ignore"));
+    assert_eq!(
+        policy(&kvs).selector,
+        r#"projectcalico.org/namespace == "n""#
+    );
+}
+
+/// `stagedAction: Delete` stages the deletion of the enforced policy: Calico sends no value
+/// (the key is deleted), without looking at the rest of the spec.
+#[test]
+fn a_staged_deletion_sends_nothing() {
+    for kind in ["StagedNetworkPolicy", "StagedGlobalNetworkPolicy"] {
+        for spec in [
+            "{stagedAction: Delete}",
+            "{stagedAction: Delete, tier: security}",
+            "{stagedAction: Delete, selector: 'a in {', ingress: [{action: Allow, protocol: Bogus}]}",
+        ] {
+            let kvs = one(&format!(
+                "apiVersion: projectcalico.org/v3\nkind: {kind}\nmetadata: {{name: p, namespace: n}}\nspec: {spec}\n"
+            ))
+            .unwrap();
+            assert!(kvs.is_empty(), "{kind} {spec}: {kvs:?}");
+        }
+    }
+}
+
+/// An invalid staged policy is refused as an invalid policy is: an unknown action does not
+/// parse (Calico's CRD and validator allow only Set, Delete, Learn, Ignore), a bad selector
+/// or rule fails the conversion naming the field.
+#[test]
+fn invalid_staged_policies_are_refused() {
+    let doc = |spec: &str| {
+        yaml_documents(&format!(
+            "apiVersion: projectcalico.org/v3\nkind: StagedNetworkPolicy\nmetadata: {{name: p, namespace: n}}\nspec: {spec}\n"
+        ))
+        .unwrap()
+        .remove(0)
+    };
+    for spec in [
+        "{stagedAction: Remove}",
+        "{stagedAction: set}",
+        "{stagedAction: 1}",
+    ] {
+        let e = Resource::from_json(doc(spec)).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("StagedNetworkPolicy n/p: invalid spec"),
+            "{spec}: {e}"
+        );
+    }
+    let e = one("apiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {name: g}\nspec: {stagedAction: Set, namespaceSelector: 'a =='}\n").unwrap_err();
+    assert_eq!(e.field, "spec.namespaceSelector", "{e}");
+    assert!(
+        e.to_string().starts_with("StagedGlobalNetworkPolicy g: "),
+        "{e}"
+    );
+    let e = one("apiVersion: projectcalico.org/v3\nkind: StagedNetworkPolicy\nmetadata: {name: p, namespace: n}\nspec: {egress: [{action: Allow, destination: {ports: [80]}}]}\n").unwrap_err();
+    assert_eq!(e.field, "spec.egress[0]", "{e}");
 }

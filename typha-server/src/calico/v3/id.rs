@@ -19,6 +19,10 @@ pub enum Kind {
     GlobalNetworkPolicy,
     /// `networking.k8s.io/v1` NetworkPolicy, already converted to Calico's form.
     KubernetesNetworkPolicy,
+    /// A namespaced policy staged: previewed, not enforced.
+    StagedNetworkPolicy,
+    /// A cluster-wide policy staged: previewed, not enforced.
+    StagedGlobalNetworkPolicy,
     /// Profile (Kubernetes namespaces and service accounts become profiles).
     Profile,
     /// Namespaced network set.
@@ -59,11 +63,13 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 22] = [
         Kind::WorkloadEndpoint,
         Kind::NetworkPolicy,
         Kind::GlobalNetworkPolicy,
         Kind::KubernetesNetworkPolicy,
+        Kind::StagedNetworkPolicy,
+        Kind::StagedGlobalNetworkPolicy,
         Kind::Profile,
         Kind::NetworkSet,
         Kind::GlobalNetworkSet,
@@ -89,6 +95,8 @@ impl Kind {
             Kind::NetworkPolicy => "NetworkPolicy",
             Kind::GlobalNetworkPolicy => "GlobalNetworkPolicy",
             Kind::KubernetesNetworkPolicy => "KubernetesNetworkPolicy",
+            Kind::StagedNetworkPolicy => "StagedNetworkPolicy",
+            Kind::StagedGlobalNetworkPolicy => "StagedGlobalNetworkPolicy",
             Kind::Profile => "Profile",
             Kind::NetworkSet => "NetworkSet",
             Kind::GlobalNetworkSet => "GlobalNetworkSet",
@@ -120,6 +128,7 @@ impl Kind {
             Kind::WorkloadEndpoint
                 | Kind::NetworkPolicy
                 | Kind::KubernetesNetworkPolicy
+                | Kind::StagedNetworkPolicy
                 | Kind::NetworkSet
                 | Kind::KubernetesService
                 | Kind::KubernetesEndpointSlice
@@ -133,6 +142,8 @@ impl Kind {
             Kind::NetworkPolicy => "networkpolicies",
             Kind::GlobalNetworkPolicy => "globalnetworkpolicies",
             Kind::KubernetesNetworkPolicy => "kubernetesnetworkpolicies",
+            Kind::StagedNetworkPolicy => "stagednetworkpolicies",
+            Kind::StagedGlobalNetworkPolicy => "stagedglobalnetworkpolicies",
             Kind::Profile => "profiles",
             Kind::NetworkSet => "networksets",
             Kind::GlobalNetworkSet => "globalnetworksets",

@@ -32,7 +32,8 @@ pub use self::network::{
 };
 pub use self::policy::{
     ActionSpec, EntityRuleSpec, HttpPathSpec, HttpSpec, IcmpSpec, PolicySpec, PortSpec,
-    ProfileSpec, ProtocolSpec, RuleSpec, ServiceAccountMatch, ServiceSpec, TierSpec,
+    ProfileSpec, ProtocolSpec, RuleSpec, ServiceAccountMatch, ServiceSpec, StagedAction,
+    StagedPolicySpec, TierSpec,
 };
 pub use self::resource::{ObjectMeta, ParseError, Resource, Spec};
 pub use self::yaml::{YamlError, yaml_documents};

@@ -150,7 +150,8 @@ pub struct RuleSpec {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PolicySpec {
-    /// Tier (default `default`).
+    /// Tier (default `default`). Left out when empty, as Go's `omitempty` does.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub tier: String,
     /// Order.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -161,7 +162,9 @@ pub struct PolicySpec {
     pub namespace_selector: String,
     /// Service-account selector.
     pub service_account_selector: String,
-    /// `Ingress` and/or `Egress`.
+    /// `Ingress` and/or `Egress`. Left out when empty, as Go's `omitempty` does (Calico's
+    /// v3.32 CRDs refuse an empty list).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub types: Vec<String>,
     /// Ingress rules.
     pub ingress: Vec<RuleSpec>,
@@ -176,6 +179,56 @@ pub struct PolicySpec {
     pub apply_on_forward: bool,
     /// Performance hints.
     pub performance_hints: Vec<String>,
+}
+
+/// What a staged policy would do once enforced (`stagedAction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StagedAction {
+    /// Create the policy, or replace the enforced one of the same name.
+    Set,
+    /// Delete the enforced policy of the same name: Calico sends no policy for it.
+    Delete,
+    /// Learn (Calico Enterprise); sent as it is.
+    Learn,
+    /// Ignore (Calico Enterprise); sent as it is.
+    Ignore,
+}
+
+impl StagedAction {
+    /// As written in manifests and in the felix syncer's `staged_action`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StagedAction::Set => "Set",
+            StagedAction::Delete => "Delete",
+            StagedAction::Learn => "Learn",
+            StagedAction::Ignore => "Ignore",
+        }
+    }
+}
+
+/// StagedNetworkPolicy / StagedGlobalNetworkPolicy spec: the fields of the policy it stages,
+/// and its `stagedAction` (absent or `""`: none given; the Kubernetes CRD defaults it to `Set`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StagedPolicySpec {
+    /// The staged action; another value than Set, Delete, Learn or Ignore does not parse.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "staged_action"
+    )]
+    pub staged_action: Option<StagedAction>,
+    /// The policy's own fields.
+    #[serde(flatten)]
+    pub policy: PolicySpec,
+}
+
+/// `stagedAction`: `null` and `""` are none given (Go's `omitempty` string).
+fn staged_action<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<StagedAction>, D::Error> {
+    match Option::<String>::deserialize(d)?.as_deref() {
+        None | Some("") => Ok(None),
+        Some(s) => StagedAction::deserialize(serde::de::value::StrDeserializer::new(s)).map(Some),
+    }
 }
 
 /// Profile spec.

@@ -12,7 +12,7 @@ use super::network::{
     BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec, NodeSpec,
     NodeStatusSpec,
 };
-use super::policy::{PolicySpec, ProfileSpec, TierSpec};
+use super::policy::{PolicySpec, ProfileSpec, StagedPolicySpec, TierSpec};
 
 /// Object metadata (the parts we use).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -58,6 +58,8 @@ pub enum Spec {
     NetworkPolicy(PolicySpec),
     GlobalNetworkPolicy(PolicySpec),
     KubernetesNetworkPolicy(PolicySpec),
+    StagedNetworkPolicy(StagedPolicySpec),
+    StagedGlobalNetworkPolicy(StagedPolicySpec),
     Profile(ProfileSpec),
     NetworkSet(NetworkSetSpec),
     GlobalNetworkSet(NetworkSetSpec),
@@ -87,6 +89,8 @@ impl Resource {
             Spec::NetworkPolicy(_) => Kind::NetworkPolicy,
             Spec::GlobalNetworkPolicy(_) => Kind::GlobalNetworkPolicy,
             Spec::KubernetesNetworkPolicy(_) => Kind::KubernetesNetworkPolicy,
+            Spec::StagedNetworkPolicy(_) => Kind::StagedNetworkPolicy,
+            Spec::StagedGlobalNetworkPolicy(_) => Kind::StagedGlobalNetworkPolicy,
             Spec::Profile(_) => Kind::Profile,
             Spec::NetworkSet(_) => Kind::NetworkSet,
             Spec::GlobalNetworkSet(_) => Kind::GlobalNetworkSet,
@@ -186,6 +190,12 @@ impl Resource {
             Kind::KubernetesNetworkPolicy => {
                 Spec::KubernetesNetworkPolicy(serde_json::from_value(spec_json).map_err(bad)?)
             }
+            Kind::StagedNetworkPolicy => {
+                Spec::StagedNetworkPolicy(serde_json::from_value(spec_json).map_err(bad)?)
+            }
+            Kind::StagedGlobalNetworkPolicy => {
+                Spec::StagedGlobalNetworkPolicy(serde_json::from_value(spec_json).map_err(bad)?)
+            }
             Kind::Profile => Spec::Profile(serde_json::from_value(spec_json).map_err(bad)?),
             Kind::NetworkSet => Spec::NetworkSet(serde_json::from_value(spec_json).map_err(bad)?),
             Kind::GlobalNetworkSet => {
@@ -245,6 +255,9 @@ impl Resource {
             Spec::NetworkPolicy(s)
             | Spec::GlobalNetworkPolicy(s)
             | Spec::KubernetesNetworkPolicy(s) => serde_json::to_value(s),
+            Spec::StagedNetworkPolicy(s) | Spec::StagedGlobalNetworkPolicy(s) => {
+                serde_json::to_value(s)
+            }
             Spec::Profile(s) => serde_json::to_value(s),
             Spec::NetworkSet(s) | Spec::GlobalNetworkSet(s) => serde_json::to_value(s),
             Spec::HostEndpoint(s) => serde_json::to_value(s),

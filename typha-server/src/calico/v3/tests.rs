@@ -189,3 +189,69 @@ fn bgp_kinds_parse() {
     let again = Resource::from_json(r.to_json()).unwrap();
     assert_eq!(again, r);
 }
+
+/// Staged policies: namespaced and cluster-wide, their action beside the policy's fields, and
+/// the manifest form read back the same (the action left out when none was given).
+#[test]
+fn parses_staged_policies() {
+    use super::policy::{StagedAction, StagedPolicySpec};
+    let docs = yaml_documents(
+        r#"
+apiVersion: projectcalico.org/v3
+kind: StagedNetworkPolicy
+metadata: {name: p, namespace: prod}
+spec:
+  stagedAction: Delete
+  tier: security
+---
+apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata: {name: g, namespace: ignored}
+spec:
+  order: 5
+  selector: all()
+  namespaceSelector: team == 'a'
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [80]}}]
+"#,
+    )
+    .unwrap();
+    let r = Resource::from_json(docs[0].clone()).unwrap();
+    assert_eq!(
+        r.id(),
+        ResourceId::namespaced(Kind::StagedNetworkPolicy, "prod", "p")
+    );
+    let Spec::StagedNetworkPolicy(StagedPolicySpec {
+        staged_action,
+        policy,
+    }) = &r.spec
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(*staged_action, Some(StagedAction::Delete));
+    assert_eq!(policy.tier, "security");
+    assert_eq!(r.to_json()["spec"]["stagedAction"], "Delete");
+    assert_eq!(Resource::from_json(r.to_json()).unwrap(), r);
+
+    let g = Resource::from_json(docs[1].clone()).unwrap();
+    assert_eq!(
+        g.id(),
+        ResourceId::global(Kind::StagedGlobalNetworkPolicy, "g")
+    );
+    let Spec::StagedGlobalNetworkPolicy(s) = &g.spec else {
+        panic!("{g:?}")
+    };
+    assert_eq!(s.staged_action, None);
+    assert_eq!(s.policy.order, Some(5.0));
+    assert_eq!(s.policy.namespace_selector, "team == 'a'");
+    assert_eq!(
+        s.policy.ingress[0].destination.ports,
+        vec![PortSpec::Number(80)]
+    );
+    assert!(g.to_json()["spec"].get("stagedAction").is_none());
+    assert_eq!(Resource::from_json(g.to_json()).unwrap(), g);
+    assert_eq!(
+        Kind::from_plural("stagedglobalnetworkpolicies"),
+        Some(g.kind())
+    );
+    assert_eq!(Kind::from_name("StagedNetworkPolicy"), Some(r.kind()));
+}
