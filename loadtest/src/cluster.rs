@@ -4,8 +4,9 @@
 use std::path::Path;
 
 /// The generated cluster: `nodes` nodes with `pods` pods each, 20 namespaces of 8
-/// deployments, 200 policies, a BGPConfiguration `default`, three BGPPeers and a
-/// CalicoNodeStatus (compared side by side with Calico's Typha by `loadtest calico`). The churn
+/// deployments, 200 policies, a BGPConfiguration `default`, three BGPPeers (one naming a
+/// BGPFilter), the BGPFilter and a CalicoNodeStatus (compared side by side with Calico's Typha
+/// by `loadtest calico`). The churn
 /// rewrites its workload endpoints.
 pub(crate) fn cluster_spec(nodes: usize, pods: usize) -> typha_server::sample::Spec {
     typha_server::sample::Spec {

@@ -184,18 +184,30 @@ impl Spec {
                          "ingress": [{"action": "Deny", "source": {"selector": "role == 'blocked'"}}]}}),
             ),
         ];
-        // BGP as a cluster with route reflectors and top-of-rack peers has it, and one node
-        // status request: what confd and the node status reporter read.
+        // BGP as a cluster with route reflectors and top-of-rack peers has it (the first
+        // peer exports through a BGPFilter), and one node status request: what confd and the
+        // node status reporter read. The filter uses only fields every Calico release with
+        // BGPFilters has, so the sample can be written to any cluster's CRDs as it is.
         out.push(must(
             json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPConfiguration", "metadata": {"name": "default"},
             "spec": {"logSeverityScreen": "Info", "nodeToNodeMeshEnabled": false, "asNumber": 64512,
                      "serviceClusterIPs": [{"cidr": "10.96.0.0/12"}], "listenPort": 179}}),
         ));
+        out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPFilter",
+            "metadata": {"name": "export-pods-only"},
+            "spec": {"exportV4": [{"cidr": "10.128.0.0/9", "matchOperator": "In", "action": "Accept"},
+                                  {"action": "Reject"}],
+                     "importV4": [{"cidr": "10.128.0.0/9", "matchOperator": "In", "action": "Reject"}]}})));
         for rack in 0..3 {
+            let filters: &[&str] = if rack == 0 {
+                &["export-pods-only"]
+            } else {
+                &[]
+            };
             out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPPeer",
                 "metadata": {"name": format!("rack-{rack}-tor")},
                 "spec": {"nodeSelector": format!("rack == 'r{rack}'"), "peerIP": format!("10.255.{rack}.1"),
-                         "asNumber": 65000 + rack, "keepOriginalNextHop": true}})));
+                         "asNumber": 65000 + rack, "keepOriginalNextHop": true, "filters": filters}})));
         }
         out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
             "metadata": {"name": format!("{}-status", node_name(0))},

@@ -228,6 +228,27 @@ fn churn(store: &Embedded) {
         )
         .id(),
     );
+    // BGPFilters (bgp only): the sample's changed, one with every field created, one created
+    // and deleted again.
+    store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPFilter",
+        "metadata": {"name": "export-pods-only"},
+        "spec": {"exportV4": [{"cidr": "10.128.0.0/9", "matchOperator": "In", "action": "Reject"}]}})));
+    store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPFilter",
+        "metadata": {"name": "every-field"},
+        "spec": {"exportV4": [{"cidr": "10.0.0.0/8", "prefixLength": {"min": 16, "max": 24},
+                               "source": "RemotePeers", "interface": "eth*", "matchOperator": "In",
+                               "peerType": "eBGP", "communities": {"values": ["64512:100"]},
+                               "asPathPrefix": [64512], "priority": 100, "action": "Accept",
+                               "operations": [{"addCommunity": {"value": "64512:200"}},
+                                              {"prependASPath": {"prefix": [65000]}},
+                                              {"setPriority": {"value": 10}}]}],
+                 "importV6": [{"cidr": "fd00::/8", "matchOperator": "NotIn", "action": "Reject"}]}})));
+    let gone = res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPFilter",
+        "metadata": {"name": "short-lived"}, "spec": {"importV4": [{"action": "Reject"}]}}),
+    );
+    store.put(gone.clone());
+    store.delete(&gone.id());
     store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPConfiguration",
         "metadata": {"name": "default"}, "spec": {"nodeToNodeMeshEnabled": true, "asNumber": "1.10"}})));
     store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
@@ -245,6 +266,25 @@ fn churn(store: &Embedded) {
         "metadata": {"name": "blocked-ranges"}, "spec": {}}),
     );
     store.delete(&gns.id());
+}
+
+fn filter_key(name: &str) -> String {
+    format!("/calico/resources/v3/projectcalico.org/bgpfilters/{name}")
+}
+
+/// The bgp syncer type holds exactly these BGPFilters; the others none (Calico's felix syncer
+/// does not watch them).
+fn assert_filters(got: &State, syncer: SyncerType, names: &[&str]) {
+    let filters: Vec<&str> = got
+        .keys()
+        .filter(|k| k.contains("/bgpfilters/"))
+        .map(String::as_str)
+        .collect();
+    let want: Vec<String> = match syncer {
+        SyncerType::Bgp => names.iter().map(|n| filter_key(n)).collect(),
+        _ => Vec::new(),
+    };
+    assert_eq!(filters, want, "{syncer}: BGPFilters");
 }
 
 fn out_file(p: &Pki, name: &str) -> PathBuf {
@@ -282,6 +322,7 @@ async fn each_syncer_type_reaches_in_sync_with_the_translated_cache() {
                 !got.is_empty(),
                 "{syncer}: the sample cluster has keys for it"
             );
+            assert_filters(&got, syncer, &["export-pods-only"]);
         }
     }
     srv.shutdown().await;
@@ -439,6 +480,15 @@ async fn churn_reaches_every_syncer_type_next_to_our_own_client() {
             &expected(&srv, syncer),
             &format!("{syncer} after churn"),
         );
+        assert_filters(&got, syncer, &["every-field", "export-pods-only"]);
+        if syncer == SyncerType::Bgp {
+            let (v, _, _) = &got[&filter_key("every-field")];
+            assert!(
+                v.contains(r#""operations":[{"addCommunity":{"value":"64512:200"}},"#)
+                    && v.contains(r#""importV6":[{"cidr":"fd00::/8","#),
+                "{v}"
+            );
+        }
     }
     assert!(
         srv.metrics

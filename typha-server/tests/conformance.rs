@@ -72,6 +72,11 @@ trait Backend: Sized {
     async fn ambient(&mut self) -> Vec<Resource> {
         Vec::new()
     }
+    /// Whether a BGPFilter keeps every field of Calico v3.32's rules when written. A
+    /// Kubernetes API server prunes what the installed CRD's schema does not declare.
+    fn keeps_every_bgp_filter_field() -> bool {
+        true
+    }
     /// How many different outages [`Backend::stop`] can make (numbered from 0).
     const OUTAGES: usize = 1;
     /// Drops the change history up to now: a watch from before must relist.
@@ -190,6 +195,26 @@ impl Backend for KubernetesBackend {
         typha_server::control_plane::installed_kinds()
             .unwrap_or_default()
             .contains(&kind)
+    }
+    /// The linked CRDs (release-v3.28) declare only `cidr`, `matchOperator`, `source`,
+    /// `interface` and `action` in a rule.
+    fn keeps_every_bgp_filter_field() -> bool {
+        let crd = typha_server::control_plane::crd_dir()
+            .map(|d| {
+                std::fs::read_to_string(d.join("crd.projectcalico.org_bgpfilters.yaml"))
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        [
+            "prefixLength:",
+            "peerType:",
+            "communities:",
+            "asPathPrefix:",
+            "priority:",
+            "operations:",
+        ]
+        .iter()
+        .all(|field| crd.contains(field))
     }
     async fn new() -> Option<Self> {
         let cp = common::kube::start(Options {
@@ -320,7 +345,7 @@ impl Datastore for Switch {
 
 /// Every kind with a generator in [`resource`]: a backend is tested with those it
 /// [`Backend::supports`] ([`kinds`]).
-const GENERATED: [Kind; 18] = [
+const GENERATED: [Kind; 19] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
     Kind::StagedNetworkPolicy,
@@ -338,6 +363,7 @@ const GENERATED: [Kind; 18] = [
     Kind::Tier,
     Kind::BgpConfiguration,
     Kind::BgpPeer,
+    Kind::BgpFilter,
     Kind::CalicoNodeStatus,
 ];
 
@@ -461,6 +487,14 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
             "spec": {"peerIP": format!("192.0.2.{}", 1 + (i + g as usize) % 250),
                      "asNumber": 65000 + g % 100,
                      "nodeSelector": format!("rack == 'r{}'", g % 4)}}),
+        // The fields every release's CRD declares (the linked one prunes the others:
+        // `bgp_filters_keep_every_field` writes those where they are kept).
+        Kind::BgpFilter => json!({
+            "metadata": {"name": format!("filter-{i}"), "labels": {"gen": gen_label}},
+            "spec": {"exportV4": [{"cidr": format!("10.{}.0.0/16", g % 256), "matchOperator": "In",
+                                   "action": if g.is_multiple_of(2) { "Accept" } else { "Reject" }}],
+                     "importV6": [{"cidr": "fd00::/8", "matchOperator": "NotIn", "action": "Reject",
+                                   "interface": format!("eth{}", g % 4), "source": "RemotePeers"}]}}),
         Kind::CalicoNodeStatus => json!({
             "metadata": {"name": format!("status-{i}")},
             "spec": {"node": format!("host-{}", i % 3), "classes": ["Agent", "BGP"],
@@ -835,6 +869,84 @@ async fn outage_and_recovery_end_exact<B: Backend>() {
     run.finish().await;
 }
 
+/// A BGPFilter with every field of Calico v3.32's type (both families, each match, every
+/// operation; a rule per direction), at generation `g`.
+fn full_bgp_filter(g: u64) -> Resource {
+    Resource::from_json(json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "BGPFilter",
+        "metadata": {"name": "every-field", "labels": {"gen": g.to_string()}},
+        "spec": {
+            "exportV4": [{"cidr": "10.0.0.0/8", "prefixLength": {"min": 16, "max": 24},
+                          "source": "RemotePeers", "interface": "eth*", "matchOperator": "In",
+                          "peerType": "eBGP", "communities": {"values": ["64512:100"]},
+                          "asPathPrefix": [64512, "1.10"], "priority": 100 + g,
+                          "action": "Accept",
+                          "operations": [{"addCommunity": {"value": "64512:200"}},
+                                         {"prependASPath": {"prefix": [65000 + g]}},
+                                         {"setPriority": {"value": 10 + g}}]}],
+            "importV4": [{"cidr": "192.168.0.0/16", "matchOperator": "NotIn", "action": "Reject"}],
+            "exportV6": [{"cidr": "fd00::/8", "prefixLength": {"max": 64}, "matchOperator": "Equal",
+                          "peerType": "iBGP", "action": "Accept"}],
+            "importV6": [{"communities": {"values": ["65000:1:2"]}, "action": "Reject"}]}}))
+    .unwrap()
+}
+
+/// A BGPFilter with every field arrives whole, changes and goes. Where the datastore prunes
+/// fields (a Kubernetes CRD older than the type), what arrives is exactly what it kept, and
+/// the test says it pruned.
+async fn bgp_filters_keep_every_field<B: Backend>() {
+    if !B::supports(Kind::BgpFilter) {
+        eprintln!("skipped: no bgpfilters CRD installed");
+        return;
+    }
+    let Some(mut run) = Run::<B>::new(&seed::<B>(0)).await else {
+        return;
+    };
+    let mut p = run.peer("node-a").await;
+    run.converge(&mut p, "the initial sync").await;
+    let mut last = BTreeMap::new();
+    for (what, g) in [("created", 1), ("changed", 2)] {
+        let r = full_bgp_filter(g);
+        assert!(
+            r.to_json()["spec"]["exportV4"][0]["operations"][2]["setPriority"]["value"] == 10 + g,
+            "the filter holds every field: {}",
+            r.to_json()
+        );
+        let mut stored = run.put(r.clone()).await;
+        if !B::keeps_every_bgp_filter_field() {
+            let kept = run
+                .b
+                .contents()
+                .await
+                .into_iter()
+                .find(|s| s.id() == r.id());
+            let kept = kept.expect("the filter is stored");
+            assert_ne!(kept.spec, r.spec, "pruned by the installed CRD");
+            eprintln!(
+                "the installed bgpfilters CRD pruned the filter to {}",
+                kept.to_json()
+            );
+            run.model.insert(r.id(), kept.clone());
+            stored = kept;
+        }
+        let kv = kvs(&stored);
+        run.converge(&mut p, &format!("the filter {what}")).await;
+        for (k, v) in &kv {
+            assert_eq!(p.state.get(k), Some(v), "the filter {what}: {k}");
+        }
+        last = kv;
+    }
+    run.delete(&full_bgp_filter(2).id()).await;
+    run.converge(&mut p, "the filter deleted").await;
+    for k in last.keys() {
+        assert!(
+            !p.state.contains_key(k),
+            "the filter deleted: {k} left over"
+        );
+    }
+    run.finish().await;
+}
+
 /// Runs every test function of the suite against one backend.
 macro_rules! conformance {
     ($name:ident, $backend:ty) => {
@@ -863,6 +975,11 @@ macro_rules! conformance {
             async fn compaction_while_behind_resyncs_without_lost_or_phantom_keys() {
                 super::compaction_while_behind_resyncs_without_lost_or_phantom_keys::<$backend>()
                     .await;
+            }
+
+            #[tokio::test]
+            async fn bgp_filters_keep_every_field() {
+                super::bgp_filters_keep_every_field::<$backend>().await;
             }
 
             #[tokio::test]

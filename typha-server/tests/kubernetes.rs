@@ -90,8 +90,17 @@ impl Run {
     /// A control plane, typha's identity, and the server over the backend; `None` when the
     /// peers are missing and skipping is allowed.
     async fn new() -> Option<Run> {
+        Run::without_crd(None).await
+    }
+
+    /// As [`Run::new`], with Calico's CRD of `plural` (if given) deleted before the server
+    /// starts: a cluster of a Calico release that has no such CRD.
+    async fn without_crd(plural: Option<&str>) -> Option<Run> {
         let cp = common::kube::default().await?;
         let admin = cp.admin().unwrap();
+        if let Some(plural) = plural {
+            remove_crd(&admin, plural).await;
+        }
         let (client, _) = common::kube::typha_identity(&cp).await;
         // What the cluster holds before the test writes anything: the profiles of the API
         // server's own namespaces and of typha-server's account.
@@ -466,7 +475,8 @@ async fn kubernetes_network_policies_are_served_as_calicos() {
     run.srv.shutdown().await;
 }
 
-/// BGPConfiguration, BGPPeer and CalicoNodeStatus CRDs are read: created, updated, deleted.
+/// BGPConfiguration, BGPPeer, BGPFilter and CalicoNodeStatus CRDs are read: created, updated,
+/// deleted. The filter uses the rule fields the linked CRD declares (it prunes the others).
 #[tokio::test]
 async fn bgp_kinds_and_node_status_requests_are_read() {
     let Some(mut run) = Run::new().await else {
@@ -490,6 +500,15 @@ async fn bgp_kinds_and_node_status_requests_are_read() {
             json!({"peerIP": "192.0.2.1", "asNumber": asn, "nodeSelector": "rack == 'a'"}),
         )
     };
+    let filter = |action: &str| {
+        v3(
+            "BGPFilter",
+            json!({"name": "export-pods"}),
+            json!({"exportV4": [{"cidr": "10.128.0.0/9", "matchOperator": "In", "action": action,
+                                 "interface": "eth0", "source": "RemotePeers"}],
+                   "importV6": [{"action": "Reject"}]}),
+        )
+    };
     let status = |period: u32| {
         v3(
             "CalicoNodeStatus",
@@ -499,20 +518,23 @@ async fn bgp_kinds_and_node_status_requests_are_read() {
     };
     run.put(config(false)).await;
     run.put(peer(64513)).await;
+    run.put(filter("Accept")).await;
     run.put(status(10)).await;
     run.converge(
         &mut p,
-        "BGP configuration, a peer, a status request created",
+        "BGP configuration, a peer, a filter, a status request created",
     )
     .await;
     run.put(config(true)).await;
     run.put(peer(64514)).await;
+    run.put(filter("Reject")).await;
     run.put(status(30)).await;
-    run.converge(&mut p, "all three updated").await;
+    run.converge(&mut p, "all four updated").await;
     run.delete(config(true)).await;
     run.delete(peer(64514)).await;
+    run.delete(filter("Reject")).await;
     run.delete(status(30)).await;
-    run.converge(&mut p, "all three deleted").await;
+    run.converge(&mut p, "all four deleted").await;
     run.srv.shutdown().await;
 }
 
@@ -756,6 +778,112 @@ async fn staged_policies_arrive_once_their_crds_are_installed() {
     run.delete(staged("StagedGlobalNetworkPolicy", "Set", "all()"))
         .await;
     run.converge(&mut p, "staged policies deleted").await;
+    assert_eq!(
+        p.statuses
+            .iter()
+            .filter(|s| **s == SyncStatus::InSync)
+            .count(),
+        1,
+        "no resync on the way: {:?}",
+        p.statuses
+    );
+    run.srv.shutdown().await;
+}
+
+/// Deletes Calico's CRD of `plural` and waits until it is gone (its objects with it).
+async fn remove_crd(admin: &kube::Client, plural: &str) {
+    let name = format!("{plural}.crd.projectcalico.org");
+    delete(
+        admin,
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "",
+        &name,
+    )
+    .await;
+    let crds: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        admin.clone(),
+        &common::kube::resource(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while crds.get_opt(&name).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} is not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A cluster of a Calico release without BGPFilters (before 3.26): the backend serves the rest,
+/// a BGPPeer that names a filter among it, in sync; once Calico's bgpfilters CRD is installed, a
+/// filter arrives, changes and goes without a resync.
+#[tokio::test]
+async fn a_cluster_without_the_bgpfilters_crd_is_served_and_gets_filters_once_installed() {
+    let Some(mut run) = Run::without_crd(Some("bgpfilters")).await else {
+        return;
+    };
+    let filters = common::kube::resource(CRD, "BGPFilter", "bgpfilters");
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(run.admin.clone(), &filters);
+    assert!(
+        matches!(api.list(&Default::default()).await, Err(kube::Error::Api(e)) if e.code == 404),
+        "the bgpfilters CRD is still served"
+    );
+    run.seed().await;
+    run.put(v3(
+        "BGPPeer",
+        json!({"name": "tor"}),
+        json!({"peerIP": "192.0.2.1", "asNumber": 64513, "filters": ["export-pods"]}),
+    ))
+    .await;
+    let mut p = run.peer().await;
+    run.converge(&mut p, "in sync without the bgpfilters CRD")
+        .await;
+    // Calico's own CRD, the one the control plane installed at first.
+    let dir = typha_server::control_plane::crd_dir().unwrap();
+    let text = std::fs::read_to_string(dir.join("crd.projectcalico.org_bgpfilters.yaml")).unwrap();
+    let mut crd = typha_server::calico::v3::yaml_documents(&text)
+        .unwrap()
+        .remove(0);
+    if let Some(o) = crd.as_object_mut() {
+        o.remove("status");
+    }
+    apply(&run.admin, crd).await;
+    let filter = |action: &str| {
+        v3(
+            "BGPFilter",
+            json!({"name": "export-pods"}),
+            json!({"exportV4": [{"cidr": "10.128.0.0/9", "matchOperator": "In", "action": action}]}),
+        )
+    };
+    let obj: kube::api::DynamicObject = serde_json::from_value(crd_doc(&filter("Accept"))).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let created = loop {
+        match api.create(&Default::default(), &obj).await {
+            Ok(created) => break created,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the bgpfilters CRD is not served: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let mut r = Resource::from_json(filter("Accept")).unwrap();
+    r.metadata.generation = created.metadata.generation;
+    run.want.insert(r.id(), r);
+    run.converge(&mut p, "a filter of a CRD installed later")
+        .await;
+    run.put(filter("Reject")).await;
+    run.converge(&mut p, "the filter changed (its watch runs)")
+        .await;
+    run.delete(filter("Reject")).await;
+    run.converge(&mut p, "the filter deleted").await;
     assert_eq!(
         p.statuses
             .iter()

@@ -604,8 +604,8 @@ proptest! {
     }
 }
 
-/// The kinds carried whole for Calico's own clients (BGP, node status, Kubernetes Services and
-/// EndpointSlices) change nothing the agent programs.
+/// The kinds carried whole for Calico's own clients (BGP settings, peers and filters, node
+/// status, Kubernetes Services and EndpointSlices) change nothing the agent programs.
 #[test]
 fn kinds_carried_for_calicos_clients_are_ignored() {
     let mut g = graph();

@@ -23,7 +23,8 @@
 //!
 //! # CRDs that are not installed
 //!
-//! A cluster may lack some of Calico's CRDs (older Calico releases have no tiers CRD). A list
+//! A cluster may lack some of Calico's CRDs (older Calico releases have no tiers CRD, releases
+//! before 3.26 no bgpfilters CRD). A list
 //! that answers 404 for a CRD kind means no objects of that kind: it is logged once at warn,
 //! does not hold readiness back, and the kind is asked for again every
 //! [`MISSING_CRD_POLL`]; once it answers, its objects arrive as ordinary watch events and its
@@ -95,7 +96,7 @@ use missing::*;
 pub const CRD_GROUP: &str = "crd.projectcalico.org";
 
 /// The Calico kinds stored as CRDs in [`CRD_GROUP`]`/v1`.
-pub const CRD_KINDS: [Kind; 16] = [
+pub const CRD_KINDS: [Kind; 17] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
     Kind::StagedNetworkPolicy,
@@ -111,6 +112,7 @@ pub const CRD_KINDS: [Kind; 16] = [
     Kind::Tier,
     Kind::BgpConfiguration,
     Kind::BgpPeer,
+    Kind::BgpFilter,
     Kind::CalicoNodeStatus,
 ];
 

@@ -69,6 +69,7 @@ pub fn plural_of(kind: &str) -> String {
         "EndpointSlice" => "endpointslices".into(),
         "CustomResourceDefinition" => "customresourcedefinitions".into(),
         "BGPPeer" => "bgppeers".into(),
+        "BGPFilter" => "bgpfilters".into(),
         "BGPConfiguration" => "bgpconfigurations".into(),
         "Tier" => "tiers".into(),
         other => format!("{}s", other.to_lowercase()),

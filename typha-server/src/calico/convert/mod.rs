@@ -62,6 +62,7 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::Tier(s) => Ok(policy::tier(meta, s)),
         Spec::BgpConfiguration(s) => Ok(raw::raw(ResourceKind::BgpConfiguration, meta, None, s)),
         Spec::BgpPeer(s) => Ok(raw::raw(ResourceKind::BgpPeer, meta, None, s)),
+        Spec::BgpFilter(s) => Ok(raw::raw(ResourceKind::BgpFilter, meta, None, s)),
         Spec::CalicoNodeStatus(s) => Ok(raw::raw(ResourceKind::CalicoNodeStatus, meta, None, s)),
         Spec::KubernetesService(s) => Ok(raw::raw(
             ResourceKind::KubernetesService,

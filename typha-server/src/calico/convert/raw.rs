@@ -1,5 +1,5 @@
-//! Kinds carried whole as raw resources (`ResourceKey` + labels + spec JSON): BGP settings and
-//! peers, node status requests, Kubernetes Services and EndpointSlices. Nothing here is
+//! Kinds carried whole as raw resources (`ResourceKey` + labels + spec JSON): BGP settings,
+//! peers and filters, node status requests, Kubernetes Services and EndpointSlices. Nothing here is
 //! interpreted; Calico's clients get the v3 object back (`libcalico::route`), our agent ignores
 //! them.
 

@@ -25,6 +25,7 @@ const POOLS: &[SyncerType] = &[
     SyncerType::TunnelIpAllocation,
 ];
 const BGP_CONFIG: &[SyncerType] = &[SyncerType::Felix, SyncerType::Bgp];
+const BGP: &[SyncerType] = &[SyncerType::Bgp];
 
 /// One Calico KV before it is shared: the key, the legacy policy key, the value (`None`: the
 /// key exists only as a deletion, e.g. a node's WireGuard key when it has none).
@@ -54,8 +55,10 @@ pub fn receivers(key: &Key) -> SyncerSet {
         Key::IpPool(_) => SyncerSet::of(POOLS),
         Key::Resource(r) => match r.kind {
             ResourceKind::Node => SyncerSet::of(POOLS),
-            ResourceKind::BlockAffinity => SyncerSet::of(&[SyncerType::Bgp]),
+            ResourceKind::BlockAffinity => SyncerSet::of(BGP),
             ResourceKind::BgpConfiguration | ResourceKind::BgpPeer => SyncerSet::of(BGP_CONFIG),
+            // Calico's bgp syncer watches BGPFilters; its felix syncer does not.
+            ResourceKind::BgpFilter => SyncerSet::of(BGP),
             ResourceKind::FelixConfiguration | ResourceKind::Tier => SyncerSet::of(FELIX),
             ResourceKind::CalicoNodeStatus => SyncerSet::of(&[SyncerType::NodeStatus]),
             ResourceKind::KubernetesService | ResourceKind::KubernetesEndpointSlice => {
@@ -281,6 +284,7 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
         (kind, v) => {
             let syncers: &[SyncerType] = match kind {
                 ResourceKind::BgpConfiguration | ResourceKind::BgpPeer => BGP_CONFIG,
+                ResourceKind::BgpFilter => BGP,
                 // `default` and `node.<n>` reach Felix as config keys; other names (selector
                 // scoped configurations) as the resource.
                 ResourceKind::FelixConfiguration

@@ -1,5 +1,6 @@
-//! BGP specs (BGPConfiguration, BGPPeer) and the node status request (CalicoNodeStatus): kinds
-//! the server carries whole for confd and the node status reporter, never interprets.
+//! BGP specs (BGPConfiguration, BGPPeer, BGPFilter) and the node status request
+//! (CalicoNodeStatus): kinds the server carries whole for confd and the node status reporter,
+//! never interprets.
 //!
 //! Every field Calico v3.32 declares is modelled, in the order Go declares it and with Go's
 //! `omitempty`, so serializing one of these specs gives the JSON Calico's own clients write for
@@ -310,6 +311,117 @@ pub struct BgpPeerSpec {
     pub local_workload_selector: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reverse_peering: Option<String>,
+}
+
+/// BGPFilter spec: the ordered import and export rules a BGPPeer names in `filters`, one list
+/// per direction and address family.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BgpFilterSpec {
+    /// Rules for IPv4 routes exported to a peer.
+    #[serde(rename = "exportV4", skip_serializing_if = "Vec::is_empty")]
+    pub export_v4: Vec<BgpFilterRule>,
+    /// Rules for IPv4 routes imported from a peer.
+    #[serde(rename = "importV4", skip_serializing_if = "Vec::is_empty")]
+    pub import_v4: Vec<BgpFilterRule>,
+    /// Rules for IPv6 routes exported to a peer.
+    #[serde(rename = "exportV6", skip_serializing_if = "Vec::is_empty")]
+    pub export_v6: Vec<BgpFilterRule>,
+    /// Rules for IPv6 routes imported from a peer.
+    #[serde(rename = "importV6", skip_serializing_if = "Vec::is_empty")]
+    pub import_v6: Vec<BgpFilterRule>,
+}
+
+/// One BGPFilter rule: what it matches, its action and what it changes. Go declares a type per
+/// address family (`BGPFilterRuleV4`, `BGPFilterRuleV6`) with the same fields, tags and order;
+/// they differ only in what validation allows, which is not ours to check.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+#[allow(missing_docs)]
+pub struct BgpFilterRule {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cidr: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_length: Option<BgpFilterPrefixLength>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub interface: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub match_operator: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub peer_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub communities: Option<BgpFilterCommunityMatch>,
+    #[serde(rename = "asPathPrefix", skip_serializing_if = "Vec::is_empty")]
+    pub as_path_prefix: Vec<AsNumber>,
+    /// Go's `*int`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// `Accept` or `Reject`; always written (no `omitempty` in Go).
+    pub action: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub operations: Vec<BgpFilterOperation>,
+}
+
+/// The range of prefix lengths a rule's CIDR matches (`BGPFilterPrefixLengthV4`/`V6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BgpFilterPrefixLength {
+    /// Shortest prefix length (Go's `*int32`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min: Option<i32>,
+    /// Longest prefix length (Go's `*int32`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<i32>,
+}
+
+/// The communities a route must carry. `values` has no `omitempty` in Go: a nil list is
+/// written `null`, an empty one `[]`, and both are kept apart here.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BgpFilterCommunityMatch {
+    /// Community values (`aa:nn` or `aa:nn:mm`).
+    pub values: Option<Vec<String>>,
+}
+
+/// One change to a matching route; Go's union of pointers, of which one is meant to be set.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BgpFilterOperation {
+    /// Adds a community.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub add_community: Option<BgpFilterAddCommunity>,
+    /// Prepends AS numbers to the AS path.
+    #[serde(rename = "prependASPath", skip_serializing_if = "Option::is_none")]
+    pub prepend_as_path: Option<BgpFilterPrependAsPath>,
+    /// Sets the route's priority.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set_priority: Option<BgpFilterSetPriority>,
+}
+
+/// The community an operation adds (Go's `*BGPCommunityValue`, no `omitempty`: nil is `null`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BgpFilterAddCommunity {
+    /// `aa:nn` or `aa:nn:mm`.
+    pub value: Option<String>,
+}
+
+/// The AS numbers an operation prepends (no `omitempty`: a nil list is `null`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BgpFilterPrependAsPath {
+    /// In the order they end up in the path.
+    pub prefix: Option<Vec<AsNumber>>,
+}
+
+/// The priority an operation sets (Go's `*int`, no `omitempty`: nil is `null`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BgpFilterSetPriority {
+    /// The priority.
+    pub value: Option<i64>,
 }
 
 /// CalicoNodeStatus spec: which node should report what, how often. The status the node writes

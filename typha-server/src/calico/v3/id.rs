@@ -53,6 +53,9 @@ pub enum Kind {
     /// A BGP peering.
     #[serde(rename = "BGPPeer")]
     BgpPeer,
+    /// Import and export rules a BGP peering names.
+    #[serde(rename = "BGPFilter")]
+    BgpFilter,
     /// A request for a node's BGP and agent status.
     CalicoNodeStatus,
     /// A Kubernetes Service (read from the Kubernetes API only), its spec.
@@ -63,7 +66,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 22] = [
+    pub const ALL: [Kind; 23] = [
         Kind::WorkloadEndpoint,
         Kind::NetworkPolicy,
         Kind::GlobalNetworkPolicy,
@@ -83,6 +86,7 @@ impl Kind {
         Kind::Tier,
         Kind::BgpConfiguration,
         Kind::BgpPeer,
+        Kind::BgpFilter,
         Kind::CalicoNodeStatus,
         Kind::KubernetesService,
         Kind::KubernetesEndpointSlice,
@@ -110,6 +114,7 @@ impl Kind {
             Kind::Tier => "Tier",
             Kind::BgpConfiguration => "BGPConfiguration",
             Kind::BgpPeer => "BGPPeer",
+            Kind::BgpFilter => "BGPFilter",
             Kind::CalicoNodeStatus => "CalicoNodeStatus",
             Kind::KubernetesService => "KubernetesService",
             Kind::KubernetesEndpointSlice => "KubernetesEndpointSlice",
@@ -157,6 +162,7 @@ impl Kind {
             Kind::Tier => "tiers",
             Kind::BgpConfiguration => "bgpconfigurations",
             Kind::BgpPeer => "bgppeers",
+            Kind::BgpFilter => "bgpfilters",
             Kind::CalicoNodeStatus => "caliconodestatuses",
             // Calico's registered names for the Kubernetes kinds (the first is singular).
             Kind::KubernetesService => "kubernetesservice",

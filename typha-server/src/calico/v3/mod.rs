@@ -20,7 +20,9 @@ mod tests;
 mod yaml;
 
 pub use self::bgp::{
-    AsNumber, BgpConfigurationSpec, BgpPassword, BgpPeerSpec, CalicoNodeStatusSpec, CidrBlock,
+    AsNumber, BgpConfigurationSpec, BgpFilterAddCommunity, BgpFilterCommunityMatch,
+    BgpFilterOperation, BgpFilterPrefixLength, BgpFilterPrependAsPath, BgpFilterRule,
+    BgpFilterSetPriority, BgpFilterSpec, BgpPassword, BgpPeerSpec, CalicoNodeStatusSpec, CidrBlock,
     Community, GoDuration, PrefixAdvertisement, SecretKeySelector,
 };
 pub use self::endpoint::{EndpointPortSpec, HostEndpointSpec, IpNatSpec, WorkloadEndpointSpec};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::bgp::{BgpConfigurationSpec, BgpPeerSpec, CalicoNodeStatusSpec};
+use super::bgp::{BgpConfigurationSpec, BgpFilterSpec, BgpPeerSpec, CalicoNodeStatusSpec};
 use super::endpoint::{HostEndpointSpec, WorkloadEndpointSpec};
 use super::id::{API_VERSION, Kind, ResourceId};
 use super::network::{
@@ -74,6 +74,7 @@ pub enum Spec {
     Tier(TierSpec),
     BgpConfiguration(BgpConfigurationSpec),
     BgpPeer(BgpPeerSpec),
+    BgpFilter(BgpFilterSpec),
     CalicoNodeStatus(CalicoNodeStatusSpec),
     /// A Service's `spec`, as the API server wrote it.
     KubernetesService(serde_json::Value),
@@ -104,6 +105,7 @@ impl Resource {
             Spec::Tier(_) => Kind::Tier,
             Spec::BgpConfiguration(_) => Kind::BgpConfiguration,
             Spec::BgpPeer(_) => Kind::BgpPeer,
+            Spec::BgpFilter(_) => Kind::BgpFilter,
             Spec::CalicoNodeStatus(_) => Kind::CalicoNodeStatus,
             Spec::KubernetesService(_) => Kind::KubernetesService,
             Spec::KubernetesEndpointSlice(_) => Kind::KubernetesEndpointSlice,
@@ -228,6 +230,7 @@ impl Resource {
                 Spec::BgpConfiguration(serde_json::from_value(spec_json).map_err(bad)?)
             }
             Kind::BgpPeer => Spec::BgpPeer(serde_json::from_value(spec_json).map_err(bad)?),
+            Kind::BgpFilter => Spec::BgpFilter(serde_json::from_value(spec_json).map_err(bad)?),
             Kind::CalicoNodeStatus => {
                 Spec::CalicoNodeStatus(serde_json::from_value(spec_json).map_err(bad)?)
             }
@@ -270,6 +273,7 @@ impl Resource {
             Spec::Tier(s) => serde_json::to_value(s),
             Spec::BgpConfiguration(s) => serde_json::to_value(s),
             Spec::BgpPeer(s) => serde_json::to_value(s),
+            Spec::BgpFilter(s) => serde_json::to_value(s),
             Spec::CalicoNodeStatus(s) => serde_json::to_value(s),
             Spec::KubernetesService(v) | Spec::KubernetesEndpointSlice(v) => Ok(v.clone()),
         }

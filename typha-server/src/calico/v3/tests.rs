@@ -255,3 +255,44 @@ spec:
     );
     assert_eq!(Kind::from_name("StagedNetworkPolicy"), Some(r.kind()));
 }
+
+/// A BGPFilter parses (both address families, operations, nil and empty lists kept apart),
+/// writes back to the same resource, and a rule of the wrong shape names the resource.
+#[test]
+fn bgp_filters_parse() {
+    use super::bgp::AsNumber;
+    let docs = yaml_documents(concat!(
+        "apiVersion: projectcalico.org/v3\nkind: BGPFilter\nmetadata: {name: f}\n",
+        "spec:\n",
+        "  exportV4: [{cidr: 10.0.0.0/8, matchOperator: In, prefixLength: {min: 16}, action: Accept,\n",
+        "              operations: [{prependASPath: {prefix: [65000, '1.10']}}]}]\n",
+        "  importV6: [{action: Reject, communities: {}}, {action: Reject, communities: {values: []}}]\n",
+        "---\n",
+        "apiVersion: projectcalico.org/v3\nkind: BGPFilter\nmetadata: {name: bad}\n",
+        "spec: {importV4: [{action: Accept, priority: high}]}\n",
+    ))
+    .unwrap();
+    let r = Resource::from_json(docs[0].clone()).unwrap();
+    assert_eq!(r.id(), ResourceId::global(Kind::BgpFilter, "f"));
+    let Spec::BgpFilter(f) = &r.spec else {
+        panic!("{r:?}")
+    };
+    let rule = &f.export_v4[0];
+    assert_eq!(
+        rule.prefix_length.map(|p| (p.min, p.max)),
+        Some((Some(16), None))
+    );
+    let prefix = rule.operations[0].prepend_as_path.as_ref().unwrap();
+    assert_eq!(prefix.prefix, Some(vec![AsNumber(65000), AsNumber(65546)]));
+    assert_eq!(f.import_v6[0].communities.as_ref().unwrap().values, None);
+    assert_eq!(
+        f.import_v6[1].communities.as_ref().unwrap().values,
+        Some(vec![])
+    );
+    assert!(f.import_v4.is_empty() && f.export_v6.is_empty());
+    assert_eq!(Resource::from_json(r.to_json()).unwrap(), r);
+    let err = Resource::from_json(docs[1].clone())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("BGPFilter bad"), "{err}");
+}

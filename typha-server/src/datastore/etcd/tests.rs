@@ -26,6 +26,15 @@ fn keys_follow_calicos_layout_both_ways() {
     );
     let id = ResourceId::global(Kind::BgpPeer, "peer-1");
     assert_eq!(parse_key(&key("bgppeers/peer-1")), KeyMeaning::Resource(id));
+    let id = ResourceId::global(Kind::BgpFilter, "export-only");
+    assert_eq!(
+        key_of(&id).as_bytes(),
+        key("bgpfilters/export-only").as_slice()
+    );
+    assert_eq!(
+        parse_key(&key("bgpfilters/export-only")),
+        KeyMeaning::Resource(id)
+    );
     assert_eq!(parse_key(&key("ipamblocks/10-0-1-0-26")), KeyMeaning::Other);
     let id = ResourceId::global(Kind::BlockAffinity, "node-1-10-0-1-0-26");
     assert_eq!(parse_key(key_of(&id).as_bytes()), KeyMeaning::Resource(id));

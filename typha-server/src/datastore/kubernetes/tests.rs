@@ -401,8 +401,8 @@ fn an_endpoint_slice_becomes_a_kubernetes_endpoint_slice() {
     );
 }
 
-/// The backend reads the new kinds, and the CRD kinds include tiers, staged policies, BGP and
-/// node status.
+/// The backend reads the new kinds, and the CRD kinds include tiers, staged policies, BGP
+/// (filters too) and node status.
 #[test]
 fn what_is_read() {
     let resources = Kubernetes::resources();
@@ -414,6 +414,7 @@ fn what_is_read() {
         (CRD_GROUP, "stagedglobalnetworkpolicies"),
         (CRD_GROUP, "bgpconfigurations"),
         (CRD_GROUP, "bgppeers"),
+        (CRD_GROUP, "bgpfilters"),
         (CRD_GROUP, "caliconodestatuses"),
     ] {
         assert!(
