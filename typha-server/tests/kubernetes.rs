@@ -692,6 +692,11 @@ async fn staged_policies_arrive_once_their_crds_are_installed() {
             "stagedglobalnetworkpolicies",
             "Cluster",
         ),
+        (
+            "StagedKubernetesNetworkPolicy",
+            "stagedkubernetesnetworkpolicies",
+            "Namespaced",
+        ),
     ] {
         let res = common::kube::resource(CRD, kind, plural);
         let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(run.admin.clone(), &res);
@@ -778,6 +783,28 @@ async fn staged_policies_arrive_once_their_crds_are_installed() {
     run.delete(staged("StagedGlobalNetworkPolicy", "Set", "all()"))
         .await;
     run.converge(&mut p, "staged policies deleted").await;
+
+    // A staged Kubernetes NetworkPolicy: the NetworkPolicy it stages, converted, under the
+    // staged kind and its own name.
+    let sknp = |action: &str| {
+        v3(
+            "StagedKubernetesNetworkPolicy",
+            json!({"name": "db", "namespace": "web"}),
+            json!({"stagedAction": action, "podSelector": {"matchLabels": {"app": "db"}},
+                   "policyTypes": ["Ingress"],
+                   "ingress": [{"ports": [{"protocol": "TCP", "port": 5432}]}]}),
+        )
+    };
+    let key = "/calico/v1/policy/StagedKubernetesNetworkPolicy/web/db";
+    run.put(sknp("Set")).await;
+    run.converge(&mut p, "a staged Kubernetes policy").await;
+    assert_eq!(action_at(&p, key), Some(Some("Set".into())));
+    run.put(sknp("Delete")).await;
+    run.converge(&mut p, "a staged Kubernetes deletion").await;
+    assert_eq!(action_at(&p, key), None);
+    run.delete(sknp("Delete")).await;
+    run.converge(&mut p, "the staged Kubernetes policy deleted")
+        .await;
     assert_eq!(
         p.statuses
             .iter()

@@ -339,3 +339,85 @@ async fn manifest_edits_propagate_within_a_second() {
     p.until("the removal", |p| p.state.is_empty()).await;
     srv.shutdown().await;
 }
+
+/// Kinds added after protocol version 1, through a real datastore's conversion: the sample
+/// cluster's BGPFilter and a StagedKubernetesNetworkPolicy reach a client that offered
+/// `OPAQUE_KINDS`; a version 1 client (the test peer refuses any later key sent to it) gets
+/// the rest, with digests over its keys alone, while they are created, changed and deleted.
+#[tokio::test]
+async fn a_version_1_client_gets_the_cluster_without_kinds_it_does_not_know() {
+    use typha_protocol::digest::StateDigest;
+    use typha_protocol::model::{EncodedValue, KeyPath};
+    use typha_server::calico::v3::Resource;
+
+    let (srv, store) = server(Config::for_tests()).await;
+    store.bulk_load(cluster(3, 2));
+    let staged = |action: &str| {
+        Resource::from_json(serde_json::json!({
+            "apiVersion": "projectcalico.org/v3", "kind": "StagedKubernetesNetworkPolicy",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"stagedAction": action, "podSelector": {"matchLabels": {"app": "db"}},
+                     "ingress": [{"from": [{"podSelector": {}}]}]}
+        }))
+        .unwrap()
+    };
+    store.put(staged("Set"));
+    settle(&srv, &store).await;
+    // What each kind of client must hold: everything, or the version 1 kinds alone.
+    let views = |store: &Embedded| {
+        let (mut all, mut v1) = (StateDigest::new(), StateDigest::new());
+        let (mut n_all, mut n_v1) = (0, 0);
+        for r in store.resources() {
+            for (k, v) in typha_server::calico::convert::convert(&r).unwrap() {
+                let (k, v) = (KeyPath::from(&k), EncodedValue::encode(&v));
+                all.insert(k.as_str(), v.as_bytes());
+                n_all += 1;
+                if k.in_v1() {
+                    v1.insert(k.as_str(), v.as_bytes());
+                    n_v1 += 1;
+                }
+            }
+        }
+        ((all.combined(), n_all), (v1.combined(), n_v1))
+    };
+    let later = |p: &Peer| p.state.keys().filter(|k| !k.in_v1()).count();
+    let mut new = Peer::connect(srv.addr).await;
+    new.hello(Peer::offer("new", None)).await.unwrap();
+    let mut old = Peer::connect(srv.addr).await;
+    old.hello(Peer::offer_v1("old", None)).await.unwrap();
+    for round in 0..3 {
+        new.sync_to(&srv).await;
+        old.sync_to(&srv).await;
+        let ((all, n_all), (v1, n_v1)) = views(&store);
+        assert_eq!(
+            (new.digest.combined(), new.state.len()),
+            (all, n_all),
+            "{round}"
+        );
+        assert_eq!(
+            (old.digest.combined(), old.state.len()),
+            (v1, n_v1),
+            "{round}"
+        );
+        assert_eq!(later(&old), 0);
+        match round {
+            0 => {
+                assert_eq!(later(&new), 2, "the BGPFilter and the staged policy");
+                store.put(staged("Learn"));
+            }
+            1 => {
+                assert_eq!(later(&new), 2);
+                store.put(staged("Delete"));
+                for r in store.resources() {
+                    if r.kind() == typha_server::calico::v3::Kind::BgpFilter {
+                        store.delete(&r.id());
+                    }
+                }
+            }
+            _ => assert_eq!(later(&new), 0),
+        }
+        settle(&srv, &store).await;
+    }
+    assert!(old.goodbye.is_none() && new.goodbye.is_none());
+    srv.shutdown().await;
+}

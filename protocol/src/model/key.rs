@@ -168,17 +168,37 @@ pub enum PolicyKind {
     StagedGlobalNetworkPolicy,
     /// `networking.k8s.io/v1` NetworkPolicy, converted (namespaced).
     KubernetesNetworkPolicy,
+    /// `projectcalico.org/v3` StagedKubernetesNetworkPolicy, converted (namespaced): a kind
+    /// added after protocol version 1 ([`PolicyKind::in_v1`]).
+    StagedKubernetesNetworkPolicy,
 }
 
 impl PolicyKind {
     /// Every policy kind.
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PolicyKind; 6] = [
         PolicyKind::NetworkPolicy,
         PolicyKind::GlobalNetworkPolicy,
         PolicyKind::StagedNetworkPolicy,
         PolicyKind::StagedGlobalNetworkPolicy,
         PolicyKind::KubernetesNetworkPolicy,
+        PolicyKind::StagedKubernetesNetworkPolicy,
     ];
+
+    /// Whether a client of protocol version 1 knows this kind (see [`ResourceKind::in_v1`]).
+    pub fn in_v1(self) -> bool {
+        !matches!(self, PolicyKind::StagedKubernetesNetworkPolicy)
+    }
+
+    /// Whether policies of this kind are previews (Calico's staged policies): carried, never
+    /// enforced.
+    pub fn is_staged(self) -> bool {
+        matches!(
+            self,
+            PolicyKind::StagedNetworkPolicy
+                | PolicyKind::StagedGlobalNetworkPolicy
+                | PolicyKind::StagedKubernetesNetworkPolicy
+        )
+    }
 
     /// The kind's name, as in the v3 API and the key path.
     pub fn as_str(self) -> &'static str {
@@ -188,6 +208,7 @@ impl PolicyKind {
             PolicyKind::StagedNetworkPolicy => "StagedNetworkPolicy",
             PolicyKind::StagedGlobalNetworkPolicy => "StagedGlobalNetworkPolicy",
             PolicyKind::KubernetesNetworkPolicy => "KubernetesNetworkPolicy",
+            PolicyKind::StagedKubernetesNetworkPolicy => "StagedKubernetesNetworkPolicy",
         }
     }
 
@@ -198,6 +219,7 @@ impl PolicyKind {
             PolicyKind::NetworkPolicy
                 | PolicyKind::StagedNetworkPolicy
                 | PolicyKind::KubernetesNetworkPolicy
+                | PolicyKind::StagedKubernetesNetworkPolicy
         )
     }
 
@@ -444,6 +466,7 @@ impl Key {
     pub fn in_v1(&self) -> bool {
         match self {
             Key::Resource(k) => k.kind.in_v1(),
+            Key::Policy(k) => k.kind.in_v1(),
             Key::Opaque(_) => false,
             _ => true,
         }

@@ -131,13 +131,8 @@ impl CalcGraph {
     pub(super) fn set_policy(&mut self, key: &PolicyKey, policy: Option<Policy>) {
         // Staged policies are previews: never enforced. Untracked and pre-DNAT policies
         // belong to the raw and mangle tables, which this dataplane does not program.
-        let policy = policy.filter(|p| {
-            !matches!(
-                key.kind,
-                PolicyKind::StagedNetworkPolicy | PolicyKind::StagedGlobalNetworkPolicy
-            ) && !p.untracked
-                && !p.pre_dnat
-        });
+        let policy = policy.filter(|_| !key.kind.is_staged());
+        let policy = policy.filter(|p| !p.untracked && !p.pre_dnat);
         let selector = policy
             .as_ref()
             .and_then(|p| Selector::parse(&p.selector).ok());

@@ -58,12 +58,11 @@
 //! Lists are paged ([`PAGE_SIZE`]); an expired continue token fails the listing, which the
 //! syncer retries.
 //!
-//! Staged policies: StagedNetworkPolicy and StagedGlobalNetworkPolicy are CRD kinds like the
-//! others (missing CRDs tolerated as above). StagedKubernetesNetworkPolicy is not read: its
-//! policies would need a policy kind our protocol's clients do not know yet
-//! (docs/calico-conversion.md).
+//! Staged policies: StagedNetworkPolicy, StagedGlobalNetworkPolicy and
+//! StagedKubernetesNetworkPolicy are CRD kinds like the others (missing CRDs tolerated as
+//! above).
 //!
-//! Not done yet: `AdminNetworkPolicy` and StagedKubernetesNetworkPolicy are not read; a
+//! Not done yet: Kubernetes `ClusterNetworkPolicy` (AdminNetworkPolicy) is not read; a
 //! NetworkPolicy's named ports are passed on as names, as Calico does, but its rules are not
 //! merged by protocol as Calico's are (same effect, more rules).
 
@@ -96,10 +95,11 @@ use missing::*;
 pub const CRD_GROUP: &str = "crd.projectcalico.org";
 
 /// The Calico kinds stored as CRDs in [`CRD_GROUP`]`/v1`.
-pub const CRD_KINDS: [Kind; 17] = [
+pub const CRD_KINDS: [Kind; 18] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
     Kind::StagedNetworkPolicy,
+    Kind::StagedKubernetesNetworkPolicy,
     Kind::StagedGlobalNetworkPolicy,
     Kind::NetworkSet,
     Kind::GlobalNetworkSet,

@@ -62,6 +62,7 @@ pub fn plural_of(kind: &str) -> String {
         "GlobalNetworkPolicy" => "globalnetworkpolicies".into(),
         "StagedNetworkPolicy" => "stagednetworkpolicies".into(),
         "StagedGlobalNetworkPolicy" => "stagedglobalnetworkpolicies".into(),
+        "StagedKubernetesNetworkPolicy" => "stagedkubernetesnetworkpolicies".into(),
         "IPPool" => "ippools".into(),
         "IPAMBlock" => "ipamblocks".into(),
         "BlockAffinity" => "blockaffinities".into(),

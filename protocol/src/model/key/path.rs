@@ -317,6 +317,7 @@ impl<'a> RawKey<'a> {
     fn in_v1(&self) -> bool {
         match self {
             RawKey::Resource(kind, ..) => kind.in_v1(),
+            RawKey::Policy(kind, ..) => kind.in_v1(),
             _ => true,
         }
     }

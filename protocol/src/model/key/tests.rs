@@ -97,7 +97,7 @@ fn long_bad_paths_are_truncated_in_errors() {
 #[test]
 fn paths_from_the_wire_are_known_opaque_or_malformed() {
     for unknown in [
-        "/calico/v1/policy/StagedKubernetesNetworkPolicy/ns/x",
+        "/calico/v1/policy/AdminNetworkPolicy/x",
         "/calico/resources/v3/projectcalico.org/widgets/x",
         "/calico/resources/v3/projectcalico.org/widgets/ns/x",
         "/calico/v2/something/new",
@@ -153,5 +153,20 @@ fn paths_from_the_wire_are_known_opaque_or_malformed() {
     );
     for k in ResourceKind::ALL {
         assert_eq!(k.in_v1(), k != ResourceKind::BgpFilter, "{k:?}");
+    }
+    let staged_knp = "/calico/v1/policy/StagedKubernetesNetworkPolicy/ns/x";
+    assert_eq!(
+        Key::classify(staged_knp),
+        Ok(PathClass::Known {
+            key_type: KeyType::Policy,
+            in_v1: false
+        })
+    );
+    for k in PolicyKind::ALL {
+        assert_eq!(
+            k.in_v1(),
+            k != PolicyKind::StagedKubernetesNetworkPolicy,
+            "{k:?}"
+        );
     }
 }

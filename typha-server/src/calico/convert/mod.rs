@@ -44,6 +44,9 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::GlobalNetworkPolicy(s) => {
             policy::policy(&cx, PolicyKind::GlobalNetworkPolicy, None, name, s)
         }
+        Spec::StagedKubernetesNetworkPolicy(s) => {
+            policy::staged_kubernetes_policy(&cx, &ns, name, s)
+        }
         Spec::StagedNetworkPolicy(s) => {
             policy::staged_policy(&cx, PolicyKind::StagedNetworkPolicy, Some(&ns), name, s)
         }

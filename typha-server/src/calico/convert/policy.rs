@@ -10,7 +10,8 @@ use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 use super::context::{ConvertError, Cx};
 use super::rule::rules;
 use crate::calico::v3::{
-    ObjectMeta, PolicySpec, ProfileSpec, StagedAction, StagedPolicySpec, TierSpec,
+    ObjectMeta, PolicySpec, ProfileSpec, StagedAction, StagedKubernetesPolicySpec,
+    StagedPolicySpec, TierSpec, k8s_policy,
 };
 
 /// A policy of `kind`; `ns` is its namespace, `None` for a global policy.
@@ -124,6 +125,34 @@ pub(super) fn staged_policy(
         }
     }
     Ok(kvs)
+}
+
+/// A StagedKubernetesNetworkPolicy, as Calico's staged Kubernetes processor converts it: nothing
+/// for `stagedAction: Delete`; otherwise the NetworkPolicy it stages converted as Calico
+/// converts a Kubernetes NetworkPolicy, keyed by its staged kind and its own name (no
+/// `knp.default.` prefix), with its action.
+pub(super) fn staged_kubernetes_policy(
+    cx: &Cx<'_>,
+    ns: &str,
+    name: &str,
+    s: &StagedKubernetesPolicySpec,
+) -> Result<Vec<(Key, Value)>, ConvertError> {
+    if s.staged_action == Some(StagedAction::Delete) {
+        return Ok(Vec::new());
+    }
+    let calico = k8s_policy::calico_spec(&serde_json::Value::Object(s.network_policy.clone()));
+    let spec: PolicySpec =
+        serde_json::from_value(calico).map_err(|e| cx.at("spec").err(e.to_string()))?;
+    staged_policy(
+        cx,
+        PolicyKind::StagedKubernetesNetworkPolicy,
+        Some(ns),
+        name,
+        &StagedPolicySpec {
+            staged_action: s.staged_action,
+            policy: spec,
+        },
+    )
 }
 
 /// A profile's rules, and its labels when it has any (none is a deletion of the labels key).

@@ -581,3 +581,73 @@ fn invalid_staged_policies_are_refused() {
     let e = one("apiVersion: projectcalico.org/v3\nkind: StagedNetworkPolicy\nmetadata: {name: p, namespace: n}\nspec: {egress: [{action: Allow, destination: {ports: [80]}}]}\n").unwrap_err();
     assert_eq!(e.field, "spec.egress[0]", "{e}");
 }
+
+/// StagedKubernetesNetworkPolicy as Calico v3.32's staged Kubernetes processor makes it: the
+/// NetworkPolicy it stages converted as Calico converts a Kubernetes NetworkPolicy, keyed by
+/// the staged kind and its own name (no `knp.default.` prefix), with its action; nothing for
+/// Delete. A kind added after protocol version 1: version 1 clients of our protocol are not
+/// sent it.
+#[test]
+fn staged_kubernetes_policies_convert_as_the_kubernetes_policy_they_stage() {
+    let k8s_spec = serde_json::json!({
+        "podSelector": {"matchLabels": {"app": "db"}},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "api"}}}],
+                     "ports": [{"protocol": "TCP", "port": 5432}]}]
+    });
+    let mut staged_spec = k8s_spec.clone();
+    staged_spec["stagedAction"] = "Learn".into();
+    let staged = Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "StagedKubernetesNetworkPolicy",
+        "metadata": {"name": "db", "namespace": "prod"}, "spec": staged_spec
+    }))
+    .unwrap();
+    assert_eq!(
+        Resource::from_json(staged.to_json()).unwrap(),
+        staged,
+        "the manifest form reads back the same"
+    );
+    let kvs = convert(&staged).unwrap();
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(
+        kvs[0].0.to_string(),
+        "/calico/v1/policy/StagedKubernetesNetworkPolicy/prod/db"
+    );
+    assert!(!kvs[0].0.in_v1());
+    let p = policy(&kvs);
+    assert_eq!(p.staged_action.as_deref(), Some("Learn"));
+    // The same NetworkPolicy enforced (as the Kubernetes backend reads one) converts to the
+    // same value but for the action.
+    let enforced = Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "KubernetesNetworkPolicy",
+        "metadata": {"name": "knp.default.db", "namespace": "prod"},
+        "spec": crate::calico::v3::k8s_policy::calico_spec(&k8s_spec)
+    }))
+    .unwrap();
+    let enforced = convert(&enforced).unwrap();
+    let mut unstaged = p.clone();
+    unstaged.staged_action = None;
+    assert_eq!(&unstaged, policy(&enforced));
+    assert_eq!(p.order, Some(1000.0));
+    // Calico's keys: the staged kind's path, and the pre-3.30 name `staged:knp.default.<n>`.
+    let calico = crate::calico::libcalico::calico_kvs(&kvs[0].0, &kvs[0].1);
+    assert_eq!(
+        &*calico[0].key,
+        "/calico/v1/policy/StagedKubernetesNetworkPolicy/prod/db"
+    );
+    assert_eq!(
+        calico[0].legacy_key.as_deref(),
+        Some("/calico/v1/policy/tier/default/policy/prod%2fstaged:knp.default.db")
+    );
+
+    let mut delete = staged.to_json();
+    delete["spec"]["stagedAction"] = "Delete".into();
+    assert!(
+        convert(&Resource::from_json(delete).unwrap())
+            .unwrap()
+            .is_empty()
+    );
+    let mut bad = staged.to_json();
+    bad["spec"]["stagedAction"] = "Maybe".into();
+    assert!(Resource::from_json(bad).is_err());
+}

@@ -27,7 +27,8 @@ pub(super) fn policy_key(k: &PolicyKey) -> CalicoKey {
 }
 
 /// The key Calico before 3.30 used for the same policy: the tier in the path and the kind
-/// folded into the name (`<ns>/knp.default.<name>`, `staged:` for staged kinds), which is what
+/// folded into the name (`<ns>/knp.default.<name>`, `staged:` for staged kinds,
+/// `staged:knp.default.` for staged Kubernetes ones), which is what
 /// libcalico-go's `parseLegacyPolicyName` reads back.
 pub(super) fn legacy_policy_key(k: &PolicyKey, tier: &str) -> CalicoKey {
     let bare = k.name.strip_prefix(KNP_PREFIX).unwrap_or(&k.name);
@@ -36,6 +37,7 @@ pub(super) fn legacy_policy_key(k: &PolicyKey, tier: &str) -> CalicoKey {
         PolicyKind::StagedNetworkPolicy | PolicyKind::StagedGlobalNetworkPolicy => {
             format!("staged:{}", k.name)
         }
+        PolicyKind::StagedKubernetesNetworkPolicy => format!("staged:{KNP_PREFIX}{}", k.name),
         _ => k.name.clone(),
     };
     let name = match &k.namespace {

@@ -23,6 +23,8 @@ pub enum Kind {
     StagedNetworkPolicy,
     /// A cluster-wide policy staged: previewed, not enforced.
     StagedGlobalNetworkPolicy,
+    /// A Kubernetes NetworkPolicy staged (Calico's CRD, namespaced): previewed, not enforced.
+    StagedKubernetesNetworkPolicy,
     /// Profile (Kubernetes namespaces and service accounts become profiles).
     Profile,
     /// Namespaced network set.
@@ -66,13 +68,14 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 23] = [
+    pub const ALL: [Kind; 24] = [
         Kind::WorkloadEndpoint,
         Kind::NetworkPolicy,
         Kind::GlobalNetworkPolicy,
         Kind::KubernetesNetworkPolicy,
         Kind::StagedNetworkPolicy,
         Kind::StagedGlobalNetworkPolicy,
+        Kind::StagedKubernetesNetworkPolicy,
         Kind::Profile,
         Kind::NetworkSet,
         Kind::GlobalNetworkSet,
@@ -101,6 +104,7 @@ impl Kind {
             Kind::KubernetesNetworkPolicy => "KubernetesNetworkPolicy",
             Kind::StagedNetworkPolicy => "StagedNetworkPolicy",
             Kind::StagedGlobalNetworkPolicy => "StagedGlobalNetworkPolicy",
+            Kind::StagedKubernetesNetworkPolicy => "StagedKubernetesNetworkPolicy",
             Kind::Profile => "Profile",
             Kind::NetworkSet => "NetworkSet",
             Kind::GlobalNetworkSet => "GlobalNetworkSet",
@@ -134,6 +138,7 @@ impl Kind {
                 | Kind::NetworkPolicy
                 | Kind::KubernetesNetworkPolicy
                 | Kind::StagedNetworkPolicy
+                | Kind::StagedKubernetesNetworkPolicy
                 | Kind::NetworkSet
                 | Kind::KubernetesService
                 | Kind::KubernetesEndpointSlice
@@ -149,6 +154,7 @@ impl Kind {
             Kind::KubernetesNetworkPolicy => "kubernetesnetworkpolicies",
             Kind::StagedNetworkPolicy => "stagednetworkpolicies",
             Kind::StagedGlobalNetworkPolicy => "stagedglobalnetworkpolicies",
+            Kind::StagedKubernetesNetworkPolicy => "stagedkubernetesnetworkpolicies",
             Kind::Profile => "profiles",
             Kind::NetworkSet => "networksets",
             Kind::GlobalNetworkSet => "globalnetworksets",

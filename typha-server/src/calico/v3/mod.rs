@@ -12,6 +12,7 @@
 mod bgp;
 mod endpoint;
 mod id;
+pub mod k8s_policy;
 mod network;
 mod policy;
 mod resource;
@@ -35,7 +36,7 @@ pub use self::network::{
 pub use self::policy::{
     ActionSpec, EntityRuleSpec, HttpPathSpec, HttpSpec, IcmpSpec, PolicySpec, PortSpec,
     ProfileSpec, ProtocolSpec, RuleSpec, ServiceAccountMatch, ServiceSpec, StagedAction,
-    StagedPolicySpec, TierSpec,
+    StagedKubernetesPolicySpec, StagedPolicySpec, TierSpec,
 };
 pub use self::resource::{ObjectMeta, ParseError, Resource, Spec};
 pub use self::yaml::{YamlError, yaml_documents};

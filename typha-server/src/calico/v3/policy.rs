@@ -223,6 +223,24 @@ pub struct StagedPolicySpec {
     pub policy: PolicySpec,
 }
 
+/// StagedKubernetesNetworkPolicy spec: a Kubernetes NetworkPolicy's spec (`podSelector`,
+/// `ingress`, `egress`, `policyTypes`), kept as written and converted as Calico converts a
+/// Kubernetes NetworkPolicy ([`super::k8s_policy::calico_spec`]), and its `stagedAction`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StagedKubernetesPolicySpec {
+    /// The staged action; another value than Set, Delete, Learn or Ignore does not parse.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "staged_action"
+    )]
+    pub staged_action: Option<StagedAction>,
+    /// The NetworkPolicy's spec fields.
+    #[serde(flatten)]
+    pub network_policy: serde_json::Map<String, serde_json::Value>,
+}
+
 /// `stagedAction`: `null` and `""` are none given (Go's `omitempty` string).
 fn staged_action<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<StagedAction>, D::Error> {
     match Option::<String>::deserialize(d)?.as_deref() {

@@ -12,7 +12,9 @@ use super::network::{
     BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec, NodeSpec,
     NodeStatusSpec,
 };
-use super::policy::{PolicySpec, ProfileSpec, StagedPolicySpec, TierSpec};
+use super::policy::{
+    PolicySpec, ProfileSpec, StagedKubernetesPolicySpec, StagedPolicySpec, TierSpec,
+};
 
 /// Object metadata (the parts we use).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -60,6 +62,7 @@ pub enum Spec {
     KubernetesNetworkPolicy(PolicySpec),
     StagedNetworkPolicy(StagedPolicySpec),
     StagedGlobalNetworkPolicy(StagedPolicySpec),
+    StagedKubernetesNetworkPolicy(StagedKubernetesPolicySpec),
     Profile(ProfileSpec),
     NetworkSet(NetworkSetSpec),
     GlobalNetworkSet(NetworkSetSpec),
@@ -92,6 +95,7 @@ impl Resource {
             Spec::KubernetesNetworkPolicy(_) => Kind::KubernetesNetworkPolicy,
             Spec::StagedNetworkPolicy(_) => Kind::StagedNetworkPolicy,
             Spec::StagedGlobalNetworkPolicy(_) => Kind::StagedGlobalNetworkPolicy,
+            Spec::StagedKubernetesNetworkPolicy(_) => Kind::StagedKubernetesNetworkPolicy,
             Spec::Profile(_) => Kind::Profile,
             Spec::NetworkSet(_) => Kind::NetworkSet,
             Spec::GlobalNetworkSet(_) => Kind::GlobalNetworkSet,
@@ -198,6 +202,9 @@ impl Resource {
             Kind::StagedGlobalNetworkPolicy => {
                 Spec::StagedGlobalNetworkPolicy(serde_json::from_value(spec_json).map_err(bad)?)
             }
+            Kind::StagedKubernetesNetworkPolicy => {
+                Spec::StagedKubernetesNetworkPolicy(serde_json::from_value(spec_json).map_err(bad)?)
+            }
             Kind::Profile => Spec::Profile(serde_json::from_value(spec_json).map_err(bad)?),
             Kind::NetworkSet => Spec::NetworkSet(serde_json::from_value(spec_json).map_err(bad)?),
             Kind::GlobalNetworkSet => {
@@ -261,6 +268,7 @@ impl Resource {
             Spec::StagedNetworkPolicy(s) | Spec::StagedGlobalNetworkPolicy(s) => {
                 serde_json::to_value(s)
             }
+            Spec::StagedKubernetesNetworkPolicy(s) => serde_json::to_value(s),
             Spec::Profile(s) => serde_json::to_value(s),
             Spec::NetworkSet(s) | Spec::GlobalNetworkSet(s) => serde_json::to_value(s),
             Spec::HostEndpoint(s) => serde_json::to_value(s),

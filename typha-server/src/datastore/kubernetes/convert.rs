@@ -3,6 +3,8 @@
 
 use std::net::IpAddr;
 
+use crate::calico::v3::k8s_policy;
+
 use super::*;
 
 /// What an object is, and the resource it becomes (`None`: nothing to serve).
@@ -118,7 +120,14 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             let kind = Kind::KubernetesNetworkPolicy;
             let id = ResourceId::namespaced(kind, namespace.clone(), full.clone());
             let metadata = json!({"name": full, "namespace": namespace});
-            (id, v3_doc(kind, metadata, k8s_policy_spec(o)))
+            (
+                id,
+                v3_doc(
+                    kind,
+                    metadata,
+                    k8s_policy::calico_spec(at(&o.data, "/spec")),
+                ),
+            )
         }
     };
     let mut item = Resource::from_json(doc).map_err(|e| Invalid {
@@ -419,141 +428,6 @@ pub(super) fn node_status(o: &DynamicObject) -> Value {
         "wireguardPublicKey": get("WireguardPublicKey"),
         "wireguardPublicKeyV6": get("WireguardPublicKeyV6"),
         "podCIDRs": at(&o.data, "/spec/podCIDRs").as_array().cloned().unwrap_or_default(),
-    })
-}
-
-/// Calico's label on every Kubernetes workload endpoint.
-const K8S_ONLY: &str = "projectcalico.org/orchestrator == 'k8s'";
-
-/// A Kubernetes label selector as a Calico selector (`""` for an empty one).
-pub(super) fn label_selector(sel: &Value) -> String {
-    let mut parts: Vec<String> = at(sel, "/matchLabels")
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k} == '{}'", v.as_str().unwrap_or_default()))
-        .collect();
-    for e in at(sel, "/matchExpressions")
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let key = at(e, "/key").as_str().unwrap_or_default();
-        let values: Vec<String> = at(e, "/values")
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|v| format!("'{}'", v.as_str().unwrap_or_default()))
-            .collect();
-        let values = values.join(", ");
-        parts.push(match at(e, "/operator").as_str().unwrap_or_default() {
-            "In" => format!("{key} in {{ {values} }}"),
-            "NotIn" => format!("{key} not in {{ {values} }}"),
-            "Exists" => format!("has({key})"),
-            "DoesNotExist" => format!("! has({key})"),
-            // Not a valid operator: a selector that does not parse, so the policy is invalid
-            // rather than wider than written.
-            other => format!("<unknown operator {other:?}>"),
-        });
-    }
-    parts.join(" && ")
-}
-
-/// `a && b`, where either may be empty.
-pub(super) fn and(a: String, b: &str) -> String {
-    match (a.is_empty(), b.is_empty()) {
-        (true, _) => b.to_string(),
-        (_, true) => a,
-        _ => format!("{a} && {b}"),
-    }
-}
-
-/// A NetworkPolicy peer as a Calico entity (without ports).
-pub(super) fn peer_entity(peer: &Value) -> Value {
-    if let Some(block) = peer.get("ipBlock") {
-        return json!({
-            "nets": [at(block, "/cidr")],
-            "notNets": at(block, "/except").as_array().cloned().unwrap_or_default(),
-        });
-    }
-    let pods = peer.get("podSelector").map(label_selector);
-    match peer.get("namespaceSelector") {
-        Some(ns) => {
-            let ns = label_selector(ns);
-            let ns = if ns.is_empty() { "all()".into() } else { ns };
-            json!({"selector": and(pods.unwrap_or_default(), K8S_ONLY), "namespaceSelector": ns})
-        }
-        None => json!({"selector": and(pods.unwrap_or_default(), K8S_ONLY)}),
-    }
-}
-
-/// The rules of one NetworkPolicy rule: one Calico rule per (port, peer), all Allow.
-pub(super) fn k8s_rules(rule: &Value, peers_field: &str, ingress: bool) -> Vec<Value> {
-    let peers: Vec<Value> = match at(rule, peers_field).as_array() {
-        Some(ps) if !ps.is_empty() => ps.iter().map(peer_entity).collect(),
-        _ => vec![json!({})],
-    };
-    let ports: Vec<Option<(String, Value)>> = match at(rule, "/ports").as_array() {
-        Some(ps) if !ps.is_empty() => ps
-            .iter()
-            .map(|p| {
-                let proto = at(p, "/protocol").as_str().unwrap_or("TCP").to_string();
-                let port = match (at(p, "/port"), at(p, "/endPort").as_u64()) {
-                    (Value::Number(n), Some(end)) => json!([format!("{n}:{end}")]),
-                    (Value::Null, _) => json!([]),
-                    (port, _) => json!([port]),
-                };
-                Some((proto, port))
-            })
-            .collect(),
-        _ => vec![None],
-    };
-    let mut out = Vec::new();
-    for port in &ports {
-        for peer in &peers {
-            let mut dest = if ingress { json!({}) } else { peer.clone() };
-            let mut rule = Map::new();
-            rule.insert("action".into(), "Allow".into());
-            if let (Some((proto, ports)), Some(d)) = (port, dest.as_object_mut()) {
-                rule.insert("protocol".into(), proto.as_str().into());
-                d.insert("ports".into(), ports.clone());
-            }
-            if ingress {
-                rule.insert("source".into(), peer.clone());
-            }
-            rule.insert("destination".into(), dest);
-            out.push(Value::Object(rule));
-        }
-    }
-    out
-}
-
-/// A NetworkPolicy's spec in Calico's form (order 1000, Allow rules).
-pub(super) fn k8s_policy_spec(o: &DynamicObject) -> Value {
-    let spec = at(&o.data, "/spec");
-    let selector = and(label_selector(at(spec, "/podSelector")), K8S_ONLY);
-    let rules = |field: &str, peers: &str, ingress: bool| -> Vec<Value> {
-        at(spec, field)
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|r| k8s_rules(r, peers, ingress))
-            .collect()
-    };
-    let types: Vec<Value> = match at(spec, "/policyTypes").as_array() {
-        Some(t) if !t.is_empty() => t.clone(),
-        _ if spec.get("egress").is_some() => json!(["Ingress", "Egress"])
-            .as_array()
-            .cloned()
-            .unwrap_or_default(),
-        _ => vec!["Ingress".into()],
-    };
-    json!({
-        "order": 1000.0,
-        "selector": selector,
-        "types": types,
-        "ingress": rules("/ingress", "/from", true),
-        "egress": rules("/egress", "/to", false),
     })
 }
 

@@ -412,6 +412,7 @@ fn what_is_read() {
         (CRD_GROUP, "tiers"),
         (CRD_GROUP, "stagednetworkpolicies"),
         (CRD_GROUP, "stagedglobalnetworkpolicies"),
+        (CRD_GROUP, "stagedkubernetesnetworkpolicies"),
         (CRD_GROUP, "bgpconfigurations"),
         (CRD_GROUP, "bgppeers"),
         (CRD_GROUP, "bgpfilters"),
