@@ -898,8 +898,12 @@ fn rule() -> impl Strategy<Value = Rule> {
         })
 }
 
+/// The policy kinds of protocol version 1: the golden corpus, replayed through libcalico-go by
+/// hand, is drawn from these, so a kind added later does not change its draws (the staged
+/// Kubernetes kind is covered by its own tests).
 fn policy_kind() -> impl Strategy<Value = PolicyKind> {
-    proptest::sample::select(PolicyKind::ALL.to_vec())
+    let v1: Vec<PolicyKind> = PolicyKind::ALL.into_iter().filter(|k| k.in_v1()).collect();
+    proptest::sample::select(v1)
 }
 
 fn any_kv() -> impl Strategy<Value = (Key, Value)> {

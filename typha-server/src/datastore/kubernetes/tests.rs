@@ -423,11 +423,6 @@ fn what_is_read() {
             "{group}/{plural}"
         );
     }
-    // Not read: its policies would need a policy kind our protocol's clients do not know yet.
-    assert!(!resources.contains(&(
-        CRD_GROUP.to_owned(),
-        "stagedkubernetesnetworkpolicies".to_owned()
-    )));
 }
 
 /// Host-local IPAM (`USE_POD_CIDR`), as Calico's driver and felix node processor do it: the
