@@ -34,11 +34,17 @@ pub(super) fn felix_configuration(
         }
         Some(h.to_owned())
     } else {
+        // Go's FelixConfigurationSpec writes `bpfLogLevel` even when empty (no `omitempty` on
+        // it), so Calico's Typha always sends it.
+        let mut fields = fields.clone();
+        fields
+            .entry("bpfLogLevel")
+            .or_insert_with(|| serde_json::Value::String(String::new()));
         return Ok(raw::raw(
             ResourceKind::FelixConfiguration,
             meta,
             None,
-            fields,
+            &fields,
         ));
     };
     let mut out = Vec::new();

@@ -314,7 +314,7 @@ fn selector_scoped_felix_configurations_are_carried_whole() {
     let spec: serde_json::Value = serde_json::from_str(&r.spec_json).unwrap();
     assert_eq!(
         spec,
-        serde_json::json!({"nodeSelector": "gpu == 'true'", "logSeverityScreen": "Debug", "bpfEnabled": true})
+        serde_json::json!({"nodeSelector": "gpu == 'true'", "logSeverityScreen": "Debug", "bpfEnabled": true, "bpfLogLevel": ""})
     );
 }
 

@@ -1665,7 +1665,7 @@ fn selector_scoped_felix_configuration() {
         serde_json::json!({
             "kind": "FelixConfiguration", "apiVersion": "projectcalico.org/v3",
             "metadata": {"name": "gpu-nodes", "creationTimestamp": null},
-            "spec": {"nodeSelector": "gpu == 'true'", "bpfEnabled": true}
+            "spec": {"nodeSelector": "gpu == 'true'", "bpfEnabled": true, "bpfLogLevel": ""}
         })
     );
 }
