@@ -1170,3 +1170,59 @@ async fn with_pod_cidrs_the_nodes_cidrs_are_the_blocks() {
     .await;
     srv.shutdown().await;
 }
+
+/// Resources as Calico's own writers store them (calicoctl, Calico's API server): labels and
+/// name in the `projectcalico.org/metadata` annotation, the CRD's labels cleared. A network set
+/// keeps its labels (policies select it by them), and a default-tier policy stored under the
+/// pre-3.30 name `default.<name>` is served under its name.
+#[tokio::test]
+async fn resources_written_by_calicos_tools_keep_their_labels_and_names() {
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
+    let mut p = run.peer().await;
+    run.converge(&mut p, "seeded").await;
+    apply(
+        &run.admin,
+        json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+               "metadata": {"name": "blocked", "annotations": {"projectcalico.org/metadata":
+                   "{\"name\":\"blocked\",\"labels\":{\"role\":\"blocked\"},\"creationTimestamp\":null}"}},
+               "spec": {"nets": ["192.0.2.0/24"]}}),
+    )
+    .await;
+    apply(
+        &run.admin,
+        json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "NetworkPolicy",
+               "metadata": {"name": "default.web", "namespace": "web",
+                            "annotations": {"projectcalico.org/metadata": "{\"creationTimestamp\":null}"}},
+               "spec": {"tier": "default", "order": 10, "selector": "app == 'web'",
+                        "types": ["Ingress"], "ingress": [{"action": "Allow"}]}}),
+    )
+    .await;
+    for doc in [
+        v3(
+            "GlobalNetworkSet",
+            json!({"name": "blocked", "labels": {"role": "blocked"}}),
+            json!({"nets": ["192.0.2.0/24"]}),
+        ),
+        v3(
+            "NetworkPolicy",
+            json!({"name": "web", "namespace": "web"}),
+            json!({"tier": "default", "order": 10, "selector": "app == 'web'",
+                   "types": ["Ingress"], "ingress": [{"action": "Allow"}]}),
+        ),
+    ] {
+        let r = Resource::from_json(doc).unwrap();
+        run.want.insert(r.id(), r);
+    }
+    run.converge(&mut p, "resources in Calico's own storage form")
+        .await;
+    assert!(
+        p.state
+            .contains_key("/calico/v1/policy/NetworkPolicy/web/web"),
+        "{:?}",
+        p.state.keys().collect::<Vec<_>>()
+    );
+    run.srv.shutdown().await;
+}

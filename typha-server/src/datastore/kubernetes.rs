@@ -58,6 +58,9 @@
 //! Lists are paged ([`PAGE_SIZE`]); an expired continue token fails the listing, which the
 //! syncer retries.
 //!
+//! Calico's CRDs as Calico's own writers store them: the v3 name and labels in the
+//! `projectcalico.org/metadata` annotation, read as Calico's driver reads them (`convert.rs`).
+//!
 //! Staged policies: StagedNetworkPolicy, StagedGlobalNetworkPolicy and
 //! StagedKubernetesNetworkPolicy are CRD kinds like the others (missing CRDs tolerated as
 //! above).

@@ -26,6 +26,24 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
         .collect();
     let (id, doc) = match c {
         Conversion::Crd(kind) => {
+            // What Calico's own writers (calicoctl, Calico's API server) store: the v3 name,
+            // labels and annotations in one annotation, the CRD's labels cleared but for
+            // Calico's own (libcalico-go's ConvertCalicoResourceToK8sResource).
+            let (name, labels) = match calico_metadata(o, kind, &name, labels) {
+                Ok(v) => v,
+                Err(reason) => {
+                    let id = if kind.is_namespaced() {
+                        ResourceId::namespaced(kind, namespace.clone(), name.clone())
+                    } else {
+                        ResourceId::global(kind, name.clone())
+                    };
+                    let item = Err(Invalid {
+                        id: Some(id.clone()),
+                        reason,
+                    });
+                    return (Some(id), Some(item));
+                }
+            };
             let id = if kind.is_namespaced() {
                 ResourceId::namespaced(kind, namespace.clone(), name.clone())
             } else {
@@ -140,6 +158,55 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
         n.status.pod_cidr_blocks = true;
     }
     (Some(id), Some(item))
+}
+
+/// The annotation in which Calico's writers keep a resource's v3 metadata.
+const METADATA_ANNOTATION: &str = "projectcalico.org/metadata";
+
+/// A Calico CRD's v3 name and labels, as Calico's Kubernetes driver reads them
+/// (`ConvertK8sResourceToCalicoResource`): without a `projectcalico.org/metadata` annotation,
+/// the CRD's own; with one, the labels it holds merged over the CRD's (which Calico's writers
+/// clear but for `projectcalico.org/` ones), and the name it holds, or, when it holds none, the
+/// CRD's name, without a `default.` prefix for the four policy kinds in tier `default` (the
+/// name pre-3.30 Calico stored them under). An annotation that is not JSON makes the
+/// resource invalid, as in Calico.
+fn calico_metadata(
+    o: &DynamicObject,
+    kind: Kind,
+    name: &str,
+    mut labels: Map<String, Value>,
+) -> Result<(String, Map<String, Value>), String> {
+    let Some(text) = o
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(METADATA_ANNOTATION))
+    else {
+        return Ok((name.to_owned(), labels));
+    };
+    let meta: Value = serde_json::from_str(text)
+        .map_err(|e| format!("annotation {METADATA_ANNOTATION} is not JSON: {e}"))?;
+    for (k, v) in at(&meta, "/labels").as_object().into_iter().flatten() {
+        labels.insert(k.clone(), v.clone());
+    }
+    let name = match at(&meta, "/name").as_str().filter(|n| !n.is_empty()) {
+        Some(n) => n.to_owned(),
+        None if matches!(
+            kind,
+            Kind::NetworkPolicy
+                | Kind::GlobalNetworkPolicy
+                | Kind::StagedNetworkPolicy
+                | Kind::StagedGlobalNetworkPolicy
+        ) && matches!(
+            at(&o.data, "/spec/tier").as_str(),
+            None | Some("" | "default")
+        ) =>
+        {
+            name.strip_prefix("default.").unwrap_or(name).to_owned()
+        }
+        None => name.to_owned(),
+    };
+    Ok((name, labels))
 }
 
 /// Calico's workload endpoint name: `<node>-k8s-<pod>-eth0`, with `-` doubled in each part.

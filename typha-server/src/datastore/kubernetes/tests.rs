@@ -514,3 +514,63 @@ fn with_pod_cidrs_a_nodes_cidrs_are_its_blocks_and_its_tunnel_address() {
         assert_eq!(reads_blocks, !pod_cidr);
     }
 }
+
+/// What Calico's own writers (calicoctl, its API server) store: the v3 labels and name in the
+/// `projectcalico.org/metadata` annotation and the CRD's labels cleared but for Calico's own.
+/// Read back as Calico's driver reads it.
+#[test]
+fn calicos_metadata_annotation_gives_the_labels_and_the_name() {
+    let set = object(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+        "metadata": {"name": "blocked", "labels": {"projectcalico.org/owned": "x"},
+                     "annotations": {"projectcalico.org/metadata":
+                         "{\"name\":\"blocked\",\"labels\":{\"role\":\"blocked\"},\"creationTimestamp\":null}"}},
+        "spec": {"nets": ["192.0.2.0/24"]}}));
+    let r = convert(Conversion::Crd(Kind::GlobalNetworkSet), &set)
+        .1
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        r.metadata.labels,
+        [
+            ("projectcalico.org/owned".to_owned(), "x".to_owned()),
+            ("role".to_owned(), "blocked".to_owned())
+        ]
+        .into()
+    );
+    let policy = |name: &str, meta: Option<&str>, tier: Option<&str>| {
+        let mut o = json!({
+            "apiVersion": "crd.projectcalico.org/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": "prod"},
+            "spec": {"selector": "all()"}});
+        if let Some(m) = meta {
+            o["metadata"]["annotations"] = json!({"projectcalico.org/metadata": m});
+        }
+        if let Some(t) = tier {
+            o["spec"]["tier"] = t.into();
+        }
+        convert(Conversion::Crd(Kind::NetworkPolicy), &object(o))
+    };
+    let named = |r: (Option<ResourceId>, Option<Item>)| r.0.unwrap().name;
+    // Pre-3.30 storage of a default-tier policy: `default.` dropped when the annotation has
+    // no name; the annotation's name when it has one; a CRD without the annotation as it is.
+    assert_eq!(named(policy("default.web", Some("{}"), None)), "web");
+    assert_eq!(
+        named(policy("default.web", Some("{}"), Some("default"))),
+        "web"
+    );
+    assert_eq!(named(policy("ops.web", Some("{}"), Some("ops"))), "ops.web");
+    assert_eq!(
+        named(policy(
+            "default.web",
+            Some("{\"name\":\"default.web\"}"),
+            None
+        )),
+        "default.web"
+    );
+    assert_eq!(named(policy("default.web", None, None)), "default.web");
+    let (id, item) = policy("web", Some("not json"), None);
+    assert_eq!(id.unwrap().name, "web");
+    let err = item.unwrap().unwrap_err();
+    assert!(err.reason.contains("projectcalico.org/metadata"), "{err:?}");
+}
