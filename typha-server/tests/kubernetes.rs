@@ -659,15 +659,7 @@ async fn a_crd_that_is_not_installed_is_empty_until_it_is() {
         .await;
     run.delete(tier(200)).await;
     run.converge(&mut p, "the tier deleted").await;
-    assert_eq!(
-        p.statuses
-            .iter()
-            .filter(|s| **s == SyncStatus::InSync)
-            .count(),
-        1,
-        "no resync on the way: {:?}",
-        p.statuses
-    );
+    assert_no_resync(&p);
     run.srv.shutdown().await;
 }
 
@@ -805,15 +797,7 @@ async fn staged_policies_arrive_once_their_crds_are_installed() {
     run.delete(sknp("Delete")).await;
     run.converge(&mut p, "the staged Kubernetes policy deleted")
         .await;
-    assert_eq!(
-        p.statuses
-            .iter()
-            .filter(|s| **s == SyncStatus::InSync)
-            .count(),
-        1,
-        "no resync on the way: {:?}",
-        p.statuses
-    );
+    assert_no_resync(&p);
     run.srv.shutdown().await;
 }
 
@@ -911,15 +895,7 @@ async fn a_cluster_without_the_bgpfilters_crd_is_served_and_gets_filters_once_in
         .await;
     run.delete(filter("Reject")).await;
     run.converge(&mut p, "the filter deleted").await;
-    assert_eq!(
-        p.statuses
-            .iter()
-            .filter(|s| **s == SyncStatus::InSync)
-            .count(),
-        1,
-        "no resync on the way: {:?}",
-        p.statuses
-    );
+    assert_no_resync(&p);
     run.srv.shutdown().await;
 }
 
@@ -1225,4 +1201,17 @@ async fn resources_written_by_calicos_tools_keep_their_labels_and_names() {
         p.state.keys().collect::<Vec<_>>()
     );
     run.srv.shutdown().await;
+}
+
+/// The peer reached InSync once: nothing on the way made it resync.
+fn assert_no_resync(p: &Peer) {
+    assert_eq!(
+        p.statuses
+            .iter()
+            .filter(|s| **s == SyncStatus::InSync)
+            .count(),
+        1,
+        "no resync on the way: {:?}",
+        p.statuses
+    );
 }
