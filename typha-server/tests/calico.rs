@@ -249,6 +249,22 @@ fn churn(store: &Embedded) {
     );
     store.put(gone.clone());
     store.delete(&gone.id());
+    // LiveMigrations (felix only): KubeVirt's form with the metadata Felix reads, and
+    // OpenStack's created and deleted again.
+    store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "LiveMigration",
+        "metadata": {"name": "mig-1", "namespace": "vms", "uid": "3b1f0c2e-uid",
+                     "creationTimestamp": "2026-11-24T23:45:24Z",
+                     "labels": {"kubevirt.io/vmi-name": "vm12"}, "annotations": {"a": "b"}},
+        "spec": {"source": {"workload": {"orchestratorID": "k8s", "workloadID": "vms/virt-launcher-vm12-x"}},
+                 "target": {"selector": "kubevirt.io/migrationJobUID == '3b1f0c2e-uid'"}}})));
+    let gone = res(
+        serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "LiveMigration",
+        "metadata": {"name": "port-1", "namespace": "openstack"},
+        "spec": {"target": {"workloadEndpoint": {"hostname": "h2", "orchestratorID": "openstack",
+                                                 "workloadID": "openstack/vm1", "endpointID": "port-1"}}}}),
+    );
+    store.put(gone.clone());
+    store.delete(&gone.id());
     store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPConfiguration",
         "metadata": {"name": "default"}, "spec": {"nodeToNodeMeshEnabled": true, "asNumber": "1.10"}})));
     store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
@@ -481,6 +497,23 @@ async fn churn_reaches_every_syncer_type_next_to_our_own_client() {
             &format!("{syncer} after churn"),
         );
         assert_filters(&got, syncer, &["every-field", "export-pods-only"]);
+        // LiveMigrations: to felix only, with their uid (Felix gives it to the dataplane).
+        let migration = "/calico/resources/v3/projectcalico.org/livemigrations/vms/mig-1";
+        let migrations: Vec<&str> = got
+            .keys()
+            .filter(|k| k.contains("/livemigrations/"))
+            .map(String::as_str)
+            .collect();
+        if syncer == SyncerType::Felix {
+            assert_eq!(migrations, [migration], "{syncer}: LiveMigrations");
+            let (v, _, _) = &got[migration];
+            assert!(
+                v.contains(r#""namespace":"vms","uid":"3b1f0c2e-uid","creationTimestamp":"2026-11-24T23:45:24Z""#),
+                "{v}"
+            );
+        } else {
+            assert!(migrations.is_empty(), "{syncer}: {migrations:?}");
+        }
         if syncer == SyncerType::Bgp {
             let (v, _, _) = &got[&filter_key("every-field")];
             assert!(

@@ -345,7 +345,7 @@ impl Datastore for Switch {
 
 /// Every kind with a generator in [`resource`]: a backend is tested with those it
 /// [`Backend::supports`] ([`kinds`]).
-const GENERATED: [Kind; 19] = [
+const GENERATED: [Kind; 20] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
     Kind::StagedNetworkPolicy,
@@ -365,6 +365,7 @@ const GENERATED: [Kind; 19] = [
     Kind::BgpPeer,
     Kind::BgpFilter,
     Kind::CalicoNodeStatus,
+    Kind::LiveMigration,
 ];
 
 /// The staged policies' actions by generation (`g % 5`).
@@ -499,6 +500,22 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
             "metadata": {"name": format!("status-{i}")},
             "spec": {"node": format!("host-{}", i % 3), "classes": ["Agent", "BGP"],
                      "updatePeriodSeconds": 10 + g % 50}}),
+        // KubeVirt's form in even generations, OpenStack's in odd ones; with the uid Felix
+        // reads. (Not a Calico CRD: on Kubernetes made from KubeVirt's migrations instead,
+        // which tests/kubernetes.rs covers.)
+        Kind::LiveMigration => json!({
+        "metadata": {"name": format!("lm-{i}"), "namespace": ns, "uid": format!("uid-{i}-{g}"),
+                     "labels": {"gen": gen_label}},
+        "spec": if g.is_multiple_of(2) {
+            json!({"source": {"workload": {"orchestratorID": "k8s", "workloadID": format!("{ns}/launcher-{g}")}},
+                   "target": {"selector": format!("kubevirt.io/migrationJobUID == 'uid-{i}-{g}'")}})
+        } else {
+            json!({"source": {"workloadEndpoint": {"hostname": "h1", "orchestratorID": "openstack",
+                                                   "workloadID": format!("{ns}/vm-{i}"), "endpointID": "p1"}},
+                   "target": {"workloadEndpoint": {"hostname": format!("h{}", 2 + g % 3),
+                                                   "orchestratorID": "openstack",
+                                                   "workloadID": format!("{ns}/vm-{i}"), "endpointID": "p1"}}})
+        }}),
         other => panic!("no generator for {other}"),
     };
     doc["apiVersion"] = "projectcalico.org/v3".into();

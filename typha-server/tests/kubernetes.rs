@@ -899,6 +899,170 @@ async fn a_cluster_without_the_bgpfilters_crd_is_served_and_gets_filters_once_in
     run.srv.shutdown().await;
 }
 
+/// A VirtualMachineInstanceMigration of VMI `vm12` in namespace `web`, as KubeVirt's controller
+/// writes it, in `phase`, its source pod named once KubeVirt knows it.
+fn migration(phase: &str, source_pod: Option<&str>) -> Value {
+    let mut status = json!({"phase": phase});
+    if let Some(pod) = source_pod {
+        status["migrationState"] = json!({"sourcePod": pod, "targetNode": "node-2"});
+    }
+    json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+           "metadata": {"name": "mig-1", "namespace": "web",
+                        "labels": {"kubevirt.io/vmi-name": "vm12"},
+                        "annotations": {"kubevirt.io/latest-observed-api-version": "v1"}},
+           "spec": {"vmiName": "vm12"},
+           "status": status})
+}
+
+/// KubeVirt's VirtualMachineInstanceMigrations become Calico's LiveMigrations, as Calico's
+/// driver makes them. Without KubeVirt (most clusters) the backend is in sync with the rest;
+/// once its CRD is installed (ours, minimal, without a status subresource, so the test writes
+/// the status with the object as KubeVirt's controller would through its own) a migration
+/// reaches the client as absent while Pending, present from Scheduling (the target only), changed
+/// once the source pod is known, and deleted when it succeeds, without a resync.
+#[tokio::test]
+async fn kubevirt_migrations_are_live_migrations_while_under_way() {
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    let res = common::kube::resource(
+        "kubevirt.io/v1",
+        "VirtualMachineInstanceMigration",
+        "virtualmachineinstancemigrations",
+    );
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(run.admin.clone(), &res);
+    assert!(
+        matches!(api.list(&Default::default()).await, Err(kube::Error::Api(e)) if e.code == 404),
+        "KubeVirt's CRD is served before the test installs it"
+    );
+    run.seed().await;
+    let mut p = run.peer().await;
+    run.converge(&mut p, "in sync without KubeVirt").await;
+
+    apply(
+        &run.admin,
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "virtualmachineinstancemigrations.kubevirt.io"},
+               "spec": {"group": "kubevirt.io", "scope": "Namespaced",
+                        "names": {"kind": "VirtualMachineInstanceMigration",
+                                  "listKind": "VirtualMachineInstanceMigrationList",
+                                  "plural": "virtualmachineinstancemigrations",
+                                  "singular": "virtualmachineinstancemigration"},
+                        "versions": [{"name": "v1", "served": true, "storage": true,
+                                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                 "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Err(e) = api.list(&Default::default()).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the virtualmachineinstancemigrations CRD is not served: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let key = "/calico/resources/v3/projectcalico.org/livemigrations/web/mig-1";
+    let id = ResourceId::namespaced(Kind::LiveMigration, "web", "mig-1");
+    let spec_at = |p: &Peer| match p.state.get(key).map(|v| v.decode().unwrap()) {
+        Some(typha_protocol::model::Value::Resource(r)) => {
+            Some(serde_json::from_str::<Value>(&r.spec_json).unwrap())
+        }
+        Some(other) => panic!("{key}: {other:?}"),
+        None => None,
+    };
+    // The LiveMigration the stored migration must become, written by hand.
+    let live = |stored: &kube::api::DynamicObject, source: Option<&str>| {
+        let uid = stored.metadata.uid.clone().unwrap();
+        let mut spec = json!({"target": {"selector": format!(
+            "(vmi.kubevirt.io/id == 'vm12' || vm.kubevirt.io/name == 'vm12') && kubevirt.io/migrationJobUID == '{uid}'"
+        )}});
+        if let Some(pod) = source {
+            spec["source"] =
+                json!({"workload": {"orchestratorID": "k8s", "workloadID": format!("web/{pod}")}});
+        }
+        let created = serde_json::to_value(&stored.metadata.creation_timestamp).unwrap();
+        Resource::from_json(v3(
+            "LiveMigration",
+            json!({"name": "mig-1", "namespace": "web", "uid": uid, "creationTimestamp": created,
+                   "labels": {"kubevirt.io/vmi-name": "vm12"},
+                   "annotations": {"kubevirt.io/latest-observed-api-version": "v1"}}),
+            spec,
+        ))
+        .unwrap()
+    };
+
+    // Pending: nothing (the key's history below has no value before Scheduling's; the
+    // watch delivers one object's changes in order).
+    apply(&run.admin, migration("Pending", None)).await;
+    let stored = apply(&run.admin, migration("Scheduling", None)).await;
+    run.want.insert(id.clone(), live(&stored, None));
+    run.converge(&mut p, "a scheduling migration: its target")
+        .await;
+    let uid = stored.metadata.uid.clone().unwrap();
+    assert_eq!(
+        spec_at(&p),
+        Some(json!({"target": {"selector": format!(
+            "(vmi.kubevirt.io/id == 'vm12' || vm.kubevirt.io/name == 'vm12') && kubevirt.io/migrationJobUID == '{uid}'"
+        )}}))
+    );
+
+    let stored = apply(
+        &run.admin,
+        migration("Running", Some("virt-launcher-vm12-snq7w")),
+    )
+    .await;
+    run.want
+        .insert(id.clone(), live(&stored, Some("virt-launcher-vm12-snq7w")));
+    run.converge(&mut p, "a running migration: its source too")
+        .await;
+    assert_eq!(
+        spec_at(&p).unwrap()["source"],
+        json!({"workload": {"orchestratorID": "k8s", "workloadID": "web/virt-launcher-vm12-snq7w"}})
+    );
+
+    apply(
+        &run.admin,
+        migration("Succeeded", Some("virt-launcher-vm12-snq7w")),
+    )
+    .await;
+    run.want.remove(&id);
+    run.converge(&mut p, "a migration that succeeded: gone")
+        .await;
+    assert_eq!(spec_at(&p), None);
+    // What the client was sent for the key, in order: absent while Pending, then present,
+    // changed, deleted.
+    let history: Vec<Option<Value>> = p
+        .updates_seen
+        .iter()
+        .filter(|(k, _)| k.as_str() == key)
+        .map(|(_, v)| {
+            v.as_ref().map(|v| match v.decode().unwrap() {
+                typha_protocol::model::Value::Resource(r) => {
+                    serde_json::from_str(&r.spec_json).unwrap()
+                }
+                other => panic!("{other:?}"),
+            })
+        })
+        .collect();
+    assert_eq!(history.len(), 3, "{history:?}");
+    assert!(
+        history[0]
+            .as_ref()
+            .is_some_and(|s| s.get("source").is_none()),
+        "{history:?}"
+    );
+    assert!(
+        history[1]
+            .as_ref()
+            .is_some_and(|s| s.get("source").is_some()),
+        "{history:?}"
+    );
+    assert_eq!(history[2], None);
+    assert_no_resync(&p);
+    run.srv.shutdown().await;
+}
+
 fn crd_doc(doc: &Value) -> Value {
     typha_server::control_plane::crd_object(&Resource::from_json(doc.clone()).unwrap())
 }

@@ -321,11 +321,14 @@ pub enum ResourceKind {
     /// `bgpfilters`: the first kind added after protocol version 1 (see
     /// [`ResourceKind::in_v1`]).
     BgpFilter,
+    /// `livemigrations` (namespaced): a workload moving between hosts, as Calico v3.32's felix
+    /// syncer sends it; added after protocol version 1.
+    LiveMigration,
 }
 
 impl ResourceKind {
     /// Every resource kind.
-    pub const ALL: [ResourceKind; 13] = [
+    pub const ALL: [ResourceKind; 14] = [
         ResourceKind::Node,
         ResourceKind::ClusterInformation,
         ResourceKind::FelixConfiguration,
@@ -339,13 +342,14 @@ impl ResourceKind {
         ResourceKind::CalicoNodeStatus,
         ResourceKind::BlockAffinity,
         ResourceKind::BgpFilter,
+        ResourceKind::LiveMigration,
     ];
 
     /// Whether a client of protocol version 1 knows this kind. A key of a later kind makes
     /// such a client refuse the whole message, so it is sent only to clients that offered
     /// [`Features::OPAQUE_KINDS`](crate::message::Features::OPAQUE_KINDS).
     pub fn in_v1(self) -> bool {
-        !matches!(self, ResourceKind::BgpFilter)
+        !matches!(self, ResourceKind::BgpFilter | ResourceKind::LiveMigration)
     }
 
     /// The kind's name in the v3 API.
@@ -364,6 +368,7 @@ impl ResourceKind {
             ResourceKind::CalicoNodeStatus => "CalicoNodeStatus",
             ResourceKind::BlockAffinity => "BlockAffinity",
             ResourceKind::BgpFilter => "BGPFilter",
+            ResourceKind::LiveMigration => "LiveMigration",
         }
     }
 
@@ -383,6 +388,7 @@ impl ResourceKind {
             ResourceKind::CalicoNodeStatus => "caliconodestatuses",
             ResourceKind::BlockAffinity => "blockaffinities",
             ResourceKind::BgpFilter => "bgpfilters",
+            ResourceKind::LiveMigration => "livemigrations",
         }
     }
 
@@ -390,7 +396,9 @@ impl ResourceKind {
     pub fn is_namespaced(self) -> bool {
         matches!(
             self,
-            ResourceKind::KubernetesService | ResourceKind::KubernetesEndpointSlice
+            ResourceKind::KubernetesService
+                | ResourceKind::KubernetesEndpointSlice
+                | ResourceKind::LiveMigration
         )
     }
 

@@ -180,7 +180,7 @@ impl EncodedValue {
                 out = postcard::to_extend(&b.table, out).unwrap_or_default();
             }
             Value::Resource(r) if !r.detail.is_empty() => {
-                out = postcard::to_extend(&r.detail, out).unwrap_or_default();
+                out = r.detail.encode_tail(out).unwrap_or_default();
             }
             _ => {}
         }
@@ -210,9 +210,7 @@ impl EncodedValue {
                         .0;
                 }
                 Value::Resource(r) => {
-                    r.detail = postcard::take_from_bytes(tail)
-                        .map_err(ValueError::Decode)?
-                        .0;
+                    r.detail = ResourceDetail::decode_tail(tail).map_err(ValueError::Decode)?;
                 }
                 _ => {}
             }
@@ -462,8 +460,53 @@ mod tests {
         Value::Resource(Resource {
             labels: [("a".to_owned(), "b".to_owned())].into(),
             spec_json: r#"{"node":"n1"}"#.into(),
-            detail: ResourceDetail { generation: 3 },
+            detail: ResourceDetail {
+                generation: 3,
+                ..ResourceDetail::default()
+            },
         })
+    }
+
+    /// A resource with both of its tails (a LiveMigration's uid, creation time, annotations).
+    fn resource_with_object_detail() -> Value {
+        Value::Resource(Resource {
+            labels: Labels::new(),
+            spec_json: r#"{"target":{"selector":"a == 'b'"}}"#.into(),
+            detail: ResourceDetail {
+                generation: 0,
+                uid: "c05275a7-f85b-42d5-a1d0-acdd49c26d57".into(),
+                creation_timestamp: "2026-11-24T23:45:24Z".into(),
+                annotations: [("k".to_owned(), "v".to_owned())].into(),
+            },
+        })
+    }
+
+    /// A resource's second tail: read by a decoder that knows it, ignored by one that knows
+    /// only the generation (which reads the generation from it), and absent (the bytes are as
+    /// before it existed) when there is nothing to put in it.
+    #[test]
+    fn the_resource_tail_grows_compatibly() {
+        let v = resource_with_object_detail();
+        let both = EncodedValue::encode(&v);
+        assert_eq!(both.decode().unwrap(), v);
+        let Value::Resource(r) = &v else {
+            unreachable!()
+        };
+        // What a build that knows only the generation does with the tail.
+        let (_, tail) = postcard::take_from_bytes::<Value>(both.as_bytes()).unwrap();
+        // (The generation tail is a struct of one i64, encoded as the i64.)
+        let (old, _) = postcard::take_from_bytes::<i64>(tail).unwrap();
+        assert_eq!(old, r.detail.generation);
+
+        let generation_only = resource_with_detail();
+        let Value::Resource(g) = &generation_only else {
+            unreachable!()
+        };
+        let bytes = EncodedValue::encode(&generation_only);
+        let mut expected = postcard::to_allocvec(&generation_only).unwrap();
+        expected = postcard::to_extend(&g.detail.generation, expected).unwrap();
+        assert_eq!(bytes.as_bytes(), &expected[..], "no second tail when empty");
+        assert_eq!(bytes.decode().unwrap(), generation_only);
     }
 
     /// The tail: a version 1 decoder (postcard's `from_bytes`, which ignores trailing bytes)
@@ -473,7 +516,7 @@ mod tests {
         for v in [
             node_with_detail(),
             block_with_table(),
-            resource_with_detail(),
+            resource_with_object_detail(),
         ] {
             let with_tail = EncodedValue::encode(&v);
             assert_eq!(with_tail.decode().unwrap(), v);

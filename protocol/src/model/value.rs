@@ -451,19 +451,93 @@ pub struct Resource {
     pub detail: ResourceDetail,
 }
 
-/// Metadata of a v3 resource that some consumers compare: `metadata.generation`, which the
-/// Kubernetes API server raises on every change of the spec (Calico's node status reporter
-/// tells a changed CalicoNodeStatus request from its own status write by it). Zero where the
-/// datastore keeps none (etcd).
+/// Metadata of a v3 resource that some consumers compare or read, beyond its name and labels.
+///
+/// On the wire it is two tails, each a postcard struct after the one before (docs/protocol.md,
+/// "Compatibility rules" 4): first `generation`, then `uid`, `creation_timestamp` and
+/// `annotations`, the second written only when one of those is set. So a value without them
+/// encodes exactly as before they existed, and a decoder that knows only the generation reads
+/// it and ignores the rest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResourceDetail {
-    /// `metadata.generation`.
+    /// `metadata.generation`, which the Kubernetes API server raises on every change of the
+    /// spec (Calico's node status reporter tells a changed CalicoNodeStatus request from its
+    /// own status write by it). Zero where the datastore keeps none (etcd).
     pub generation: i64,
+    /// `metadata.uid`; empty when not carried. Carried for LiveMigrations only: Felix gives
+    /// a migration's uid to the dataplane.
+    pub uid: String,
+    /// `metadata.creationTimestamp` as Go writes it (RFC 3339, UTC, whole seconds); empty for
+    /// none (Go's `null`). Carried for LiveMigrations only.
+    pub creation_timestamp: String,
+    /// `metadata.annotations`. Carried for LiveMigrations only.
+    pub annotations: Labels,
+}
+
+/// The first tail of a [`Resource`]: what protocol version 1's servers added first.
+#[derive(Serialize, Deserialize)]
+struct GenerationTail {
+    generation: i64,
+}
+
+/// The second tail of a [`Resource`] (see [`ResourceDetail`]).
+#[derive(Serialize, Deserialize)]
+struct ObjectTail {
+    uid: String,
+    creation_timestamp: String,
+    annotations: Labels,
 }
 
 impl ResourceDetail {
     /// Whether nothing is set.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// Whether the second tail has anything to carry.
+    fn has_object_tail(&self) -> bool {
+        !(self.uid.is_empty() && self.creation_timestamp.is_empty() && self.annotations.is_empty())
+    }
+
+    /// Appends the tails to `out` (nothing when empty).
+    pub(super) fn encode_tail(&self, out: Vec<u8>) -> Result<Vec<u8>, postcard::Error> {
+        if self.is_empty() {
+            return Ok(out);
+        }
+        let out = postcard::to_extend(
+            &GenerationTail {
+                generation: self.generation,
+            },
+            out,
+        )?;
+        if !self.has_object_tail() {
+            return Ok(out);
+        }
+        postcard::to_extend(
+            &ObjectTail {
+                uid: self.uid.clone(),
+                creation_timestamp: self.creation_timestamp.clone(),
+                annotations: self.annotations.clone(),
+            },
+            out,
+        )
+    }
+
+    /// Reads the tails from `bytes` (what follows the version 1 value): the generation, then
+    /// the second tail when there is more. Bytes after the tails this version knows are
+    /// ignored.
+    pub(super) fn decode_tail(bytes: &[u8]) -> Result<Self, postcard::Error> {
+        let (g, rest) = postcard::take_from_bytes::<GenerationTail>(bytes)?;
+        let mut detail = ResourceDetail {
+            generation: g.generation,
+            ..Default::default()
+        };
+        if !rest.is_empty() {
+            let (o, _) = postcard::take_from_bytes::<ObjectTail>(rest)?;
+            detail.uid = o.uid;
+            detail.creation_timestamp = o.creation_timestamp;
+            detail.annotations = o.annotations;
+        }
+        Ok(detail)
     }
 }

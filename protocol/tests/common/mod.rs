@@ -760,13 +760,30 @@ pub fn value() -> impl Strategy<Value = Value> {
                 labels,
                 detail,
             })),
-        (labels(), text(), prop_oneof![Just(0i64), any::<i64>()]).prop_map(
-            |(labels, spec_json, generation)| Value::Resource(Resource {
-                labels,
-                spec_json,
-                detail: ResourceDetail { generation },
-            })
-        ),
+        (
+            labels(),
+            text(),
+            prop_oneof![Just(0i64), any::<i64>()],
+            // The second tail: empty (as before it existed) or set.
+            prop_oneof![
+                Just((String::new(), String::new(), Labels::new())),
+                (text(), text(), labels())
+            ]
+        )
+            .prop_map(
+                |(labels, spec_json, generation, (uid, creation_timestamp, annotations))| {
+                    Value::Resource(Resource {
+                        labels,
+                        spec_json,
+                        detail: ResourceDetail {
+                            generation,
+                            uid,
+                            creation_timestamp,
+                            annotations,
+                        },
+                    })
+                }
+            ),
     ]
 }
 

@@ -605,7 +605,8 @@ proptest! {
 }
 
 /// The kinds carried whole for Calico's own clients (BGP settings, peers and filters, node
-/// status, Kubernetes Services and EndpointSlices) change nothing the agent programs.
+/// status, live migrations, Kubernetes Services and EndpointSlices) change nothing the agent
+/// programs.
 #[test]
 fn kinds_carried_for_calicos_clients_are_ignored() {
     let mut g = graph();
@@ -620,6 +621,7 @@ fn kinds_carried_for_calicos_clients_are_ignored() {
         (ResourceKind::BgpPeer, None),
         (ResourceKind::BgpFilter, None),
         (ResourceKind::CalicoNodeStatus, None),
+        (ResourceKind::LiveMigration, Some("web".to_owned())),
         (ResourceKind::KubernetesService, Some("web".to_owned())),
         (
             ResourceKind::KubernetesEndpointSlice,

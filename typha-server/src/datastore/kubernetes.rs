@@ -19,15 +19,21 @@
 //!   `knp.default.<name>`: order 1000, one Allow rule per (port, peer);
 //! - a Service becomes a KubernetesService (name, namespace, labels and spec: what Felix
 //!   reads), an EndpointSlice a KubernetesEndpointSlice (labels, address type, endpoints,
-//!   ports), both as Calico's felix syncer passes them on.
+//!   ports), both as Calico's felix syncer passes them on;
+//! - a KubeVirt `kubevirt.io/v1` VirtualMachineInstanceMigration becomes a LiveMigration of the
+//!   same namespace and name while its phase is one Felix needs it in (Scheduling, Scheduled,
+//!   PreparingTarget, TargetReady, Running, Failed) and it names its VMI and has a uid; in any
+//!   other phase it is no LiveMigration (an update into one deletes it). Its target selects
+//!   the target pod by KubeVirt's labels, its source is the source pod once KubeVirt reports
+//!   it (`convert.rs`, `live_migration`).
 //!
 //! # CRDs that are not installed
 //!
 //! A cluster may lack some of Calico's CRDs (older Calico releases have no tiers CRD, releases
-//! before 3.26 no bgpfilters CRD). A list
-//! that answers 404 for a CRD kind means no objects of that kind: it is logged once at warn,
-//! does not hold readiness back, and the kind is asked for again every
-//! [`MISSING_CRD_POLL`]; once it answers, its objects arrive as ordinary watch events and its
+//! before 3.26 no bgpfilters CRD), and most have no KubeVirt, so no
+//! virtualmachineinstancemigrations. A list that answers 404 for one of these means no objects
+//! of that kind: it is logged once at warn, does not hold readiness back, and the kind is
+//! asked for again every [`MISSING_CRD_POLL`]; once it answers, its objects arrive as ordinary watch events and its
 //! watch starts, without a relist. A kind is missing when its mark is [`MISSING`].
 //!
 //! An object that does not convert is an [`Invalid`] item, never an error.
@@ -119,6 +125,9 @@ pub const CRD_KINDS: [Kind; 18] = [
     Kind::CalicoNodeStatus,
 ];
 
+/// KubeVirt's API group, whose VirtualMachineInstanceMigrations become LiveMigrations.
+pub const KUBEVIRT_GROUP: &str = "kubevirt.io";
+
 /// How often a CRD kind that is not installed (404) is asked for again.
 pub const MISSING_CRD_POLL: Duration = Duration::from_secs(30);
 
@@ -161,6 +170,16 @@ enum Conversion {
     Service,
     /// An EndpointSlice: carried for Felix.
     EndpointSlice,
+    /// A KubeVirt VirtualMachineInstanceMigration: a LiveMigration while it is under way.
+    LiveMigration,
+}
+
+impl Conversion {
+    /// Whether the source is a CRD that a cluster may not have installed: Calico's own, and
+    /// KubeVirt's (see "CRDs that are not installed").
+    fn optional(self) -> bool {
+        matches!(self, Conversion::Crd(_) | Conversion::LiveMigration)
+    }
 }
 
 /// One resource type read from the API server.
@@ -275,6 +294,13 @@ impl Kubernetes {
                 conversion,
             }),
         );
+        sources.push(Source {
+            resource: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(KUBEVIRT_GROUP, "v1", "VirtualMachineInstanceMigration"),
+                "virtualmachineinstancemigrations",
+            ),
+            conversion: Conversion::LiveMigration,
+        });
         sources
     }
 
@@ -408,9 +434,7 @@ impl Kubernetes {
                         Ok(events) => Ok(events.boxed()),
                         // The CRD was removed since it was listed: list again, which finds it
                         // missing and drops its objects.
-                        Err(kube::Error::Api(st))
-                            if st.code == 404 && matches!(s.conversion, Conversion::Crd(_)) =>
-                        {
+                        Err(kube::Error::Api(st)) if st.code == 404 && s.conversion.optional() => {
                             Err(DatastoreError::TooOld {
                                 requested: from,
                                 oldest: from,

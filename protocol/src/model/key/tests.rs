@@ -151,8 +151,29 @@ fn paths_from_the_wire_are_known_opaque_or_malformed() {
             in_v1: true
         })
     );
+    // Namespaced, and of a later kind too.
+    let migration = "/calico/resources/v3/projectcalico.org/livemigrations/ns1/vmim-1";
+    assert_eq!(
+        Key::classify(migration),
+        Ok(PathClass::Known {
+            key_type: KeyType::Resource,
+            in_v1: false
+        })
+    );
+    assert_eq!(
+        Key::parse(migration).unwrap(),
+        Key::Resource(ResourceKey {
+            kind: ResourceKind::LiveMigration,
+            namespace: Some("ns1".into()),
+            name: "vmim-1".into(),
+        })
+    );
     for k in ResourceKind::ALL {
-        assert_eq!(k.in_v1(), k != ResourceKind::BgpFilter, "{k:?}");
+        assert_eq!(
+            k.in_v1(),
+            !matches!(k, ResourceKind::BgpFilter | ResourceKind::LiveMigration),
+            "{k:?}"
+        );
     }
     let staged_knp = "/calico/v1/policy/StagedKubernetesNetworkPolicy/ns/x";
     assert_eq!(

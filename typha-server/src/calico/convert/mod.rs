@@ -67,6 +67,7 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::BgpPeer(s) => Ok(raw::raw(ResourceKind::BgpPeer, meta, None, s)),
         Spec::BgpFilter(s) => Ok(raw::raw(ResourceKind::BgpFilter, meta, None, s)),
         Spec::CalicoNodeStatus(s) => Ok(raw::raw(ResourceKind::CalicoNodeStatus, meta, None, s)),
+        Spec::LiveMigration(s) => Ok(raw::live_migration(meta, &ns, s)),
         Spec::KubernetesService(s) => Ok(raw::raw(
             ResourceKind::KubernetesService,
             meta,

@@ -3,14 +3,15 @@
 //! json-iterator.
 //!
 //! Our cache keeps a resource's name, labels and the parts of its spec the agents use, not the
-//! whole object, so `metadata` holds the name, the namespace and the labels. Go writes the
+//! whole object, so `metadata` holds the name, the namespace and the labels (and, for the
+//! kinds that carry them, the generation, uid, creation time and annotations). Go writes the
 //! zero `creationTimestamp` as `null` (a struct is never "empty" to `omitempty`); we do too.
 //! The resource version is not in the JSON: Typha moves it to `V3ResourceVersion`.
 //!
 //! Kubernetes' own objects (Services, EndpointSlices) go out as client-go decodes them, without
 //! `kind` and `apiVersion` ([`k8s_object`]).
 
-use typha_protocol::model::Labels;
+use typha_protocol::model::{Labels, ResourceDetail};
 
 use super::json::{Escape, Json, Obj};
 
@@ -29,6 +30,24 @@ pub(super) fn v3_object(
     generation: i64,
     rest: impl FnOnce(&mut Obj<'_>),
 ) -> Vec<u8> {
+    let detail = ResourceDetail {
+        generation,
+        ..ResourceDetail::default()
+    };
+    v3_object_with(kind, name, namespace, labels, &detail, rest)
+}
+
+/// [`v3_object`] with the rest of the metadata a resource may carry, each where Go's
+/// ObjectMeta has it: `uid` after the namespace, the generation, `creationTimestamp` (`null`
+/// when empty), the labels, then `annotations`; all but the timestamp `omitempty`.
+pub(super) fn v3_object_with(
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+    labels: &Labels,
+    detail: &ResourceDetail,
+    rest: impl FnOnce(&mut Obj<'_>),
+) -> Vec<u8> {
     let mut j = Json::new();
     j.object(|o| {
         o.str("kind", kind);
@@ -36,12 +55,22 @@ pub(super) fn v3_object(
         o.field("metadata").object(|m| {
             m.str_ne("name", name);
             m.str_ne("namespace", namespace.unwrap_or_default());
-            if generation != 0 {
-                m.field("generation").raw(generation.to_string().as_bytes());
+            m.str_ne("uid", &detail.uid);
+            if detail.generation != 0 {
+                m.field("generation")
+                    .raw(detail.generation.to_string().as_bytes());
             }
-            m.field("creationTimestamp").null();
+            if detail.creation_timestamp.is_empty() {
+                m.field("creationTimestamp").null();
+            } else {
+                m.str("creationTimestamp", &detail.creation_timestamp);
+            }
             if !labels.is_empty() {
                 m.field("labels").string_map(labels, Escape::Jsoniter);
+            }
+            if !detail.annotations.is_empty() {
+                m.field("annotations")
+                    .string_map(&detail.annotations, Escape::Jsoniter);
             }
         });
         rest(o);

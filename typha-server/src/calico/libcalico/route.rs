@@ -16,7 +16,7 @@ use super::path::CalicoKey;
 use super::policy::{
     legacy_policy_key, policy, policy_key, profile_labels, profile_rules, tier, v3_profile,
 };
-use super::resource::{Ordered, json_text, k8s_object, v3_object};
+use super::resource::{Ordered, json_text, k8s_object, v3_object_with};
 
 const FELIX: &[SyncerType] = &[SyncerType::Felix];
 const POOLS: &[SyncerType] = &[
@@ -61,6 +61,9 @@ pub fn receivers(key: &Key) -> SyncerSet {
             ResourceKind::BgpFilter => SyncerSet::of(BGP),
             ResourceKind::FelixConfiguration | ResourceKind::Tier => SyncerSet::of(FELIX),
             ResourceKind::CalicoNodeStatus => SyncerSet::of(&[SyncerType::NodeStatus]),
+            // Calico's felix syncer watches LiveMigrations (in every datastore mode); no other
+            // syncer type does.
+            ResourceKind::LiveMigration => SyncerSet::of(FELIX),
             ResourceKind::KubernetesService | ResourceKind::KubernetesEndpointSlice => {
                 SyncerSet::of(FELIX)
             }
@@ -293,16 +296,17 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
                     FELIX
                 }
                 ResourceKind::CalicoNodeStatus => &[SyncerType::NodeStatus],
+                ResourceKind::LiveMigration => FELIX,
                 _ => return vec![],
             };
             match v {
                 Some(Value::Resource(r)) => {
-                    let bytes = v3_object(
+                    let bytes = v3_object_with(
                         k.kind.as_str(),
                         &k.name,
                         k.namespace.as_deref(),
                         &r.labels,
-                        r.detail.generation,
+                        &r.detail,
                         |o| {
                             json_text(o.field("spec"), &r.spec_json);
                             if kind == ResourceKind::CalicoNodeStatus {

@@ -1209,7 +1209,13 @@ fn corpus() -> String {
         }),
         Value::Policy(gnp()),
     ));
-    for yaml in [BGP_CONFIGURATION, BGP_PEER, BGP_FILTER, NODE_STATUS] {
+    for yaml in [
+        BGP_CONFIGURATION,
+        BGP_PEER,
+        BGP_FILTER,
+        NODE_STATUS,
+        LIVE_MIGRATION,
+    ] {
         let doc = yaml_documents(yaml).unwrap().remove(0);
         ours.extend(convert(&V3::from_json(doc).unwrap()).unwrap());
     }
@@ -1546,6 +1552,101 @@ fn bgp_filter() {
     let gone = calico_changes(&key, Some(&Value::Resource(Resource::default())), None);
     assert_eq!(gone.len(), 1, "{gone:?}");
     assert_eq!(gone[0].syncers, SyncerSet::of(&[SyncerType::Bgp]));
+    assert!(gone[0].value.is_none());
+}
+
+const LIVE_MIGRATION: &str = r#"
+apiVersion: projectcalico.org/v3
+kind: LiveMigration
+metadata:
+  name: mig-1
+  namespace: vms
+  uid: c05275a7-f85b-42d5-a1d0-acdd49c26d57
+  resourceVersion: "400"
+  creationTimestamp: "2026-11-24T23:45:24Z"
+  labels: {kubevirt.io/vmi-name: vm12}
+  annotations: {kubevirt.io/latest-observed-api-version: v1}
+spec:
+  target:
+    selector: "(vmi.kubevirt.io/id == 'vm12' || vm.kubevirt.io/name == 'vm12') && kubevirt.io/migrationJobUID == 'c05275a7-f85b-42d5-a1d0-acdd49c26d57'"
+  source:
+    workload: {workloadID: vms/virt-launcher-vm12-snq7w, orchestratorID: k8s}
+"#;
+
+/// LiveMigration: as Calico v3.32's felix syncer sends it (no update processor: the v3 object
+/// whole, to felix only): TypeMeta, the metadata Calico's driver fills in (name, namespace,
+/// uid, creation time, labels, annotations; the resource version moved out, as Typha does),
+/// and every field of `LiveMigrationSpec` in Go's order with `omitempty`. Both forms: KubeVirt's
+/// (a workload and a selector) and OpenStack's (an endpoint each side, from etcd). The three
+/// values were compared with what Calico v3.32.0's own etcd reading (`model.ParseValue`) and
+/// Typha's `syncproto.SerializeUpdate` make of the same stored JSON (by hand, 2026-11-24):
+/// byte-identical.
+#[test]
+fn live_migration() {
+    let (k, v, who) = only(&from_manifest(LIVE_MIGRATION));
+    assert_eq!(
+        k,
+        "/calico/resources/v3/projectcalico.org/livemigrations/vms/mig-1"
+    );
+    assert_eq!(who, SyncerSet::of(&[SyncerType::Felix]));
+    assert_eq!(
+        v,
+        concat!(
+            r#"{"kind":"LiveMigration","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"mig-1","namespace":"vms","#,
+            r#""uid":"c05275a7-f85b-42d5-a1d0-acdd49c26d57","#,
+            r#""creationTimestamp":"2026-11-24T23:45:24Z","#,
+            r#""labels":{"kubevirt.io/vmi-name":"vm12"},"#,
+            r#""annotations":{"kubevirt.io/latest-observed-api-version":"v1"}},"#,
+            r#""spec":{"source":{"workload":{"orchestratorID":"k8s","#,
+            r#""workloadID":"vms/virt-launcher-vm12-snq7w"}},"#,
+            r#""target":{"selector":"(vmi.kubevirt.io/id == 'vm12' || vm.kubevirt.io/name == 'vm12') "#,
+            r#"\u0026\u0026 kubevirt.io/migrationJobUID == 'c05275a7-f85b-42d5-a1d0-acdd49c26d57'"}}}"#
+        )
+    );
+    // OpenStack's form, as its ML2 driver writes it to etcd: no uid or creation time.
+    let (_, v, _) = only(&from_manifest(concat!(
+        "apiVersion: projectcalico.org/v3\nkind: LiveMigration\n",
+        "metadata: {name: dest--host-openstack-vm1-port1, namespace: openstack}\n",
+        "spec:\n",
+        "  source: {workloadEndpoint: {hostname: h1, orchestratorID: openstack, ",
+        "workloadID: openstack/vm1, endpointID: port1}}\n",
+        "  target: {workloadEndpoint: {endpointID: port1, workloadID: openstack/vm1, ",
+        "orchestratorID: openstack, hostname: dest-host}, selector: ''}\n",
+    )));
+    assert_eq!(
+        v,
+        concat!(
+            r#"{"kind":"LiveMigration","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"dest--host-openstack-vm1-port1","namespace":"openstack","#,
+            r#""creationTimestamp":null},"#,
+            r#""spec":{"source":{"workloadEndpoint":{"hostname":"h1","orchestratorID":"openstack","#,
+            r#""workloadID":"openstack/vm1","endpointID":"port1"}},"#,
+            r#""target":{"selector":"","workloadEndpoint":{"hostname":"dest-host","#,
+            r#""orchestratorID":"openstack","workloadID":"openstack/vm1","endpointID":"port1"}}}}"#
+        )
+    );
+    // An empty spec is `{}`; a deletion removes the key from felix only.
+    let (_, v, _) = only(&from_manifest(
+        "apiVersion: projectcalico.org/v3\nkind: LiveMigration\nmetadata: {name: m, namespace: n}\n",
+    ));
+    assert_eq!(
+        v,
+        r#"{"kind":"LiveMigration","apiVersion":"projectcalico.org/v3","metadata":{"name":"m","namespace":"n","creationTimestamp":null},"spec":{}}"#
+    );
+    let key = Key::Resource(ResourceKey {
+        kind: ResourceKind::LiveMigration,
+        namespace: Some("n".into()),
+        name: "m".into(),
+    });
+    assert_eq!(receivers(&key), SyncerSet::of(&[SyncerType::Felix]));
+    let gone = calico_changes(&key, Some(&Value::Resource(Resource::default())), None);
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(gone[0].syncers, SyncerSet::of(&[SyncerType::Felix]));
+    assert_eq!(
+        gone[0].key.to_string(),
+        "/calico/resources/v3/projectcalico.org/livemigrations/n/m"
+    );
     assert!(gone[0].value.is_none());
 }
 

@@ -60,6 +60,9 @@ pub enum Kind {
     BgpFilter,
     /// A request for a node's BGP and agent status.
     CalicoNodeStatus,
+    /// A workload moving between hosts (namespaced; on Kubernetes, made from a KubeVirt
+    /// VirtualMachineInstanceMigration).
+    LiveMigration,
     /// A Kubernetes Service (read from the Kubernetes API only), its spec.
     KubernetesService,
     /// A Kubernetes EndpointSlice (read from the Kubernetes API only).
@@ -68,7 +71,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 24] = [
+    pub const ALL: [Kind; 25] = [
         Kind::WorkloadEndpoint,
         Kind::NetworkPolicy,
         Kind::GlobalNetworkPolicy,
@@ -91,6 +94,7 @@ impl Kind {
         Kind::BgpPeer,
         Kind::BgpFilter,
         Kind::CalicoNodeStatus,
+        Kind::LiveMigration,
         Kind::KubernetesService,
         Kind::KubernetesEndpointSlice,
     ];
@@ -120,6 +124,7 @@ impl Kind {
             Kind::BgpPeer => "BGPPeer",
             Kind::BgpFilter => "BGPFilter",
             Kind::CalicoNodeStatus => "CalicoNodeStatus",
+            Kind::LiveMigration => "LiveMigration",
             Kind::KubernetesService => "KubernetesService",
             Kind::KubernetesEndpointSlice => "KubernetesEndpointSlice",
         }
@@ -140,6 +145,7 @@ impl Kind {
                 | Kind::StagedNetworkPolicy
                 | Kind::StagedKubernetesNetworkPolicy
                 | Kind::NetworkSet
+                | Kind::LiveMigration
                 | Kind::KubernetesService
                 | Kind::KubernetesEndpointSlice
         )
@@ -170,6 +176,7 @@ impl Kind {
             Kind::BgpPeer => "bgppeers",
             Kind::BgpFilter => "bgpfilters",
             Kind::CalicoNodeStatus => "caliconodestatuses",
+            Kind::LiveMigration => "livemigrations",
             // Calico's registered names for the Kubernetes kinds (the first is singular).
             Kind::KubernetesService => "kubernetesservice",
             Kind::KubernetesEndpointSlice => "kubernetesendpointslices",

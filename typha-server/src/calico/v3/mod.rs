@@ -5,14 +5,15 @@
 //! so real Calico manifests load. Parsing checks structure (types, enums); meaning (CIDRs,
 //! ports, selectors) is checked by the conversion, which names the field that is wrong.
 //!
-//! `id` names resources, `resource` parses them, `policy`, `endpoint`, `network` and `bgp` hold
-//! the specs by concept, `yaml` splits manifests. This file only re-exports, so callers keep one
-//! path (`calico::v3::X`) and the files never depend on it.
+//! `id` names resources, `resource` parses them, `policy`, `endpoint`, `network`, `bgp` and
+//! `migration` hold the specs by concept, `yaml` splits manifests. This file only re-exports,
+//! so callers keep one path (`calico::v3::X`) and the files never depend on it.
 
 mod bgp;
 mod endpoint;
 mod id;
 pub mod k8s_policy;
+mod migration;
 mod network;
 mod policy;
 mod resource;
@@ -28,6 +29,10 @@ pub use self::bgp::{
 };
 pub use self::endpoint::{EndpointPortSpec, HostEndpointSpec, IpNatSpec, WorkloadEndpointSpec};
 pub use self::id::{API_VERSION, Kind, ResourceId};
+pub use self::migration::{
+    LiveMigrationSource, LiveMigrationSpec, LiveMigrationTarget, WorkloadEndpointIdentifier,
+    WorkloadIdentifier,
+};
 pub use self::network::{
     AllocationAttributeSpec, BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec,
     NetworkSetSpec, NodeAddressSpec, NodeBgpSpec, NodeInterfaceSpec, NodeSpec, NodeStatusSpec,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::bgp::{BgpConfigurationSpec, BgpFilterSpec, BgpPeerSpec, CalicoNodeStatusSpec};
 use super::endpoint::{HostEndpointSpec, WorkloadEndpointSpec};
 use super::id::{API_VERSION, Kind, ResourceId};
+use super::migration::LiveMigrationSpec;
 use super::network::{
     BlockAffinitySpec, ClusterInformationSpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec, NodeSpec,
     NodeStatusSpec,
@@ -31,6 +32,13 @@ pub struct ObjectMeta {
     /// Annotations.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// `uid`: the datastore's identity of this object (kept for LiveMigrations, whose uid
+    /// Felix reads).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// `creationTimestamp` as written (RFC 3339); `None` for Go's `null`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
     /// The datastore's version of this object.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
@@ -79,6 +87,7 @@ pub enum Spec {
     BgpPeer(BgpPeerSpec),
     BgpFilter(BgpFilterSpec),
     CalicoNodeStatus(CalicoNodeStatusSpec),
+    LiveMigration(LiveMigrationSpec),
     /// A Service's `spec`, as the API server wrote it.
     KubernetesService(serde_json::Value),
     /// An EndpointSlice's `addressType`, `endpoints` and `ports` (it has no spec), as an object.
@@ -111,6 +120,7 @@ impl Resource {
             Spec::BgpPeer(_) => Kind::BgpPeer,
             Spec::BgpFilter(_) => Kind::BgpFilter,
             Spec::CalicoNodeStatus(_) => Kind::CalicoNodeStatus,
+            Spec::LiveMigration(_) => Kind::LiveMigration,
             Spec::KubernetesService(_) => Kind::KubernetesService,
             Spec::KubernetesEndpointSlice(_) => Kind::KubernetesEndpointSlice,
         }
@@ -241,6 +251,9 @@ impl Resource {
             Kind::CalicoNodeStatus => {
                 Spec::CalicoNodeStatus(serde_json::from_value(spec_json).map_err(bad)?)
             }
+            Kind::LiveMigration => {
+                Spec::LiveMigration(serde_json::from_value(spec_json).map_err(bad)?)
+            }
             Kind::KubernetesService | Kind::KubernetesEndpointSlice => match spec_json {
                 v @ serde_json::Value::Object(_) if kind == Kind::KubernetesService => {
                     Spec::KubernetesService(v)
@@ -283,6 +296,7 @@ impl Resource {
             Spec::BgpPeer(s) => serde_json::to_value(s),
             Spec::BgpFilter(s) => serde_json::to_value(s),
             Spec::CalicoNodeStatus(s) => serde_json::to_value(s),
+            Spec::LiveMigration(s) => serde_json::to_value(s),
             Spec::KubernetesService(v) | Spec::KubernetesEndpointSlice(v) => Ok(v.clone()),
         }
         // Serializing plain data structs to a JSON value cannot fail.

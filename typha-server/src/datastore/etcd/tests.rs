@@ -35,6 +35,17 @@ fn keys_follow_calicos_layout_both_ways() {
         parse_key(&key("bgpfilters/export-only")),
         KeyMeaning::Resource(id)
     );
+    // Where OpenStack's ML2 driver (and Calico's v3 client) store LiveMigrations, which
+    // Calico's felix syncer reads in etcd mode too.
+    let id = ResourceId::namespaced(Kind::LiveMigration, "openstack", "dest-openstack-vm-port");
+    assert_eq!(
+        key_of(&id).as_bytes(),
+        key("livemigrations/openstack/dest-openstack-vm-port").as_slice()
+    );
+    assert_eq!(
+        parse_key(&key("livemigrations/openstack/dest-openstack-vm-port")),
+        KeyMeaning::Resource(id)
+    );
     assert_eq!(parse_key(&key("ipamblocks/10-0-1-0-26")), KeyMeaning::Other);
     let id = ResourceId::global(Kind::BlockAffinity, "node-1-10-0-1-0-26");
     assert_eq!(parse_key(key_of(&id).as_bytes()), KeyMeaning::Resource(id));

@@ -133,6 +133,14 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             }
             (id, v3_doc(kind, metadata, Value::Object(fields)))
         }
+        Conversion::LiveMigration => {
+            let id = ResourceId::namespaced(Kind::LiveMigration, namespace.clone(), name.clone());
+            match live_migration(o, &namespace, &name, labels) {
+                Some((metadata, spec)) => (id, v3_doc(Kind::LiveMigration, metadata, spec)),
+                // Not (or no longer) under way: no LiveMigration.
+                None => return (Some(id), None),
+            }
+        }
         Conversion::NetworkPolicy => {
             let full = format!("knp.default.{name}");
             let kind = Kind::KubernetesNetworkPolicy;
@@ -158,6 +166,74 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
         n.status.pod_cidr_blocks = true;
     }
     (Some(id), Some(item))
+}
+
+/// The VirtualMachineInstanceMigration phases in which Calico's driver makes a LiveMigration:
+/// from Scheduling, so that Felix knows the target pod is one before or as its endpoint
+/// arrives, until the migration succeeds; a failed one stays, keeping the target pod's routes
+/// as they were until KubeVirt removes the pod.
+const MIGRATION_PHASES: [&str; 6] = [
+    "Scheduling",
+    "Scheduled",
+    "PreparingTarget",
+    "TargetReady",
+    "Running",
+    "Failed",
+];
+
+/// KubeVirt's labels on a target virt-launcher pod: the VMI's name (KubeVirt 1.7 and later),
+/// the same in KubeVirt's older label (the VM's hostname, truncated without a hash, which is
+/// the VMI name in practice), and the uid of the migration that made the pod.
+const VMI_ID_LABEL: &str = "vmi.kubevirt.io/id";
+const VM_NAME_LABEL: &str = "vm.kubevirt.io/name";
+const MIGRATION_JOB_LABEL: &str = "kubevirt.io/migrationJobUID";
+
+/// A VirtualMachineInstanceMigration's LiveMigration (metadata, spec), as Calico v3.32's
+/// Kubernetes driver makes it, or `None` when there is none: a phase not in
+/// [`MIGRATION_PHASES`], no `spec.vmiName`, or no uid. The target selects the target pod by
+/// either VMI name label and the migration's uid; the source is
+/// `<namespace>/<status.migrationState.sourcePod>` once KubeVirt has set it (not yet while
+/// scheduling). Metadata: name, namespace, uid, creation time, labels and annotations.
+pub(super) fn live_migration(
+    o: &DynamicObject,
+    namespace: &str,
+    name: &str,
+    labels: Map<String, Value>,
+) -> Option<(Value, Value)> {
+    let phase = at(&o.data, "/status/phase").as_str().unwrap_or_default();
+    if !MIGRATION_PHASES.contains(&phase) {
+        return None;
+    }
+    let vmi = at(&o.data, "/spec/vmiName")
+        .as_str()
+        .filter(|v| !v.is_empty())?;
+    let meta = o.meta();
+    let uid = meta.uid.as_deref().filter(|u| !u.is_empty())?;
+    let selector = format!(
+        "({VMI_ID_LABEL} == '{vmi}' || {VM_NAME_LABEL} == '{vmi}') && {MIGRATION_JOB_LABEL} == '{uid}'"
+    );
+    let mut spec = json!({"target": {"selector": selector}});
+    if let Some(pod) = at(&o.data, "/status/migrationState/sourcePod")
+        .as_str()
+        .filter(|p| !p.is_empty())
+        && let Some(s) = spec.as_object_mut()
+    {
+        s.insert(
+            "source".into(),
+            json!({"workload": {"orchestratorID": "k8s", "workloadID": format!("{namespace}/{pod}")}}),
+        );
+    }
+    let mut metadata = json!({"name": name, "namespace": namespace, "uid": uid, "labels": labels});
+    if let Some(m) = metadata.as_object_mut() {
+        if let Some(t) = &meta.creation_timestamp {
+            // k8s-openapi writes it as Go does: UTC, whole seconds.
+            m.insert("creationTimestamp".into(), json!(t));
+        }
+        if let Some(a) = &meta.annotations {
+            m.insert("annotations".into(), json!(a));
+        }
+    }
+    Some((metadata, spec))
 }
 
 /// The annotation in which Calico's writers keep a resource's v3 metadata.
