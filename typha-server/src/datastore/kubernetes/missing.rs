@@ -89,9 +89,7 @@ pub(super) async fn list_objects(
             .map_err(Listed::Failed)?
         {
             Ok(page) => page,
-            Err(kube::Error::Api(st))
-                if st.code == 404 && matches!(s.conversion, Conversion::Crd(_)) =>
-            {
+            Err(kube::Error::Api(st)) if st.code == 404 && s.conversion.is_crd() => {
                 return Err(Listed::NotInstalled);
             }
             Err(e) => return Err(Listed::Failed(error(e, Revision(0), "list", s))),
