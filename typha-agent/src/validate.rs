@@ -46,7 +46,7 @@ pub enum InvalidValue {
         /// Why it does not parse.
         source: SelectorError,
     },
-    /// Ports in a rule whose protocol has none.
+    /// Port numbers in a rule whose protocol has none (or without a protocol).
     #[error("{side}: ports need protocol TCP, UDP, SCTP or UDPLite")]
     PortsWithoutProtocol {
         /// Where: `inbound[0].destination`, ...
@@ -161,7 +161,14 @@ fn rules(dir: &str, rules: &[Rule]) -> Result<(), InvalidValue> {
             selector(&at(&format!("{side}.selector")), &e.selector)?;
             selector(&at(&format!("{side}.notSelector")), &e.not_selector)?;
             let has_ports = !e.ports.is_empty() || !e.not_ports.is_empty();
-            if has_ports && !r.protocol.is_some_and(|p| p.has_ports()) {
+            // Named ports alone need no protocol: they match the name's port of any protocol
+            // (as Felix does; Calico's ClusterNetworkPolicies give them so).
+            let named_only = r.protocol.is_none()
+                && e.ports
+                    .iter()
+                    .chain(&e.not_ports)
+                    .all(|p| matches!(p, Port::Named(_)));
+            if has_ports && !named_only && !r.protocol.is_some_and(|p| p.has_ports()) {
                 return Err(InvalidValue::PortsWithoutProtocol { side: at(side) });
             }
             for p in e.ports.iter().chain(&e.not_ports) {

@@ -694,27 +694,7 @@ async fn staged_policies_arrive_once_their_crds_are_installed() {
         let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(run.admin.clone(), &res);
         if matches!(api.list(&Default::default()).await, Err(kube::Error::Api(e)) if e.code == 404)
         {
-            // Ours, not Calico's: a minimal CRD that keeps whatever spec it is given.
-            apply(
-                &run.admin,
-                json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                       "metadata": {"name": format!("{plural}.crd.projectcalico.org")},
-                       "spec": {"group": "crd.projectcalico.org", "scope": scope,
-                                "names": {"kind": kind, "listKind": format!("{kind}List"),
-                                          "plural": plural, "singular": kind.to_lowercase()},
-                                "versions": [{"name": "v1", "served": true, "storage": true,
-                                              "schema": {"openAPIV3Schema": {"type": "object",
-                                                         "x-kubernetes-preserve-unknown-fields": true}}}]}}),
-            )
-            .await;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while let Err(e) = api.list(&Default::default()).await {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the {plural} CRD is not served: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            minimal_crd(&run.admin, CRD, kind, plural, scope).await;
         }
     }
     let staged = |kind: &str, action: &str, selector: &str| {
@@ -797,6 +777,141 @@ async fn staged_policies_arrive_once_their_crds_are_installed() {
     run.delete(sknp("Delete")).await;
     run.converge(&mut p, "the staged Kubernetes policy deleted")
         .await;
+    assert_no_resync(&p);
+    run.srv.shutdown().await;
+}
+
+/// Installs a minimal CRD of ours (not its project's) for `kind` in `api_version` that keeps
+/// whatever spec it is given, and waits until the API server serves it.
+async fn minimal_crd(
+    admin: &kube::Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    scope: &str,
+) {
+    let (group, version) = api_version.split_once('/').unwrap();
+    let mut metadata = json!({"name": format!("{plural}.{group}")});
+    if group.ends_with(".k8s.io") {
+        // The API server refuses a CRD in Kubernetes' own groups without this.
+        metadata["annotations"] = json!({"api-approved.kubernetes.io":
+            "https://github.com/kubernetes-sigs/network-policy-api/pull/347"});
+    }
+    apply(
+        admin,
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": metadata,
+               "spec": {"group": group, "scope": scope,
+                        "names": {"kind": kind, "listKind": format!("{kind}List"),
+                                  "plural": plural, "singular": kind.to_lowercase()},
+                        "versions": [{"name": version, "served": true, "storage": true,
+                                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                 "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+    )
+    .await;
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        admin.clone(),
+        &common::kube::resource(api_version, kind, plural),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Err(e) = api.list(&Default::default()).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the {plural} CRD is not served: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Kubernetes ClusterNetworkPolicies (`policy.networking.k8s.io/v1alpha2`): without their CRD
+/// (the API server has none of its own) the backend is in sync; once installed (a minimal
+/// CRD, which unlike the project's takes any tier) a policy created, changed and deleted
+/// reaches the client as Calico's GlobalNetworkPolicy form in tier `kube-admin` or
+/// `kube-baseline`, under its own key; a tier Calico does not know gives nothing.
+#[tokio::test]
+async fn cluster_network_policies_are_served_in_calicos_tiers() {
+    const CNP: &str = "policy.networking.k8s.io/v1alpha2";
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
+    let mut p = run.peer().await;
+    run.converge(&mut p, "in sync without the CRD").await;
+    minimal_crd(
+        &run.admin,
+        CNP,
+        "ClusterNetworkPolicy",
+        "clusternetworkpolicies",
+        "Cluster",
+    )
+    .await;
+    let cnp = |tier: &str, priority: u32| {
+        json!({"apiVersion": CNP, "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": "guard"},
+               "spec": {"tier": tier, "priority": priority,
+                        "subject": {"namespaces": {"matchLabels": {"team": "a"}}},
+                        "ingress": [{"name": "no-db", "action": "Deny",
+                                     "from": [{"namespaces": {"matchLabels": {"team": "db"}}}],
+                                     "protocols": [{"tcp": {"destinationPort": {"number": 5432}}},
+                                                   {"destinationNamedPort": "metrics"}]}],
+                        "egress": [{"name": "out", "action": "Accept",
+                                    "to": [{"networks": ["10.0.0.0/8"]}]}]}})
+    };
+    // What Calico's Kubernetes driver makes of it, written out.
+    let want = |tier: &str, order: f64| {
+        let from = json!({"namespaceSelector": "team == 'db'"});
+        Resource::from_json(v3(
+            "KubernetesClusterNetworkPolicy",
+            json!({"name": "guard"}),
+            json!({"tier": tier, "order": order, "namespaceSelector": "team == 'a'",
+                   "selector": "projectcalico.org/orchestrator == 'k8s'",
+                   "types": ["Ingress", "Egress"],
+                   "ingress": [{"action": "Deny", "source": from,
+                                "destination": {"ports": ["metrics"]}},
+                               {"action": "Deny", "protocol": "TCP", "source": from,
+                                "destination": {"ports": [5432]}}],
+                   "egress": [{"action": "Allow", "destination": {"nets": ["10.0.0.0/8"]}}]}),
+        ))
+        .unwrap()
+    };
+    let key = "/calico/v1/policy/KubernetesClusterNetworkPolicy/guard";
+    let at = |p: &Peer| match p.state.get(key).map(|v| v.decode().unwrap()) {
+        Some(typha_protocol::model::Value::Policy(v)) => Some(v),
+        Some(other) => panic!("{key}: {other:?}"),
+        None => None,
+    };
+
+    apply(&run.admin, cnp("Admin", 10)).await;
+    let r = want("kube-admin", 10.0);
+    run.want.insert(r.id(), r);
+    run.converge(&mut p, "a ClusterNetworkPolicy").await;
+    let v = at(&p).unwrap();
+    assert_eq!((v.tier.as_str(), v.order), ("kube-admin", Some(10.0)));
+    assert_eq!((v.inbound_rules.len(), v.outbound_rules.len()), (2, 1));
+
+    apply(&run.admin, cnp("Baseline", 20)).await;
+    let r = want("kube-baseline", 20.0);
+    run.want.insert(r.id(), r.clone());
+    run.converge(&mut p, "moved to the baseline tier").await;
+    assert_eq!(at(&p).unwrap().tier, "kube-baseline");
+
+    // A tier Calico does not know: no policy (its earlier version deleted), nothing invalid.
+    let invalid = metric(&run.srv, "typha_updates_invalid_total");
+    apply(&run.admin, cnp("Developer", 20)).await;
+    run.want.remove(&r.id());
+    run.converge(&mut p, "a tier Calico does not know").await;
+    assert!(at(&p).is_none());
+    assert_eq!(metric(&run.srv, "typha_updates_invalid_total"), invalid);
+
+    apply(&run.admin, cnp("Admin", 10)).await;
+    let r = want("kube-admin", 10.0);
+    run.want.insert(r.id(), r.clone());
+    run.converge(&mut p, "back in the admin tier").await;
+    delete(&run.admin, CNP, "ClusterNetworkPolicy", "", "guard").await;
+    run.want.remove(&r.id());
+    run.converge(&mut p, "the ClusterNetworkPolicy deleted")
+        .await;
+    assert!(at(&p).is_none());
     assert_no_resync(&p);
     run.srv.shutdown().await;
 }

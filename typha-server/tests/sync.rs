@@ -341,8 +341,8 @@ async fn manifest_edits_propagate_within_a_second() {
 }
 
 /// Kinds added after protocol version 1, through a real datastore's conversion: the sample
-/// cluster's BGPFilter and a StagedKubernetesNetworkPolicy reach a client that offered
-/// `OPAQUE_KINDS`; a version 1 client (the test peer refuses any later key sent to it) gets
+/// cluster's BGPFilter, a StagedKubernetesNetworkPolicy and a KubernetesClusterNetworkPolicy
+/// reach a client that offered `OPAQUE_KINDS`; a version 1 client (the test peer refuses any later key sent to it) gets
 /// the rest, with digests over its keys alone, while they are created, changed and deleted.
 #[tokio::test]
 async fn a_version_1_client_gets_the_cluster_without_kinds_it_does_not_know() {
@@ -362,6 +362,17 @@ async fn a_version_1_client_gets_the_cluster_without_kinds_it_does_not_know() {
         .unwrap()
     };
     store.put(staged("Set"));
+    // A Kubernetes ClusterNetworkPolicy as the Kubernetes backend converts one (that backend
+    // alone reads them; the embedded store carries the converted form here).
+    let cluster_policy = Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "KubernetesClusterNetworkPolicy",
+        "metadata": {"name": "guard"},
+        "spec": {"tier": "kube-admin", "order": 10.0, "namespaceSelector": "all()",
+                 "selector": "projectcalico.org/orchestrator == 'k8s'", "types": ["Ingress"],
+                 "ingress": [{"action": "Pass", "destination": {"ports": ["web"]}}]}
+    }))
+    .unwrap();
+    store.put(cluster_policy.clone());
     settle(&srv, &store).await;
     // What each kind of client must hold: everything, or the version 1 kinds alone.
     let views = |store: &Embedded| {
@@ -402,12 +413,17 @@ async fn a_version_1_client_gets_the_cluster_without_kinds_it_does_not_know() {
         assert_eq!(later(&old), 0);
         match round {
             0 => {
-                assert_eq!(later(&new), 2, "the BGPFilter and the staged policy");
+                assert_eq!(
+                    later(&new),
+                    3,
+                    "the BGPFilter, the staged policy and the cluster policy"
+                );
                 store.put(staged("Learn"));
             }
             1 => {
-                assert_eq!(later(&new), 2);
+                assert_eq!(later(&new), 3);
                 store.put(staged("Delete"));
+                store.delete(&cluster_policy.id());
                 for r in store.resources() {
                     if r.kind() == typha_server::calico::v3::Kind::BgpFilter {
                         store.delete(&r.id());

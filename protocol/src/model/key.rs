@@ -171,22 +171,30 @@ pub enum PolicyKind {
     /// `projectcalico.org/v3` StagedKubernetesNetworkPolicy, converted (namespaced): a kind
     /// added after protocol version 1 ([`PolicyKind::in_v1`]).
     StagedKubernetesNetworkPolicy,
+    /// `policy.networking.k8s.io/v1alpha2` ClusterNetworkPolicy, converted (cluster-wide; its
+    /// tier `kube-admin` or `kube-baseline` in the value): a kind added after protocol
+    /// version 1 ([`PolicyKind::in_v1`]).
+    KubernetesClusterNetworkPolicy,
 }
 
 impl PolicyKind {
     /// Every policy kind.
-    pub const ALL: [PolicyKind; 6] = [
+    pub const ALL: [PolicyKind; 7] = [
         PolicyKind::NetworkPolicy,
         PolicyKind::GlobalNetworkPolicy,
         PolicyKind::StagedNetworkPolicy,
         PolicyKind::StagedGlobalNetworkPolicy,
         PolicyKind::KubernetesNetworkPolicy,
         PolicyKind::StagedKubernetesNetworkPolicy,
+        PolicyKind::KubernetesClusterNetworkPolicy,
     ];
 
     /// Whether a client of protocol version 1 knows this kind (see [`ResourceKind::in_v1`]).
     pub fn in_v1(self) -> bool {
-        !matches!(self, PolicyKind::StagedKubernetesNetworkPolicy)
+        !matches!(
+            self,
+            PolicyKind::StagedKubernetesNetworkPolicy | PolicyKind::KubernetesClusterNetworkPolicy
+        )
     }
 
     /// Whether policies of this kind are previews (Calico's staged policies): carried, never
@@ -209,6 +217,7 @@ impl PolicyKind {
             PolicyKind::StagedGlobalNetworkPolicy => "StagedGlobalNetworkPolicy",
             PolicyKind::KubernetesNetworkPolicy => "KubernetesNetworkPolicy",
             PolicyKind::StagedKubernetesNetworkPolicy => "StagedKubernetesNetworkPolicy",
+            PolicyKind::KubernetesClusterNetworkPolicy => "KubernetesClusterNetworkPolicy",
         }
     }
 

@@ -25,7 +25,8 @@ pub enum SetDef {
     /// The addresses of every endpoint and network set matching the selector.
     Selector(Selector),
     /// `ip,proto:port` of every endpoint matching the selector that has a port of this name
-    /// and IP protocol (by number).
+    /// and IP protocol (by number; 0 is any protocol, as Felix matches a named port in a rule
+    /// without one).
     NamedPort(Selector, u8, String),
     /// A fixed list of networks (a rule with more than one CIDR).
     Nets(BTreeSet<Ipv4Net>),
@@ -339,13 +340,12 @@ impl IpSetIndex {
             SetDef::Selector(_) => data.nets.iter().map(canonical_net).collect(),
             SetDef::NamedPort(_, proto, port_name) => {
                 let mut out = Vec::new();
-                for p in data
-                    .ports
-                    .iter()
-                    .filter(|p| &p.name == port_name && p.protocol.number() == *proto)
-                {
+                for p in data.ports.iter().filter(|p| {
+                    &p.name == port_name && (*proto == 0 || p.protocol.number() == *proto)
+                }) {
+                    let proto = proto_name(p.protocol.number());
                     for n in data.nets.iter().filter(|n| n.prefix_len() == 32) {
-                        out.push(format!("{},{}:{}", n.addr(), proto_name(*proto), p.port));
+                        out.push(format!("{},{proto}:{}", n.addr(), p.port));
                     }
                 }
                 out

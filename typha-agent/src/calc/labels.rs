@@ -274,10 +274,12 @@ fn profile_sets(r: &ProfileRules) -> Vec<SetDef> {
 }
 
 /// Calico's names: tier-prefixed outside the default tier, `knp.default.` for Kubernetes
-/// policies, namespace first for namespaced ones.
+/// policies, `kcnp.<tier>.` for ClusterNetworkPolicies, namespace first for namespaced ones.
 fn policy_name(key: &PolicyKey, p: &Policy) -> String {
     let mut name = match key.kind {
         PolicyKind::KubernetesNetworkPolicy => format!("knp.default.{}", key.name),
+        // Not `<tier>.<name>`, which a GlobalNetworkPolicy of the same name in that tier has.
+        PolicyKind::KubernetesClusterNetworkPolicy => format!("kcnp.{}.{}", p.tier, key.name),
         _ if p.tier.is_empty() || p.tier == "default" => key.name.clone(),
         _ => format!("{}.{}", p.tier, key.name),
     };

@@ -42,6 +42,17 @@ use crate::dataplane::{Desired, Dirty};
 /// Tier order when a tier gives none, and for the `default` tier (Calico's).
 const DEFAULT_TIER_ORDER: f64 = 1_000_000.0;
 
+/// What a Tier resource says about its policies. A tier without one (Calico's Felix calls it
+/// not valid) has the default order and drops what its policies leave, as Felix does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TierInfo {
+    /// `order`; none given is [`DEFAULT_TIER_ORDER`].
+    order: Option<f64>,
+    /// `defaultAction: Pass`: traffic no policy of the tier decides goes on to the next tier
+    /// (Calico's `kube-admin` and `kube-baseline` tiers), rather than being dropped.
+    pass: bool,
+}
+
 /// A local endpoint: one of this node's workload (or host) endpoints.
 #[derive(Debug, Clone)]
 struct LocalEp {
@@ -104,7 +115,7 @@ pub struct CalcGraph {
     cfg: RenderConfig,
     local: BTreeMap<Arc<str>, LocalEp>,
     policies: HashMap<PolicyKey, PolicyEntry>,
-    tiers: HashMap<String, f64>,
+    tiers: HashMap<String, TierInfo>,
     profiles: HashMap<String, ProfileEntry>,
     index: IpSetIndex,
     blocks: BTreeMap<Ipv4Net, BlockRoutes>,
@@ -288,19 +299,23 @@ impl CalcGraph {
                 self.dirty.routes |= e.get() != before;
             }
             (Key::Resource(k), v) if k.kind == ResourceKind::Tier => {
-                let order = match v {
+                let info = match v {
                     Some(Value::Resource(r)) => {
                         serde_json::from_str::<serde_json::Value>(&r.spec_json)
                             .ok()
-                            .and_then(|s| s.get("order").and_then(serde_json::Value::as_f64))
+                            .map(|s| TierInfo {
+                                order: s.get("order").and_then(serde_json::Value::as_f64),
+                                pass: s.get("defaultAction").and_then(serde_json::Value::as_str)
+                                    == Some("Pass"),
+                            })
                     }
                     _ => None,
                 };
-                let old = match order {
-                    Some(o) => self.tiers.insert(k.name.clone(), o),
+                let old = match info {
+                    Some(i) => self.tiers.insert(k.name.clone(), i),
                     None => self.tiers.remove(&k.name),
                 };
-                if old != order {
+                if old != info {
                     self.dirty.chains = true;
                 }
             }

@@ -81,7 +81,8 @@ impl CalcGraph {
 
     /// The endpoint's policies for one direction, grouped by tier, both in order.
     pub(super) fn tiers_for(&self, ep: &LocalEp, ty: PolicyType, dir: Dir) -> Vec<TierPolicies> {
-        let mut by_tier: BTreeMap<(Ordered, &str), Vec<(Ordered, &str)>> = BTreeMap::new();
+        type Policies<'a> = (bool, Vec<(Ordered, &'a str)>);
+        let mut by_tier: BTreeMap<(Ordered, &str), Policies<'_>> = BTreeMap::new();
         for key in &ep.policies {
             let Some(p) = self.policies.get(key) else {
                 continue;
@@ -90,21 +91,24 @@ impl CalcGraph {
                 continue;
             }
             let tier = p.policy.tier.as_str();
-            let tier_order = self.tiers.get(tier).copied().unwrap_or(DEFAULT_TIER_ORDER);
+            let info = self.tiers.get(tier);
+            let tier_order = info.and_then(|t| t.order).unwrap_or(DEFAULT_TIER_ORDER);
             by_tier
                 .entry((Ordered(tier_order), tier))
-                .or_default()
+                .or_insert_with(|| (info.is_some_and(|t| t.pass), Vec::new()))
+                .1
                 .push((Ordered(p.policy.order.unwrap_or(f64::INFINITY)), &p.name));
         }
         by_tier
             .into_values()
-            .map(|mut ps| {
+            .map(|(pass, mut ps)| {
                 ps.sort();
                 TierPolicies {
                     chains: ps
                         .iter()
                         .map(|(_, n)| render::policy_chain(dir, n))
                         .collect(),
+                    pass_by_default: pass,
                 }
             })
             .collect()

@@ -7,7 +7,8 @@
 //! INPUT   ─▶ cali-INPUT ─▶ -i cali+ ─▶ cali-wl-to-host ─▶ cali-from-wl-dispatch, then the
 //!                                                          configured endpoint-to-host action
 //! cali-tw-<iface>: conntrack, then per tier: each policy's cali-pi-<policy> until one accepts
-//!                  (RETURN) or passes (next tier); end of tier drops; then the profiles'
+//!                  (RETURN) or passes (next tier); end of tier drops (unless the tier's
+//!                  default action is Pass); then the profiles'
 //!                  cali-pri-<profile>; then drop.
 //! ```
 //!
@@ -221,14 +222,14 @@ fn side(
     let port_word = if flag == "-s" { "--sports" } else { "--dports" };
     let (numeric, named) = split_ports(&e.not_ports);
     if !e.not_ports.is_empty() {
-        let proto = proto.filter(|p| p.has_ports())?;
+        let proto = port_proto(proto, &numeric)?;
         for chunk in port_chunks(&numeric) {
             base.push_str(&format!(" -m multiport ! {port_word} {chunk}"));
         }
         for name in named {
             let def = SetDef::NamedPort(
                 selector.clone().unwrap_or(Selector::All),
-                proto.number(),
+                proto,
                 name.to_string(),
             );
             base.push_str(&format!(
@@ -239,15 +240,15 @@ fn side(
         }
     }
     if !e.ports.is_empty() {
-        let proto = proto.filter(|p| p.has_ports())?;
         let (numeric, named) = split_ports(&e.ports);
+        let proto = port_proto(proto, &numeric)?;
         for chunk in port_chunks(&numeric) {
             variants.push(format!(" -m multiport {port_word} {chunk}"));
         }
         for name in named {
             let def = SetDef::NamedPort(
                 selector.clone().unwrap_or(Selector::All),
-                proto.number(),
+                proto,
                 name.to_string(),
             );
             variants.push(format!(
@@ -258,6 +259,17 @@ fn side(
         }
     }
     Some(())
+}
+
+/// The protocol number ports are matched with: the rule's, which must have ports; none (0, any
+/// protocol) for named ports alone, as Calico's ClusterNetworkPolicies give them. `None` when
+/// the ports cannot match.
+fn port_proto(proto: Option<Protocol>, numeric: &[(u16, u16)]) -> Option<u8> {
+    match proto {
+        Some(p) if p.has_ports() => Some(p.number()),
+        None if numeric.is_empty() => Some(0),
+        _ => None,
+    }
 }
 
 fn split_ports(ports: &[Port]) -> (Vec<(u16, u16)>, Vec<&str>) {
@@ -402,6 +414,9 @@ fn icmp_text(i: typha_protocol::model::Icmp) -> String {
 pub struct TierPolicies {
     /// Policy chain names, in order.
     pub chains: Vec<String>,
+    /// The tier's default action is Pass: what none of its policies accepts, drops or passes
+    /// goes on to the next tier instead of being dropped at the end of the tier.
+    pub pass_by_default: bool,
 }
 
 /// What an endpoint chain needs.
@@ -473,7 +488,9 @@ pub fn endpoint_chain(plan: &EndpointPlan<'_>, dir: Dir) -> (String, Vec<String>
                 "-m mark --mark {MARK_ACCEPT:#x}/{MARK_ACCEPT:#x} -j {accepted}"
             ));
         }
-        rules.push(format!("-m mark --mark 0x0/{MARK_PASS:#x} -j DROP"));
+        if !tier.pass_by_default {
+            rules.push(format!("-m mark --mark 0x0/{MARK_PASS:#x} -j DROP"));
+        }
     }
     for p in plan.profiles {
         rules.push(format!("-j {}", profile_chain(dir, p)));

@@ -219,6 +219,70 @@ fn tiers_apply_in_tier_order() {
     assert!(tw.find("-j cali-pi-security.s\n").unwrap() < tw.find("-j cali-pi-d\n").unwrap());
 }
 
+fn tier(name: &str, spec: &str) -> (Key, Option<Value>) {
+    let key = Key::Resource(ResourceKey {
+        kind: ResourceKind::Tier,
+        namespace: None,
+        name: name.into(),
+    });
+    let value = Value::Resource(typha_protocol::model::Resource {
+        labels: Labels::new(),
+        spec_json: spec.into(),
+        ..Default::default()
+    });
+    (key, Some(value))
+}
+
+/// A Kubernetes ClusterNetworkPolicy is enforced as a global policy of its tier: Calico's
+/// `kube-admin` (order 1000, before the default tier) passes by default, so what its policy
+/// does not decide goes on to the default tier instead of being dropped; without its Tier
+/// resource the tier is like any other, dropping at its end (as Felix does).
+#[test]
+fn cluster_network_policies_apply_in_their_tier_which_passes_by_default() {
+    let mut g = graph();
+    g.on_update(&wep_key(ME, "a"), Some(wep("calia", "10.0.0.1", &[], &[])));
+    let mut cnp = policy("all()", Some(10.0), "app == 'bad'");
+    cnp.tier = "kube-admin".into();
+    cnp.inbound_rules[0].action = Action::Deny;
+    let key = PolicyKey {
+        kind: PolicyKind::KubernetesClusterNetworkPolicy,
+        namespace: None,
+        name: "deny-bad".into(),
+    };
+    g.on_update(&Key::Policy(key), Some(Value::Policy(cnp)));
+    g.on_update(
+        &Key::Policy(policy_key("d")),
+        Some(Value::Policy(policy("all()", Some(1.0), ""))),
+    );
+    g.flush();
+    let end_of_tier = "-m mark --mark 0x0/0x20000 -j DROP";
+    // Named apart from a GlobalNetworkPolicy `deny-bad` of the same tier.
+    let chain = render::policy_chain(render::Dir::Ingress, "kcnp.kube-admin.deny-bad");
+    let jump = format!("-j {chain}\n");
+    assert!(g.desired().chains.contains_key(&chain));
+    let tw = g.desired().chains["cali-tw-calia"].join("\n");
+    // No Tier resource: the default order (a tie with `default`, which sorts first), and
+    // each tier drops at its end.
+    assert!(tw.find("-j cali-pi-d\n").unwrap() < tw.find(&jump).unwrap());
+    assert_eq!(tw.matches(end_of_tier).count(), 2);
+    let (k, v) = tier("kube-admin", r#"{"order":1000,"defaultAction":"Pass"}"#);
+    g.on_update(&k, v);
+    assert!(g.flush().chains);
+    let tw = g.desired().chains["cali-tw-calia"].join("\n");
+    let cnp_at = tw.find(&jump).unwrap();
+    let default_at = tw.find("-j cali-pi-d\n").unwrap();
+    assert!(cnp_at < default_at);
+    // Only the default tier drops at its end; kube-admin goes on to it.
+    assert_eq!(tw.matches(end_of_tier).count(), 1);
+    assert!(tw.find(end_of_tier).unwrap() > default_at);
+    // A tier whose default action is Deny (or not given) drops again.
+    let (k, v) = tier("kube-admin", r#"{"order":1000,"defaultAction":"Deny"}"#);
+    g.on_update(&k, v);
+    assert!(g.flush().chains);
+    let tw = g.desired().chains["cali-tw-calia"].join("\n");
+    assert_eq!(tw.matches(end_of_tier).count(), 2);
+}
+
 #[test]
 fn rule_ipsets_hold_every_matching_endpoint_of_the_cluster() {
     let mut g = graph();

@@ -66,6 +66,15 @@ fn ports_without_a_port_protocol_are_rejected() {
         "{e}"
     );
     assert!(e.to_string().contains("ports need protocol"), "{e}");
+    // Named ports alone match any protocol's port of that name (a ClusterNetworkPolicy's).
+    let mut p = policy("all()", "");
+    p.inbound_rules[0].dst.ports = vec![Port::Named("web".into())];
+    assert!(validate(&update(p.clone())).invalid.is_none());
+    p.inbound_rules[0].dst.ports.push(Port::Range {
+        first: 80,
+        last: 80,
+    });
+    assert!(validate(&update(p)).invalid.is_some());
 }
 
 #[test]

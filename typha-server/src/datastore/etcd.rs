@@ -270,10 +270,14 @@ fn parse_key(key: &[u8]) -> KeyMeaning {
     // nothing of Calico's is here: left alone like other kinds we do not serve. (It does
     // store BlockAffinity resources here, written through its v3 API: those are read.)
     // Nor Kubernetes' own Services and EndpointSlices, which only Calico's Kubernetes driver
-    // reads (from the Kubernetes API).
+    // reads (from the Kubernetes API), or ClusterNetworkPolicies, which Calico reads only in
+    // Kubernetes datastore mode.
     if matches!(
         kind,
-        Kind::IpamBlock | Kind::KubernetesService | Kind::KubernetesEndpointSlice
+        Kind::IpamBlock
+            | Kind::KubernetesService
+            | Kind::KubernetesEndpointSlice
+            | Kind::KubernetesClusterNetworkPolicy
     ) {
         return KeyMeaning::Other;
     }

@@ -17,6 +17,12 @@
 //!   addresses, AS number, tunnel addresses) and its InternalIP/ExternalIP addresses;
 //! - a `networking.k8s.io/v1` NetworkPolicy becomes KubernetesNetworkPolicy
 //!   `knp.default.<name>`: order 1000, one Allow rule per (port, peer);
+//! - a `policy.networking.k8s.io/v1alpha2` ClusterNetworkPolicy becomes
+//!   KubernetesClusterNetworkPolicy `<name>`, a global policy in tier `kube-admin` or
+//!   `kube-baseline` (`calico::v3::k8s_cluster_policy`); one Calico gives no policy (another
+//!   tier, no subject) is nothing to serve. Calico reads them in this datastore only (the etcd
+//!   backend leaves the kind alone). Its CRD, from Kubernetes' network-policy-api project, is
+//!   missing from most clusters and is treated as Calico's missing CRDs are (below);
 //! - a Service becomes a KubernetesService (name, namespace, labels and spec: what Felix
 //!   reads), an EndpointSlice a KubernetesEndpointSlice (labels, address type, endpoints,
 //!   ports), both as Calico's felix syncer passes them on;
@@ -30,10 +36,11 @@
 //! # CRDs that are not installed
 //!
 //! A cluster may lack some of Calico's CRDs (older Calico releases have no tiers CRD, releases
-//! before 3.26 no bgpfilters CRD), and most have no KubeVirt, so no
-//! virtualmachineinstancemigrations. A list that answers 404 for one of these means no objects
-//! of that kind: it is logged once at warn, does not hold readiness back, and the kind is
-//! asked for again every [`MISSING_CRD_POLL`]; once it answers, its objects arrive as ordinary watch events and its
+//! before 3.26 no bgpfilters CRD), most have no ClusterNetworkPolicy CRD (Kubernetes'
+//! network-policy-api) and no KubeVirt, so no virtualmachineinstancemigrations. A list that
+//! answers 404 for one of these means no objects of that kind: it is logged once at warn,
+//! does not hold readiness back, and the kind is asked for again every
+//! [`MISSING_CRD_POLL`]; once it answers, its objects arrive as ordinary watch events and its
 //! watch starts, without a relist. A kind is missing when its mark is [`MISSING`].
 //!
 //! An object that does not convert is an [`Invalid`] item, never an error.
@@ -71,8 +78,7 @@
 //! StagedKubernetesNetworkPolicy are CRD kinds like the others (missing CRDs tolerated as
 //! above).
 //!
-//! Not done yet: Kubernetes `ClusterNetworkPolicy` (AdminNetworkPolicy) is not read; a
-//! NetworkPolicy's named ports are passed on as names, as Calico does, but its rules are not
+//! Not done yet: a NetworkPolicy's named ports are passed on as names, as Calico does, but its rules are not
 //! merged by protocol as Calico's are (same effect, more rules).
 
 use std::sync::{Arc, Mutex};
@@ -102,6 +108,10 @@ use missing::*;
 
 /// The API group of Calico's CRDs.
 pub const CRD_GROUP: &str = "crd.projectcalico.org";
+
+/// The API group of Kubernetes' ClusterNetworkPolicy (sigs.k8s.io network-policy-api), read at
+/// `v1alpha2` as Calico v3.32 reads it.
+pub const CLUSTER_NETWORK_POLICY_GROUP: &str = "policy.networking.k8s.io";
 
 /// The Calico kinds stored as CRDs in [`CRD_GROUP`]`/v1`.
 pub const CRD_KINDS: [Kind; 18] = [
@@ -166,6 +176,9 @@ enum Conversion {
     },
     /// A `networking.k8s.io/v1` NetworkPolicy: Calico's `knp.default.<name>`.
     NetworkPolicy,
+    /// A `policy.networking.k8s.io/v1alpha2` ClusterNetworkPolicy (a CRD of its own project):
+    /// Calico's KubernetesClusterNetworkPolicy.
+    ClusterNetworkPolicy,
     /// A Service: carried for Felix.
     Service,
     /// An EndpointSlice: carried for Felix.
@@ -175,10 +188,13 @@ enum Conversion {
 }
 
 impl Conversion {
-    /// Whether the source is a CRD that a cluster may not have installed: Calico's own, and
-    /// KubeVirt's (see "CRDs that are not installed").
+    /// Whether the source is a CRD that a cluster may not have installed: Calico's own,
+    /// network-policy-api's and KubeVirt's (see "CRDs that are not installed").
     fn optional(self) -> bool {
-        matches!(self, Conversion::Crd(_) | Conversion::LiveMigration)
+        matches!(
+            self,
+            Conversion::Crd(_) | Conversion::ClusterNetworkPolicy | Conversion::LiveMigration
+        )
     }
 }
 
@@ -282,6 +298,17 @@ impl Kubernetes {
                 (
                     ApiResource::erase::<K8sNetworkPolicy>(&()),
                     Conversion::NetworkPolicy,
+                ),
+                (
+                    ApiResource::from_gvk_with_plural(
+                        &GroupVersionKind::gvk(
+                            CLUSTER_NETWORK_POLICY_GROUP,
+                            "v1alpha2",
+                            "ClusterNetworkPolicy",
+                        ),
+                        "clusternetworkpolicies",
+                    ),
+                    Conversion::ClusterNetworkPolicy,
                 ),
                 (ApiResource::erase::<Service>(&()), Conversion::Service),
                 (

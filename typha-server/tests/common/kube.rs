@@ -63,6 +63,7 @@ pub fn plural_of(kind: &str) -> String {
         "StagedNetworkPolicy" => "stagednetworkpolicies".into(),
         "StagedGlobalNetworkPolicy" => "stagedglobalnetworkpolicies".into(),
         "StagedKubernetesNetworkPolicy" => "stagedkubernetesnetworkpolicies".into(),
+        "ClusterNetworkPolicy" => "clusternetworkpolicies".into(),
         "IPPool" => "ippools".into(),
         "IPAMBlock" => "ipamblocks".into(),
         "BlockAffinity" => "blockaffinities".into(),

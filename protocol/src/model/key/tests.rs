@@ -175,18 +175,30 @@ fn paths_from_the_wire_are_known_opaque_or_malformed() {
             "{k:?}"
         );
     }
-    let staged_knp = "/calico/v1/policy/StagedKubernetesNetworkPolicy/ns/x";
-    assert_eq!(
-        Key::classify(staged_knp),
-        Ok(PathClass::Known {
-            key_type: KeyType::Policy,
-            in_v1: false
-        })
-    );
+    for later in [
+        "/calico/v1/policy/StagedKubernetesNetworkPolicy/ns/x",
+        "/calico/v1/policy/KubernetesClusterNetworkPolicy/x",
+    ] {
+        assert_eq!(
+            Key::classify(later),
+            Ok(PathClass::Known {
+                key_type: KeyType::Policy,
+                in_v1: false
+            }),
+            "{later}"
+        );
+        assert!(!Key::parse(later).unwrap().in_v1(), "{later}");
+    }
+    // Cluster-wide: a namespace segment is malformed, not a kind to carry opaquely.
+    assert!(Key::classify("/calico/v1/policy/KubernetesClusterNetworkPolicy/ns/x").is_err());
     for k in PolicyKind::ALL {
         assert_eq!(
             k.in_v1(),
-            k != PolicyKind::StagedKubernetesNetworkPolicy,
+            !matches!(
+                k,
+                PolicyKind::StagedKubernetesNetworkPolicy
+                    | PolicyKind::KubernetesClusterNetworkPolicy
+            ),
             "{k:?}"
         );
     }

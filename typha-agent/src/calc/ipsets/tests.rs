@@ -139,6 +139,13 @@ fn named_port_sets_hold_ip_and_port() {
     );
     idx.scan(&mut out.sink());
     assert!(out.members(&udp).is_empty(), "the port is TCP");
+    // Protocol 0: the name's port of any protocol.
+    let any = idx.add_ref(
+        &SetDef::NamedPort(sel("all()"), 0, "http".into()),
+        &mut out.sink(),
+    );
+    idx.scan(&mut out.sink());
+    assert_eq!(out.members(&any), ["10.0.0.2,tcp:8080"]);
 }
 
 #[test]

@@ -102,6 +102,33 @@ fn named_ports_use_ip_port_sets_and_split_the_rule() {
     );
 }
 
+/// Named ports without a protocol (a ClusterNetworkPolicy's) match the name's port of any
+/// protocol: a set of protocol 0 and no `-p`; a port number without a protocol never matches.
+#[test]
+fn named_ports_without_a_protocol_match_any_protocol() {
+    let mut r = rule(Action::Deny);
+    r.dst.ports = vec![Port::Named("http".into())];
+    let sets = rule_sets(std::slice::from_ref(&r));
+    assert!(
+        sets.iter()
+            .any(|s| matches!(s, SetDef::NamedPort(_, 0, n) if n == "http"))
+    );
+    let l = lines(r.clone());
+    assert_eq!(l.len(), 1, "{l:#?}");
+    assert!(!l[0].contains(" -p "), "{}", l[0]);
+    assert!(
+        l[0].contains("cali40n:") && l[0].contains("dst,dst -j DROP"),
+        "{}",
+        l[0]
+    );
+    r.dst.ports.push(Port::Range {
+        first: 80,
+        last: 80,
+    });
+    let l = lines(r);
+    assert!(!l.iter().any(|l| l.contains("--dports")), "{l:#?}");
+}
+
 #[test]
 fn multiport_is_split_at_fifteen_slots() {
     let mut r = rule(Action::Deny);
@@ -176,8 +203,12 @@ fn endpoint_chain_orders_tiers_then_profiles() {
         ingress: vec![
             TierPolicies {
                 chains: vec!["cali-pi-a".into(), "cali-pi-b".into()],
+                pass_by_default: false,
             },
-            TierPolicies { chains: vec![] },
+            TierPolicies {
+                chains: vec![],
+                pass_by_default: false,
+            },
         ],
         egress: vec![],
         profiles: &profiles,
@@ -206,6 +237,7 @@ fn host_endpoint_chains_open_failsafe_ports_first_and_accept() {
         host: true,
         ingress: vec![TierPolicies {
             chains: vec!["cali-pi-a".into()],
+            pass_by_default: false,
         }],
         egress: vec![],
         profiles: &[],

@@ -7,7 +7,7 @@ use ipnet::IpNet;
 use typha_protocol::model::{Mac, Protocol};
 use typha_protocol::selector::Selector;
 
-use crate::calico::v3::{ProtocolSpec, ResourceId};
+use crate::calico::v3::{Kind, ProtocolSpec, ResourceId};
 
 /// Calico's label for the orchestrator of a workload.
 pub const ORCHESTRATOR_LABEL: &str = "projectcalico.org/orchestrator";
@@ -52,6 +52,11 @@ impl Cx<'_> {
 
     pub(super) fn field(&self) -> &str {
         &self.field
+    }
+
+    /// The kind of the resource being converted.
+    pub(super) fn kind(&self) -> Kind {
+        self.id.kind
     }
 
     pub(super) fn err(&self, reason: impl Into<String>) -> ConvertError {

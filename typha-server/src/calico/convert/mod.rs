@@ -44,6 +44,13 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::GlobalNetworkPolicy(s) => {
             policy::policy(&cx, PolicyKind::GlobalNetworkPolicy, None, name, s)
         }
+        Spec::KubernetesClusterNetworkPolicy(s) => policy::policy(
+            &cx,
+            PolicyKind::KubernetesClusterNetworkPolicy,
+            None,
+            name,
+            s,
+        ),
         Spec::StagedKubernetesNetworkPolicy(s) => {
             policy::staged_kubernetes_policy(&cx, &ns, name, s)
         }

@@ -31,11 +31,14 @@ pub(super) fn policy(
             .at("spec.namespaceSelector")
             .selector(&s.namespace_selector)?
             .map_labels(&|k| format!("pcns.{k}"));
-        sel = Selector::and([sel, nssel])
-            .replace_all_and_global(&has_ns, &Selector::Not(Box::new(has_ns.clone())));
-        if sel == Selector::All {
-            sel = has_ns;
+        // Calico replaces `all()` in the joined text, so an `all()` namespace selector still
+        // demands a namespace beside a selector: replaced before joining, where `and` would
+        // drop it (an empty selector adds no text, so nothing to replace).
+        let global = Selector::Not(Box::new(has_ns.clone()));
+        if !s.selector.trim().is_empty() {
+            sel = sel.replace_all_and_global(&has_ns, &global);
         }
+        sel = Selector::and([sel, nssel.replace_all_and_global(&has_ns, &global)]);
     }
     if !s.service_account_selector.is_empty() {
         let sasel = cx
@@ -56,7 +59,9 @@ pub(super) fn policy(
             }
         });
     }
-    if types.is_empty() {
+    // A ClusterNetworkPolicy's types are what Calico's Kubernetes driver made them (one per
+    // non-empty rule list, possibly none), and Calico's processor fills nothing in.
+    if types.is_empty() && kind != PolicyKind::KubernetesClusterNetworkPolicy {
         // What Calico's API server fills in when a policy is written without types.
         types.push(PolicyType::Ingress);
         if !s.egress.is_empty() {

@@ -9,7 +9,7 @@ use typha_protocol::model::{
 use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
 use super::context::{ConvertError, Cx, SERVICE_ACCOUNT_LABEL};
-use crate::calico::v3::{ActionSpec, EntityRuleSpec, IcmpSpec, PortSpec, RuleSpec};
+use crate::calico::v3::{ActionSpec, EntityRuleSpec, IcmpSpec, Kind, PortSpec, RuleSpec};
 
 /// The rules at `field`; `ns` scopes their selectors to a namespaced policy's namespace.
 pub(super) fn rules(
@@ -42,7 +42,15 @@ fn rule(cx: &Cx<'_>, r: &RuleSpec, ns: Option<&str>) -> Result<Rule, ConvertErro
         && src.not_ports.is_empty()
         && dst.ports.is_empty()
         && dst.not_ports.is_empty());
-    if has_ports && !protocol.is_some_and(Protocol::has_ports) {
+    // Calico's Kubernetes driver gives a ClusterNetworkPolicy's named ports no protocol (a
+    // named port of any protocol, as Felix matches it); Calico's validator refuses that in the
+    // kinds written through its API, and that path runs no validator.
+    let named_any = cx.kind() == Kind::KubernetesClusterNetworkPolicy
+        && protocol.is_none()
+        && [&src.ports, &src.not_ports, &dst.ports, &dst.not_ports]
+            .iter()
+            .all(|ps| ps.iter().all(|p| matches!(p, Port::Named(_))));
+    if has_ports && !named_any && !protocol.is_some_and(Protocol::has_ports) {
         return Err(cx.err("ports need protocol TCP, UDP, SCTP or UDPLite"));
     }
     let icmp = r

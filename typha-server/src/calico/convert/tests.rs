@@ -135,6 +135,19 @@ spec:
     );
 }
 
+/// `namespaceSelector: all()` beside a selector still demands a namespace, as Calico's text
+/// replacement of `all()` in the joined selector makes it (host endpoints have none).
+#[test]
+fn global_policy_all_namespaces_beside_a_selector_still_needs_a_namespace() {
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: g}\nspec: {selector: app == 'x', namespaceSelector: all()}\n").unwrap();
+    assert_eq!(
+        policy(&kvs).selector,
+        r#"(app == "x" && has(projectcalico.org/namespace))"#
+    );
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: g}\nspec: {namespaceSelector: all()}\n").unwrap();
+    assert_eq!(policy(&kvs).selector, "has(projectcalico.org/namespace)");
+}
+
 #[test]
 fn global_policy_namespace_selector_is_prefixed() {
     let kvs = one(r#"
@@ -650,4 +663,96 @@ fn staged_kubernetes_policies_convert_as_the_kubernetes_policy_they_stage() {
     let mut bad = staged.to_json();
     bad["spec"]["stagedAction"] = "Maybe".into();
     assert!(Resource::from_json(bad).is_err());
+}
+
+/// A Kubernetes ClusterNetworkPolicy as the Kubernetes backend reads it, through the felix
+/// syncer's conversion as Calico's GlobalNetworkPolicy processor makes it: keyed
+/// `KubernetesClusterNetworkPolicy` by its own name, in tier `kube-admin`, its order the
+/// priority, types only for its rule lists, and named ports without a protocol. A kind added
+/// after protocol version 1.
+#[test]
+fn cluster_network_policies_convert_as_global_policies_in_their_tier() {
+    let spec = crate::calico::v3::k8s_cluster_policy::calico_spec(&serde_json::json!({
+        "tier": "Admin", "priority": 20,
+        "subject": {"namespaces": {"matchLabels": {"team": "a"}}},
+        "egress": [{"name": "dns", "action": "Accept", "to": [{"pods": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}}],
+            "protocols": [{"udp": {"destinationPort": {"number": 53}}},
+                          {"destinationNamedPort": "dns-tcp"}]},
+            {"name": "rest", "action": "Pass", "to": [{"networks": ["0.0.0.0/0"]}]}]
+    }))
+    .unwrap();
+    let r = Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "KubernetesClusterNetworkPolicy",
+        "metadata": {"name": "egress"}, "spec": spec
+    }))
+    .unwrap();
+    let kvs = convert(&r).unwrap();
+    assert_eq!(kvs.len(), 1);
+    assert_eq!(
+        kvs[0].0,
+        Key::Policy(PolicyKey {
+            kind: PolicyKind::KubernetesClusterNetworkPolicy,
+            namespace: None,
+            name: "egress".into()
+        })
+    );
+    assert!(!kvs[0].0.in_v1());
+    let p = policy(&kvs);
+    assert_eq!(p.tier, "kube-admin");
+    assert_eq!(p.order, Some(20.0));
+    assert_eq!(p.types, vec![PolicyType::Egress]);
+    assert_eq!(
+        p.selector,
+        "(projectcalico.org/orchestrator == \"k8s\" && pcns.team == \"a\")"
+    );
+    assert!(p.inbound_rules.is_empty());
+    let out = &p.outbound_rules;
+    assert_eq!(out.len(), 3, "{out:?}");
+    assert_eq!(out[0].protocol, None);
+    assert_eq!(out[0].dst.ports, vec![Port::Named("dns-tcp".into())]);
+    assert_eq!(out[1].protocol, Some(typha_protocol::model::Protocol::Udp));
+    assert_eq!(
+        out[1].dst.ports,
+        vec![Port::Range {
+            first: 53,
+            last: 53
+        }]
+    );
+    assert_eq!(out[0].dst.selector, out[1].dst.selector);
+    assert_eq!(out[2].action, typha_protocol::model::Action::Pass);
+    assert_eq!(out[2].dst.nets, vec!["0.0.0.0/0".parse::<IpNet>().unwrap()]);
+    // Calico's keys: the kind's path with an empty namespace, and `kcnp.<name>` in the tier
+    // before 3.30.
+    let calico = crate::calico::libcalico::calico_kvs(&kvs[0].0, &kvs[0].1);
+    assert_eq!(
+        &*calico[0].key,
+        "/calico/v1/policy/KubernetesClusterNetworkPolicy//egress"
+    );
+    assert_eq!(
+        calico[0].legacy_key.as_deref(),
+        Some("/calico/v1/policy/tier/kube-admin/policy/kcnp.egress")
+    );
+    // No rules at all: no types, not Calico's API defaults.
+    let empty = crate::calico::v3::k8s_cluster_policy::calico_spec(&serde_json::json!({
+        "tier": "Baseline", "priority": 0, "subject": {"namespaces": {}}
+    }))
+    .unwrap();
+    let r = Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "KubernetesClusterNetworkPolicy",
+        "metadata": {"name": "quiet"}, "spec": empty
+    }))
+    .unwrap();
+    let kvs = convert(&r).unwrap();
+    let p = policy(&kvs);
+    assert_eq!((p.tier.as_str(), p.types.len()), ("kube-baseline", 0));
+    assert_eq!(
+        p.selector,
+        "(projectcalico.org/orchestrator == \"k8s\" && has(projectcalico.org/namespace))"
+    );
+    // Named ports without a protocol are this kind's only: a GlobalNetworkPolicy with one is
+    // refused, as Calico's validator refuses it.
+    let e = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: p}\nspec: {egress: [{action: Allow, destination: {ports: [web]}}]}\n").unwrap_err();
+    assert_eq!(e.field, "spec.egress[0]", "{e}");
 }

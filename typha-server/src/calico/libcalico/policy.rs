@@ -28,8 +28,8 @@ pub(super) fn policy_key(k: &PolicyKey) -> CalicoKey {
 
 /// The key Calico before 3.30 used for the same policy: the tier in the path and the kind
 /// folded into the name (`<ns>/knp.default.<name>`, `staged:` for staged kinds,
-/// `staged:knp.default.` for staged Kubernetes ones), which is what
-/// libcalico-go's `parseLegacyPolicyName` reads back.
+/// `staged:knp.default.` for staged Kubernetes ones, `kcnp.` for ClusterNetworkPolicies), which
+/// is what libcalico-go's `parseLegacyPolicyName` reads back.
 pub(super) fn legacy_policy_key(k: &PolicyKey, tier: &str) -> CalicoKey {
     let bare = k.name.strip_prefix(KNP_PREFIX).unwrap_or(&k.name);
     let name = match k.kind {
@@ -38,6 +38,7 @@ pub(super) fn legacy_policy_key(k: &PolicyKey, tier: &str) -> CalicoKey {
             format!("staged:{}", k.name)
         }
         PolicyKind::StagedKubernetesNetworkPolicy => format!("staged:{KNP_PREFIX}{}", k.name),
+        PolicyKind::KubernetesClusterNetworkPolicy => format!("kcnp.{}", k.name),
         _ => k.name.clone(),
     };
     let name = match &k.namespace {

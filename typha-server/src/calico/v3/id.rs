@@ -25,6 +25,10 @@ pub enum Kind {
     StagedGlobalNetworkPolicy,
     /// A Kubernetes NetworkPolicy staged (Calico's CRD, namespaced): previewed, not enforced.
     StagedKubernetesNetworkPolicy,
+    /// `policy.networking.k8s.io/v1alpha2` ClusterNetworkPolicy, already converted to Calico's
+    /// GlobalNetworkPolicy form (tier `kube-admin` or `kube-baseline`); read from the
+    /// Kubernetes datastore only, as Calico does.
+    KubernetesClusterNetworkPolicy,
     /// Profile (Kubernetes namespaces and service accounts become profiles).
     Profile,
     /// Namespaced network set.
@@ -71,7 +75,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 25] = [
+    pub const ALL: [Kind; 26] = [
         Kind::WorkloadEndpoint,
         Kind::NetworkPolicy,
         Kind::GlobalNetworkPolicy,
@@ -79,6 +83,7 @@ impl Kind {
         Kind::StagedNetworkPolicy,
         Kind::StagedGlobalNetworkPolicy,
         Kind::StagedKubernetesNetworkPolicy,
+        Kind::KubernetesClusterNetworkPolicy,
         Kind::Profile,
         Kind::NetworkSet,
         Kind::GlobalNetworkSet,
@@ -109,6 +114,7 @@ impl Kind {
             Kind::StagedNetworkPolicy => "StagedNetworkPolicy",
             Kind::StagedGlobalNetworkPolicy => "StagedGlobalNetworkPolicy",
             Kind::StagedKubernetesNetworkPolicy => "StagedKubernetesNetworkPolicy",
+            Kind::KubernetesClusterNetworkPolicy => "KubernetesClusterNetworkPolicy",
             Kind::Profile => "Profile",
             Kind::NetworkSet => "NetworkSet",
             Kind::GlobalNetworkSet => "GlobalNetworkSet",
@@ -161,6 +167,8 @@ impl Kind {
             Kind::StagedNetworkPolicy => "stagednetworkpolicies",
             Kind::StagedGlobalNetworkPolicy => "stagedglobalnetworkpolicies",
             Kind::StagedKubernetesNetworkPolicy => "stagedkubernetesnetworkpolicies",
+            // Calico's registered name (model/resource.go).
+            Kind::KubernetesClusterNetworkPolicy => "kubernetesclusternetworkpolicies",
             Kind::Profile => "profiles",
             Kind::NetworkSet => "networksets",
             Kind::GlobalNetworkSet => "globalnetworksets",

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value, json};
 
 /// Calico's label on every Kubernetes workload endpoint.
-const K8S_ONLY: &str = "projectcalico.org/orchestrator == 'k8s'";
+pub(super) const K8S_ONLY: &str = "projectcalico.org/orchestrator == 'k8s'";
 
 /// A Kubernetes label selector as a Calico selector (`""` for an empty one).
 pub fn label_selector(sel: &Value) -> String {
@@ -41,6 +41,19 @@ pub fn label_selector(sel: &Value) -> String {
     parts.join(" && ")
 }
 
+/// A Kubernetes pod selector as Calico's selector of those pods: Kubernetes workload
+/// endpoints only (Calico's `k8sSelectorToCalico` for pods).
+pub(super) fn pod_selector(sel: &Value) -> String {
+    and(label_selector(sel), K8S_ONLY)
+}
+
+/// A Kubernetes namespace selector as Calico's: an empty one is every namespace, `all()`
+/// (Calico's `k8sSelectorToCalico` for namespaces).
+pub(super) fn namespace_selector(sel: &Value) -> String {
+    let ns = label_selector(sel);
+    if ns.is_empty() { "all()".into() } else { ns }
+}
+
 /// `a && b`, where either may be empty.
 fn and(a: String, b: &str) -> String {
     match (a.is_empty(), b.is_empty()) {
@@ -58,14 +71,10 @@ fn peer_entity(peer: &Value) -> Value {
             "notNets": at(block, "/except").as_array().cloned().unwrap_or_default(),
         });
     }
-    let pods = peer.get("podSelector").map(label_selector);
+    let pods = pod_selector(peer.get("podSelector").unwrap_or(&Value::Null));
     match peer.get("namespaceSelector") {
-        Some(ns) => {
-            let ns = label_selector(ns);
-            let ns = if ns.is_empty() { "all()".into() } else { ns };
-            json!({"selector": and(pods.unwrap_or_default(), K8S_ONLY), "namespaceSelector": ns})
-        }
-        None => json!({"selector": and(pods.unwrap_or_default(), K8S_ONLY)}),
+        Some(ns) => json!({"selector": pods, "namespaceSelector": namespace_selector(ns)}),
+        None => json!({"selector": pods}),
     }
 }
 
@@ -114,7 +123,7 @@ fn k8s_rules(rule: &Value, peers_field: &str, ingress: bool) -> Vec<Value> {
 /// it (order 1000, the pod selector with Calico's Kubernetes label, one Allow rule per port and
 /// peer). Used for Kubernetes NetworkPolicies and for StagedKubernetesNetworkPolicies.
 pub fn calico_spec(spec: &Value) -> Value {
-    let selector = and(label_selector(at(spec, "/podSelector")), K8S_ONLY);
+    let selector = pod_selector(at(spec, "/podSelector"));
     let rules = |field: &str, peers: &str, ingress: bool| -> Vec<Value> {
         at(spec, field)
             .as_array()
@@ -141,6 +150,6 @@ pub fn calico_spec(spec: &Value) -> Value {
 }
 
 /// The value at a JSON pointer, `null` when absent.
-fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
+pub(super) fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
     v.pointer(pointer).unwrap_or(&Value::Null)
 }

@@ -12,6 +12,7 @@
 mod bgp;
 mod endpoint;
 mod id;
+pub mod k8s_cluster_policy;
 pub mod k8s_policy;
 mod migration;
 mod network;

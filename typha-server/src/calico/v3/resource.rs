@@ -71,6 +71,7 @@ pub enum Spec {
     StagedNetworkPolicy(StagedPolicySpec),
     StagedGlobalNetworkPolicy(StagedPolicySpec),
     StagedKubernetesNetworkPolicy(StagedKubernetesPolicySpec),
+    KubernetesClusterNetworkPolicy(PolicySpec),
     Profile(ProfileSpec),
     NetworkSet(NetworkSetSpec),
     GlobalNetworkSet(NetworkSetSpec),
@@ -105,6 +106,7 @@ impl Resource {
             Spec::StagedNetworkPolicy(_) => Kind::StagedNetworkPolicy,
             Spec::StagedGlobalNetworkPolicy(_) => Kind::StagedGlobalNetworkPolicy,
             Spec::StagedKubernetesNetworkPolicy(_) => Kind::StagedKubernetesNetworkPolicy,
+            Spec::KubernetesClusterNetworkPolicy(_) => Kind::KubernetesClusterNetworkPolicy,
             Spec::Profile(_) => Kind::Profile,
             Spec::NetworkSet(_) => Kind::NetworkSet,
             Spec::GlobalNetworkSet(_) => Kind::GlobalNetworkSet,
@@ -215,6 +217,9 @@ impl Resource {
             Kind::StagedKubernetesNetworkPolicy => {
                 Spec::StagedKubernetesNetworkPolicy(serde_json::from_value(spec_json).map_err(bad)?)
             }
+            Kind::KubernetesClusterNetworkPolicy => Spec::KubernetesClusterNetworkPolicy(
+                serde_json::from_value(spec_json).map_err(bad)?,
+            ),
             Kind::Profile => Spec::Profile(serde_json::from_value(spec_json).map_err(bad)?),
             Kind::NetworkSet => Spec::NetworkSet(serde_json::from_value(spec_json).map_err(bad)?),
             Kind::GlobalNetworkSet => {
@@ -277,7 +282,8 @@ impl Resource {
             Spec::WorkloadEndpoint(s) => serde_json::to_value(s),
             Spec::NetworkPolicy(s)
             | Spec::GlobalNetworkPolicy(s)
-            | Spec::KubernetesNetworkPolicy(s) => serde_json::to_value(s),
+            | Spec::KubernetesNetworkPolicy(s)
+            | Spec::KubernetesClusterNetworkPolicy(s) => serde_json::to_value(s),
             Spec::StagedNetworkPolicy(s) | Spec::StagedGlobalNetworkPolicy(s) => {
                 serde_json::to_value(s)
             }

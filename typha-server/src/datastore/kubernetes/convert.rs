@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use crate::calico::v3::k8s_policy;
+use crate::calico::v3::{k8s_cluster_policy, k8s_policy};
 
 use super::*;
 
@@ -138,6 +138,15 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             match live_migration(o, &namespace, &name, labels) {
                 Some((metadata, spec)) => (id, v3_doc(Kind::LiveMigration, metadata, spec)),
                 // Not (or no longer) under way: no LiveMigration.
+                None => return (Some(id), None),
+            }
+        }
+        Conversion::ClusterNetworkPolicy => {
+            let kind = Kind::KubernetesClusterNetworkPolicy;
+            let id = ResourceId::global(kind, name.clone());
+            match k8s_cluster_policy::calico_spec(at(&o.data, "/spec")) {
+                Some(spec) => (id, v3_doc(kind, json!({"name": name}), spec)),
+                // Calico's tombstone (a tier it does not know, no subject): nothing to serve.
                 None => return (Some(id), None),
             }
         }

@@ -287,6 +287,44 @@ fn a_kubernetes_network_policy_becomes_calicos_knp() {
     assert_eq!(kvs.len(), 1);
 }
 
+/// A ClusterNetworkPolicy is Calico's KubernetesClusterNetworkPolicy of the same name, in
+/// Calico's form (`calico::v3::k8s_cluster_policy`); one Calico gives no policy is nothing
+/// to serve (its earlier version is deleted), not an invalid object. Its CRD may be missing.
+#[test]
+fn cluster_network_policies_become_calicos_or_nothing() {
+    let cnp = |tier: &str| {
+        object(json!({"apiVersion": "policy.networking.k8s.io/v1alpha2",
+            "kind": "ClusterNetworkPolicy", "metadata": {"name": "guard"},
+            "spec": {"tier": tier, "priority": 3, "subject": {"namespaces": {}},
+                     "ingress": [{"action": "Accept", "from": [{"namespaces": {}}]}]}}))
+    };
+    let (id, item) = convert(Conversion::ClusterNetworkPolicy, &cnp("Admin"));
+    let r = item.unwrap().unwrap();
+    assert_eq!(Some(r.id()), id);
+    assert_eq!(r.metadata.name, "guard");
+    let Spec::KubernetesClusterNetworkPolicy(p) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!((p.tier.as_str(), p.order), ("kube-admin", Some(3.0)));
+    assert_eq!(p.ingress[0].source.namespace_selector, "all()");
+    assert_eq!(crate::calico::convert::convert(&r).unwrap().len(), 1);
+    let (id, item) = convert(Conversion::ClusterNetworkPolicy, &cnp("Application"));
+    assert_eq!(
+        id,
+        Some(ResourceId::global(
+            Kind::KubernetesClusterNetworkPolicy,
+            "guard"
+        ))
+    );
+    assert!(item.is_none());
+    let source = Kubernetes::sources(false)
+        .into_iter()
+        .find(|s| matches!(s.conversion, Conversion::ClusterNetworkPolicy))
+        .unwrap();
+    assert_eq!(source.resource.version, "v1alpha2");
+    assert!(source.conversion.optional());
+}
+
 #[test]
 fn gone_is_too_old_and_the_rest_refused() {
     let k = Kubernetes::sources(false);
@@ -413,6 +451,7 @@ fn what_is_read() {
         (CRD_GROUP, "stagednetworkpolicies"),
         (CRD_GROUP, "stagedglobalnetworkpolicies"),
         (CRD_GROUP, "stagedkubernetesnetworkpolicies"),
+        (CLUSTER_NETWORK_POLICY_GROUP, "clusternetworkpolicies"),
         (CRD_GROUP, "bgpconfigurations"),
         (CRD_GROUP, "bgppeers"),
         (CRD_GROUP, "bgpfilters"),
