@@ -265,6 +265,10 @@ impl FrameEncoder {
             *ty = message_type as u8;
             *fl = flags;
         }
+        // A compressed frame was written into room for the worst case (about the raw size);
+        // frames live on in the cache's history and snapshots, and `Bytes` keeps a `Vec`'s
+        // whole capacity, so give the unused room back.
+        out.shrink_to_fit();
         Ok(Bytes::from(out))
     }
 }

@@ -184,6 +184,9 @@ impl EncodedValue {
             }
             _ => {}
         }
+        // Values live in the cache for as long as their key does: hold exactly their bytes
+        // (`Bytes` keeps a `Vec`'s whole capacity, and the `Vec` grew by doubling).
+        out.shrink_to_fit();
         Self(Bytes::from(out))
     }
 
