@@ -1231,7 +1231,7 @@ async fn lists_are_paged() {
         .into_iter()
         .map(|i| i.unwrap())
         .filter(|r| r.kind() == Kind::GlobalNetworkSet)
-        .map(|r| (r.id(), r))
+        .map(|r| (r.id(), Resource::clone(&r)))
         .collect();
     assert_eq!(digest_of(got.values()), digest_of(want.values()));
 }

@@ -282,9 +282,9 @@ mod tests {
     #[test]
     fn moving_an_endpoint_deletes_its_old_key() {
         let mut p = Pipeline::default();
-        let a = p.put(Revision(1), Ok(wep("pod", "node-1", "cali1")));
+        let a = p.put(Revision(1), Ok(wep("pod", "node-1", "cali1").into()));
         assert_eq!(a.len(), 1);
-        let b = p.put(Revision(2), Ok(wep("pod", "node-2", "cali1")));
+        let b = p.put(Revision(2), Ok(wep("pod", "node-2", "cali1").into()));
         assert_eq!(b.len(), 2);
         assert!(b[0].key.as_str().contains("node-2") && b[0].value.is_some());
         assert!(b[1].key.as_str().contains("node-1") && b[1].value.is_none());
@@ -299,10 +299,10 @@ mod tests {
     #[test]
     fn invalid_values_become_deletions_and_are_counted() {
         let mut p = Pipeline::default();
-        p.put(Revision(1), Ok(wep("pod", "node-1", "cali1")));
+        p.put(Revision(1), Ok(wep("pod", "node-1", "cali1").into()));
         let out = p.put(
             Revision(2),
-            Ok(wep("pod", "node-1", "an-interface-name-that-is-too-long")),
+            Ok(wep("pod", "node-1", "an-interface-name-that-is-too-long").into()),
         );
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].value, None);
@@ -312,8 +312,8 @@ mod tests {
         if let crate::calico::v3::Spec::WorkloadEndpoint(s) = &mut bad.spec {
             s.ip_networks = vec!["garbage".into()];
         }
-        p.put(Revision(3), Ok(wep("pod", "node-1", "cali1")));
-        let out = p.put(Revision(4), Ok(bad));
+        p.put(Revision(3), Ok(wep("pod", "node-1", "cali1").into()));
+        let out = p.put(Revision(4), Ok(bad.into()));
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].value, None);
         assert_eq!(p.invalid, 2);
@@ -322,11 +322,11 @@ mod tests {
     #[test]
     fn resync_deletes_what_is_gone() {
         let mut p = Pipeline::default();
-        let first = p.put(Revision(1), Ok(wep("a", "n", "cali1")));
+        let first = p.put(Revision(1), Ok(wep("a", "n", "cali1").into()));
         let gone_key = first[0].key.clone();
         let listing = Listing {
             revision: Revision(9),
-            items: vec![Ok(wep("b", "n", "cali2"))],
+            items: vec![Ok(wep("b", "n", "cali2").into())],
         };
         let out = p.resync(listing, [gone_key.clone()].iter());
         assert_eq!(out.len(), 2);

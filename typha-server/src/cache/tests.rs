@@ -24,7 +24,7 @@ fn netset(name: &str, net: &str) -> Resource {
 fn put(rev: u64, r: Resource) -> SyncerEvent {
     SyncerEvent::Change(WatchEvent::Put {
         revision: Revision(rev),
-        item: Ok(r),
+        item: Ok(r.into()),
     })
 }
 
@@ -73,7 +73,7 @@ fn batches_no_ops_and_status_on_the_last_breadcrumb() {
     let listing = Listing {
         revision: Revision(10),
         items: (0..7)
-            .map(|i| Ok(netset(&format!("n{i}"), "10.0.0.0/8")))
+            .map(|i| Ok(netset(&format!("n{i}"), "10.0.0.0/8").into()))
             .collect::<Vec<Item>>(),
     };
     w.handle(SyncerEvent::Resync(listing));
@@ -121,7 +121,7 @@ fn resync_after_too_old_deletes_what_is_gone() {
     w.flush();
     w.handle(SyncerEvent::Resync(Listing {
         revision: Revision(5),
-        items: vec![Ok(netset("b", "10.1.0.0/16"))],
+        items: vec![Ok(netset("b", "10.1.0.0/16").into())],
     }));
     w.flush();
     let latest = cache.latest();
@@ -162,8 +162,8 @@ fn nodes_are_counted_as_changes_apply_not_by_scanning() {
     w.handle(SyncerEvent::Resync(Listing {
         revision: Revision(9),
         items: vec![
-            Ok(node("n1", "192.0.2.9/24")),
-            Ok(netset("a", "10.0.0.0/8")),
+            Ok(node("n1", "192.0.2.9/24").into()),
+            Ok(netset("a", "10.0.0.0/8").into()),
         ],
     }));
     w.flush();

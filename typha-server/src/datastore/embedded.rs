@@ -27,7 +27,8 @@ pub const DEFAULT_HISTORY: usize = 10_000;
 #[derive(Debug)]
 struct Store {
     revision: u64,
-    objects: BTreeMap<ResourceId, Resource>,
+    /// Shared with the log, listings and watch events: each version of a resource exists once.
+    objects: BTreeMap<ResourceId, Arc<Resource>>,
     /// (revision, change), oldest first.
     log: VecDeque<(u64, Change)>,
     /// Watches from revisions at or below this are too old.
@@ -35,10 +36,15 @@ struct Store {
     max_log: usize,
 }
 
-// Changes live in the history log; boxing each resource would save space only for deletions.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 enum Change {
+    Put(Arc<Resource>),
+    Delete(ResourceId),
+}
+
+/// A change asked for: a resource to write, or one to delete.
+#[derive(Debug)]
+enum Write {
     Put(Resource),
     Delete(ResourceId),
 }
@@ -85,29 +91,29 @@ impl Embedded {
     /// Creates or replaces a resource. Returns the new revision, or the current one if the
     /// resource is unchanged.
     pub fn put(&self, resource: Resource) -> Revision {
-        self.apply(vec![Change::Put(resource)])
+        self.apply(vec![Write::Put(resource)])
     }
 
     /// Deletes a resource. Returns the new revision, or the current one if it did not exist.
     pub fn delete(&self, id: &ResourceId) -> Revision {
-        self.apply(vec![Change::Delete(id.clone())])
+        self.apply(vec![Write::Delete(id.clone())])
     }
 
     /// Writes many resources; each change gets its own revision, as separate writes would.
     pub fn bulk_load(&self, resources: impl IntoIterator<Item = Resource>) -> Revision {
-        self.apply(resources.into_iter().map(Change::Put).collect())
+        self.apply(resources.into_iter().map(Write::Put).collect())
     }
 
     /// Writes many resources in order, each with its own revision, under one lock (nothing
     /// reads a half-applied batch); the new revision and how many changed something.
     pub fn put_many(&self, resources: impl IntoIterator<Item = Resource>) -> (Revision, usize) {
-        self.apply_counted(resources.into_iter().map(Change::Put).collect())
+        self.apply_counted(resources.into_iter().map(Write::Put).collect())
     }
 
     /// Deletes many resources, each with its own revision; missing ones are skipped. The new
     /// revision and how many existed.
     pub fn delete_many(&self, ids: impl IntoIterator<Item = ResourceId>) -> (Revision, usize) {
-        self.apply_counted(ids.into_iter().map(Change::Delete).collect())
+        self.apply_counted(ids.into_iter().map(Write::Delete).collect())
     }
 
     /// The current revision.
@@ -117,7 +123,11 @@ impl Embedded {
 
     /// A copy of every resource.
     pub fn resources(&self) -> Vec<Resource> {
-        self.lock().objects.values().cloned().collect()
+        self.lock()
+            .objects
+            .values()
+            .map(|r| Resource::clone(r))
+            .collect()
     }
 
     /// Drops the whole change history, as an etcd compaction would: current watchers and any
@@ -131,18 +141,18 @@ impl Embedded {
         self.latest.send_modify(|_| {});
     }
 
-    fn apply(&self, changes: Vec<Change>) -> Revision {
+    fn apply(&self, changes: Vec<Write>) -> Revision {
         self.apply_counted(changes).0
     }
 
     /// Applies changes in order; the new revision and how many changed something.
-    fn apply_counted(&self, changes: Vec<Change>) -> (Revision, usize) {
+    fn apply_counted(&self, changes: Vec<Write>) -> (Revision, usize) {
         let mut s = self.lock();
         let mut count = 0;
         for change in changes {
             let changed = match &change {
                 // Equal apart from the resourceVersion we stamp: not a change.
-                Change::Put(r) => s.objects.get(&r.id()).is_none_or(|old| {
+                Write::Put(r) => s.objects.get(&r.id()).is_none_or(|old| {
                     old.spec != r.spec
                         || ObjectMeta {
                             resource_version: None,
@@ -152,7 +162,7 @@ impl Embedded {
                             ..r.metadata.clone()
                         }
                 }),
-                Change::Delete(id) => s.objects.contains_key(id),
+                Write::Delete(id) => s.objects.contains_key(id),
             };
             if !changed {
                 continue;
@@ -161,15 +171,16 @@ impl Embedded {
             s.revision += 1;
             let rev = s.revision;
             let mut r = match change {
-                Change::Put(r) => r,
-                Change::Delete(id) => {
+                Write::Put(r) => r,
+                Write::Delete(id) => {
                     s.objects.remove(&id);
                     s.log.push_back((rev, Change::Delete(id)));
                     continue;
                 }
             };
             r.metadata.resource_version = Some(rev.to_string());
-            s.objects.insert(r.id(), r.clone());
+            let r = Arc::new(r);
+            s.objects.insert(r.id(), Arc::clone(&r));
             s.log.push_back((rev, Change::Put(r)));
         }
         while s.log.len() > s.max_log {
@@ -224,7 +235,11 @@ impl Datastore for Embedded {
         let s = self.lock();
         let listing = Listing {
             revision: Revision(s.revision),
-            items: s.objects.values().cloned().map(Ok).collect::<Vec<Item>>(),
+            items: s
+                .objects
+                .values()
+                .map(|r| Ok(Arc::clone(r)))
+                .collect::<Vec<Item>>(),
         };
         drop(s);
         Box::pin(async move { Ok(listing) })

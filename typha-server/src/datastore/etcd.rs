@@ -22,7 +22,7 @@
 //! left in. A restarted etcd is found again on the next attempt.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{
@@ -355,7 +355,7 @@ fn resource_from_json(id: ResourceId, value: &[u8], mod_revision: i64) -> Item {
     }
     // As Calico does: the resource's version is the revision that last changed it.
     resource.metadata.resource_version = Some(mod_revision.to_string());
-    Ok(resource)
+    Ok(Arc::new(resource))
 }
 
 fn revision(r: i64) -> Revision {

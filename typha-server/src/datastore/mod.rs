@@ -31,8 +31,9 @@ pub struct Invalid {
     pub reason: String,
 }
 
-/// One stored object: a resource, or why it is not one.
-pub type Item = Result<Resource, Invalid>;
+/// One stored object: a resource, or why it is not one. Shared, not copied: the embedded
+/// store's objects, its change log, its listings and its watch events hold the same resource.
+pub type Item = Result<Arc<Resource>, Invalid>;
 
 /// A consistent listing.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -245,14 +245,14 @@ pub(super) fn item(key: &IpamKey, value: &[u8], mod_revision: i64) -> Item {
             })
         }
     };
-    Ok(Resource {
+    Ok(std::sync::Arc::new(Resource {
         metadata: ObjectMeta {
             name: id.name.clone(),
             resource_version: Some(mod_revision.to_string()),
             ..ObjectMeta::default()
         },
         spec,
-    })
+    }))
 }
 
 /// The key and value Calico's IPAM writes for a block or an affinity, `None` for other kinds.

@@ -192,7 +192,7 @@ fn writers_store_ipam_where_calico_does_and_the_rest_as_v3_json() {
     .unwrap();
     let (k, v) = key_value_of(&block).unwrap();
     assert_eq!(k, "/calico/ipam/v2/assignment/ipv4/block/10.0.1.0-26");
-    let mut back = item_from_kv(k.as_bytes(), &v, 12).unwrap().unwrap();
+    let mut back = Resource::clone(&item_from_kv(k.as_bytes(), &v, 12).unwrap().unwrap());
     assert_eq!(back, block);
     back.metadata.resource_version = None;
 

@@ -174,7 +174,7 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
     {
         n.status.pod_cidr_blocks = true;
     }
-    (Some(id), Some(item))
+    (Some(id), Some(item.map(std::sync::Arc::new)))
 }
 
 /// The VirtualMachineInstanceMigration phases in which Calico's driver makes a LiveMigration:

@@ -642,7 +642,7 @@ fn a_migration_under_way_is_a_live_migration() {
         let (got, item) = convert(Conversion::LiveMigration, o);
         assert_eq!(got.as_ref(), Some(&id));
         item.map(|i| {
-            let r = i.unwrap();
+            let r = Resource::clone(&i.unwrap());
             assert_eq!(r.id(), id);
             let Spec::LiveMigration(s) = r.spec else {
                 panic!("{r:?}")

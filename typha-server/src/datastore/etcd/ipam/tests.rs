@@ -122,7 +122,7 @@ fn a_calico_block_becomes_the_ipamblock_crd_of_the_same_block() {
         "metadata": {"name": "10-0-1-0-29", "resourceVersion": "42"},
         "spec": serde_json::from_str::<serde_json::Value>(BLOCK).unwrap()}))
     .unwrap();
-    assert_eq!(r, crd);
+    assert_eq!(*r, crd);
 
     // No affinity (null), no allocations array (a Go nil slice), marked deleted: passed on.
     let r = item(
@@ -170,7 +170,7 @@ fn calico_affinities_become_the_blockaffinity_crd_of_the_same_affinity() {
         (b"", crd("", "false")),
     ] {
         assert_eq!(
-            item(&key, value, 9).unwrap(),
+            *item(&key, value, 9).unwrap(),
             want,
             "{}",
             String::from_utf8_lossy(value)
@@ -241,7 +241,7 @@ fn what_is_written_reads_back_as_the_same_resource() {
     let key = parse_key(&k, k.strip_prefix(IPAM_PREFIX).unwrap())
         .unwrap()
         .unwrap();
-    let mut back = item(&key, &v, 5).unwrap();
+    let mut back = Resource::clone(&item(&key, &v, 5).unwrap());
     back.metadata.resource_version = None;
     assert_eq!(back, filled);
     let cases = [
@@ -259,7 +259,7 @@ fn what_is_written_reads_back_as_the_same_resource() {
         assert_eq!(k, want_key);
         let rest = k.strip_prefix(IPAM_PREFIX).unwrap();
         let key = parse_key(&k, rest).unwrap().unwrap();
-        let mut back = item(&key, &v, 5).unwrap();
+        let mut back = Resource::clone(&item(&key, &v, 5).unwrap());
         back.metadata.resource_version = None;
         assert_eq!(&back, r);
     }
