@@ -1054,28 +1054,14 @@ async fn kubevirt_migrations_are_live_migrations_while_under_way() {
     let mut p = run.peer().await;
     run.converge(&mut p, "in sync without KubeVirt").await;
 
-    apply(
+    minimal_crd(
         &run.admin,
-        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-               "metadata": {"name": "virtualmachineinstancemigrations.kubevirt.io"},
-               "spec": {"group": "kubevirt.io", "scope": "Namespaced",
-                        "names": {"kind": "VirtualMachineInstanceMigration",
-                                  "listKind": "VirtualMachineInstanceMigrationList",
-                                  "plural": "virtualmachineinstancemigrations",
-                                  "singular": "virtualmachineinstancemigration"},
-                        "versions": [{"name": "v1", "served": true, "storage": true,
-                                      "schema": {"openAPIV3Schema": {"type": "object",
-                                                 "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+        "kubevirt.io/v1",
+        "VirtualMachineInstanceMigration",
+        "virtualmachineinstancemigrations",
+        "Namespaced",
     )
     .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while let Err(e) = api.list(&Default::default()).await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the virtualmachineinstancemigrations CRD is not served: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 
     let key = "/calico/resources/v3/projectcalico.org/livemigrations/web/mig-1";
     let id = ResourceId::namespaced(Kind::LiveMigration, "web", "mig-1");
