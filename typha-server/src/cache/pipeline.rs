@@ -4,6 +4,7 @@
 //! those keys.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use tracing::warn;
 use typha_protocol::model::{EncodedValue, Key, KeyPath, KeyType, Revision, Value};
@@ -28,12 +29,16 @@ pub struct KvChange {
 }
 
 /// Conversion, validation and key ownership.
+///
+/// These two maps are all a server on etcd or Kubernetes holds per KV beside the cache, so
+/// they are kept small: each resource's id exists once (an `Arc` shared by both maps), and
+/// the common resource that produces a single key keeps it without a `Vec`.
 #[derive(Debug, Default)]
 pub struct Pipeline {
     /// Keys each resource produced, in order.
-    produced: HashMap<ResourceId, Vec<KeyPath>>,
+    produced: HashMap<Arc<ResourceId>, Keys>,
     /// Which resource currently provides each key (last writer wins).
-    owner: HashMap<KeyPath, ResourceId>,
+    owner: HashMap<KeyPath, Arc<ResourceId>>,
     /// Values that failed validation or conversion since start.
     pub invalid: u64,
 }
@@ -108,8 +113,12 @@ impl Pipeline {
         revision: Revision,
         kvs: Vec<(Key, Value)>,
     ) -> Vec<KvChange> {
+        let id = match self.produced.get_key_value(&id) {
+            Some((shared, _)) => Arc::clone(shared),
+            None => Arc::new(id),
+        };
         let mut out = Vec::with_capacity(kvs.len());
-        let mut keys = Vec::with_capacity(kvs.len());
+        let mut keys = Keys::default();
         for (key, value) in kvs {
             let path = KeyPath::from(&key);
             let encoded = EncodedValue::encode(&value);
@@ -121,11 +130,11 @@ impl Pipeline {
                     None
                 }
             };
-            if let Some(prev) = self.owner.insert(path.clone(), id.clone())
+            if let Some(prev) = self.owner.insert(path.clone(), Arc::clone(&id))
                 && prev != id
             {
                 warn!(key = %path, resource = %id, previous = %prev, "two resources produce the same key; the latest wins");
-                if let Some(ks) = self.produced.get_mut(&prev) {
+                if let Some(ks) = self.produced.get_mut(&*prev) {
                     ks.retain(|k| k != &path);
                 }
             }
@@ -137,7 +146,7 @@ impl Pipeline {
             });
         }
         // Keys this resource produced before and no longer does.
-        if let Some(old) = self.produced.insert(id.clone(), keys) {
+        if let Some(old) = self.produced.insert(Arc::clone(&id), keys) {
             let now: BTreeSet<KeyPath> = out.iter().map(|c| c.key.clone()).collect();
             let gone = old.into_iter().filter(|k| !now.contains(k));
             self.release(&id, gone, revision, &mut out);
@@ -162,7 +171,7 @@ impl Pipeline {
         out: &mut Vec<KvChange>,
     ) {
         for key in keys {
-            if self.owner.get(&key) == Some(id) {
+            if self.owner.get(&key).is_some_and(|o| **o == *id) {
                 self.owner.remove(&key);
                 out.push(KvChange {
                     key,
@@ -171,6 +180,54 @@ impl Pipeline {
                 });
             }
         }
+    }
+}
+
+/// The keys one resource produced: nearly always one, kept without a `Vec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum Keys {
+    #[default]
+    None,
+    One(KeyPath),
+    Many(Vec<KeyPath>),
+}
+
+impl Keys {
+    fn push(&mut self, key: KeyPath) {
+        *self = match std::mem::take(self) {
+            Keys::None => Keys::One(key),
+            Keys::One(first) => Keys::Many(vec![first, key]),
+            Keys::Many(mut v) => {
+                v.push(key);
+                Keys::Many(v)
+            }
+        };
+    }
+
+    fn retain(&mut self, keep: impl Fn(&KeyPath) -> bool) {
+        match self {
+            Keys::None => {}
+            Keys::One(k) => {
+                if !keep(k) {
+                    *self = Keys::None;
+                }
+            }
+            Keys::Many(v) => v.retain(|k| keep(k)),
+        }
+    }
+}
+
+impl IntoIterator for Keys {
+    type Item = KeyPath;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<KeyPath>, std::vec::IntoIter<KeyPath>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        let (one, many) = match self {
+            Keys::None => (None, Vec::new()),
+            Keys::One(k) => (Some(k), Vec::new()),
+            Keys::Many(v) => (None, v),
+        };
+        one.into_iter().chain(many)
     }
 }
 

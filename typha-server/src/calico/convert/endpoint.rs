@@ -138,7 +138,7 @@ pub(super) fn host_endpoint(
             name: s.interface_name.clone(),
             expected_ipv4_addrs: v4,
             expected_ipv6_addrs: v6,
-            labels: meta.labels.clone(),
+            labels: meta.labels.to_btree(),
             profile_ids: s.profiles.clone(),
             ports: endpoint_ports(cx, &s.ports, false)?,
         }),

@@ -24,7 +24,7 @@ pub(super) fn network_set(
     ns: &str,
     s: &NetworkSetSpec,
 ) -> Result<Vec<(Key, Value)>, ConvertError> {
-    let mut labels = meta.labels.clone();
+    let mut labels = meta.labels.to_btree();
     labels.insert(NAMESPACE_LABEL.into(), ns.to_owned());
     Ok(vec![(
         Key::NetworkSet(NetworkSetKey {
@@ -49,7 +49,7 @@ pub(super) fn global_network_set(
         }),
         Value::NetworkSet(NetworkSet {
             nets: cx.nets("spec.nets", &s.nets)?,
-            labels: meta.labels.clone(),
+            labels: meta.labels.to_btree(),
             profile_ids: vec![],
         }),
     )])
@@ -98,8 +98,8 @@ pub(super) fn ipam_block(
             list.iter()
                 .map(|a| AllocationAttribute {
                     handle_id: a.handle_id.clone(),
-                    secondary: a.secondary.clone(),
-                    alternate: a.alternate_owner_attrs.clone(),
+                    secondary: a.secondary.to_btree(),
+                    alternate: a.alternate_owner_attrs.to_btree(),
                 })
                 .collect()
         }),
@@ -127,7 +127,7 @@ pub(super) fn block_affinity(meta: &ObjectMeta, s: &BlockAffinitySpec) -> Vec<(K
             name: meta.name.clone(),
         }),
         Value::Resource(ResourceValue {
-            labels: meta.labels.clone(),
+            labels: meta.labels.to_btree(),
             spec_json: serde_json::to_string(s).unwrap_or_default(),
             detail: super::raw::detail(meta),
         }),
@@ -295,7 +295,7 @@ pub(super) fn node(
             vxlan_tunnel_mac: vxlan_mac,
             wireguard_public_key: s.status.wireguard_public_key.clone(),
             as_number: bgp.as_number,
-            labels: meta.labels.clone(),
+            labels: meta.labels.to_btree(),
             detail,
         }),
     ));

@@ -179,7 +179,7 @@ pub(super) fn profile(
     if !s.labels_to_apply.is_empty() {
         out.push((
             Key::ProfileLabels(key),
-            Value::ProfileLabels(s.labels_to_apply.clone()),
+            Value::ProfileLabels(s.labels_to_apply.to_btree()),
         ));
     }
     Ok(out)
@@ -196,7 +196,7 @@ pub(super) fn tier(meta: &ObjectMeta, s: &TierSpec) -> Vec<(Key, Value)> {
             name: meta.name.clone(),
         }),
         Value::Resource(ResourceValue {
-            labels: meta.labels.clone(),
+            labels: meta.labels.to_btree(),
             // Serializing a plain struct to JSON cannot fail.
             spec_json: serde_json::to_string(s).unwrap_or_default(),
             detail: super::raw::detail(meta),

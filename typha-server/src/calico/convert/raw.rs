@@ -26,7 +26,7 @@ pub(super) fn raw(
             name: meta.name.clone(),
         }),
         Value::Resource(ResourceValue {
-            labels: meta.labels.clone(),
+            labels: meta.labels.to_btree(),
             // Serializing plain data (structs, JSON values) to JSON cannot fail.
             spec_json: serde_json::to_string(spec).unwrap_or_default(),
             detail: detail(meta),
@@ -47,7 +47,7 @@ pub(super) fn live_migration(
         if let Value::Resource(r) = v {
             r.detail.uid = meta.uid.clone();
             r.detail.creation_timestamp = meta.creation_timestamp.clone().unwrap_or_default();
-            r.detail.annotations = meta.annotations.clone();
+            r.detail.annotations = meta.annotations.to_btree();
         }
     }
     kvs

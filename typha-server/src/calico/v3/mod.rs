@@ -18,6 +18,7 @@ mod migration;
 mod network;
 mod policy;
 mod resource;
+mod strmap;
 #[cfg(test)]
 mod tests;
 mod yaml;
@@ -45,4 +46,5 @@ pub use self::policy::{
     StagedKubernetesPolicySpec, StagedPolicySpec, TierSpec,
 };
 pub use self::resource::{ObjectMeta, ParseError, Resource, Spec};
+pub use self::strmap::StrMap;
 pub use self::yaml::{YamlError, yaml_documents};

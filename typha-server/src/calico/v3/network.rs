@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::strmap::StrMap;
+
 /// NetworkSet / GlobalNetworkSet spec.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -106,14 +108,14 @@ pub struct AllocationAttributeSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handle_id: Option<String>,
     /// The active owner's attributes.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub secondary: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "StrMap::is_empty")]
+    pub secondary: StrMap,
     /// A previous or coming owner's attributes.
     #[serde(
         rename = "alternateOwnerAttrs",
-        skip_serializing_if = "BTreeMap::is_empty"
+        skip_serializing_if = "StrMap::is_empty"
     )]
-    pub alternate_owner_attrs: BTreeMap<String, String>,
+    pub alternate_owner_attrs: StrMap,
 }
 
 /// BlockAffinity spec.

@@ -1,8 +1,8 @@
 //! Policy and profile specs, and the rules they hold (ports, protocols, ICMP, entities).
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
+
+use super::strmap::StrMap;
 
 /// A port: a number, a `first:last` range, or a name. Written as a number or a string.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,7 +258,7 @@ pub struct ProfileSpec {
     /// Egress rules.
     pub egress: Vec<RuleSpec>,
     /// Labels given to endpoints that use this profile.
-    pub labels_to_apply: BTreeMap<String, String>,
+    pub labels_to_apply: StrMap,
 }
 
 /// Tier spec: where the tier's policies sit among the others, and what happens to traffic no

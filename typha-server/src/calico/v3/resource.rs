@@ -1,9 +1,9 @@
 //! A parsed resource: [`ObjectMeta`] plus a typed [`Spec`], parsed from and written back to
 //! its JSON manifest form, and the [`ParseError`] for documents that are not one.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
+
+use super::strmap::StrMap;
 
 use super::bgp::{BgpConfigurationSpec, BgpFilterSpec, BgpPeerSpec, CalicoNodeStatusSpec};
 use super::endpoint::{HostEndpointSpec, WorkloadEndpointSpec};
@@ -27,11 +27,11 @@ pub struct ObjectMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Labels.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "StrMap::is_empty")]
+    pub labels: StrMap,
     /// Annotations.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "StrMap::is_empty")]
+    pub annotations: StrMap,
     /// `uid`: the datastore's identity of this object (kept for LiveMigrations, whose uid
     /// Felix reads).
     #[serde(skip_serializing_if = "String::is_empty")]
