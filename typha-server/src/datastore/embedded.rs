@@ -7,6 +7,11 @@
 //! Like etcd, every change gets the next revision and the store keeps a bounded history of
 //! changes for watchers; a watcher asking for a revision older than the history gets
 //! [`DatastoreError::TooOld`] and relists. Writes that change nothing do not bump the revision.
+//!
+//! Like etcd too, it keeps each resource serialized ([`Stored`]: its JSON manifest form), not
+//! as parsed structs: a workload endpoint's JSON is about 40 % of its parsed size, and a
+//! resource is parsed back only when it is listed (at start and on a relist) or sent to a
+//! watcher, once per change. That was most of the server's memory on this datastore.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -18,8 +23,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use typha_protocol::model::Revision;
 
-use super::{Datastore, DatastoreError, Item, Listing, WatchEvent, WatchStream};
-use crate::calico::v3::{ObjectMeta, Resource, ResourceId, yaml_documents};
+use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
+use crate::calico::v3::{Resource, ResourceId, yaml_documents};
 
 /// Changes kept for watchers by default.
 pub const DEFAULT_HISTORY: usize = 10_000;
@@ -27,8 +32,8 @@ pub const DEFAULT_HISTORY: usize = 10_000;
 #[derive(Debug)]
 struct Store {
     revision: u64,
-    /// Shared with the log, listings and watch events: each version of a resource exists once.
-    objects: BTreeMap<ResourceId, Arc<Resource>>,
+    /// Shared with the log and listings: each version of a resource exists once.
+    objects: BTreeMap<ResourceId, Stored>,
     /// (revision, change), oldest first.
     log: VecDeque<(u64, Change)>,
     /// Watches from revisions at or below this are too old.
@@ -38,8 +43,48 @@ struct Store {
 
 #[derive(Debug, Clone)]
 enum Change {
-    Put(Arc<Resource>),
+    Put(ResourceId, Stored),
     Delete(ResourceId),
+}
+
+/// A resource as the store keeps it: its JSON manifest form without `resourceVersion` (which
+/// is the revision that wrote it, kept beside), shared by the objects, the log and listings.
+/// Two writes of the same resource are the same change exactly when these bytes are equal.
+#[derive(Debug, Clone)]
+struct Stored {
+    revision: u64,
+    json: Arc<[u8]>,
+}
+
+impl Stored {
+    /// The stored form of `r` (its `resourceVersion` ignored).
+    fn json(r: &Resource) -> Arc<[u8]> {
+        let mut doc = r.to_json();
+        if let Some(meta) = doc.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.remove("resourceVersion");
+        }
+        // Writing a JSON value to memory cannot fail.
+        Arc::from(serde_json::to_vec(&doc).unwrap_or_default())
+    }
+
+    /// The resource again, with the revision that wrote it as its `resourceVersion`. Parsing
+    /// what [`Stored::json`] wrote cannot fail unless the two disagree (a bug the tests look
+    /// for); if it ever did, the pipeline would count and log it, naming the resource.
+    fn resource(&self, id: &ResourceId) -> Item {
+        let parsed = serde_json::from_slice(&self.json)
+            .map_err(|e| e.to_string())
+            .and_then(|v| Resource::from_json(v).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(mut r) => {
+                r.metadata.resource_version = Some(self.revision.to_string());
+                Ok(Arc::new(r))
+            }
+            Err(e) => Err(Invalid {
+                id: Some(id.clone()),
+                reason: format!("embedded store cannot read back what it stored: {e}"),
+            }),
+        }
+    }
 }
 
 /// A change asked for: a resource to write, or one to delete. Short-lived (one batch of
@@ -123,13 +168,30 @@ impl Embedded {
         Revision(self.lock().revision)
     }
 
-    /// A copy of every resource.
+    /// A copy of every resource (the stored ones that cannot be read back, which would be a
+    /// bug, are left out).
     pub fn resources(&self) -> Vec<Resource> {
-        self.lock()
+        let stored: Vec<(ResourceId, Stored)> = self
+            .lock()
             .objects
-            .values()
-            .map(|r| Resource::clone(r))
+            .iter()
+            .map(|(id, s)| (id.clone(), s.clone()))
+            .collect();
+        stored
+            .iter()
+            .filter_map(|(id, s)| s.resource(id).ok())
+            .map(Arc::unwrap_or_clone)
             .collect()
+    }
+
+    /// How many resources are stored.
+    pub fn len(&self) -> usize {
+        self.lock().objects.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Drops the whole change history, as an etcd compaction would: current watchers and any
@@ -149,41 +211,39 @@ impl Embedded {
 
     /// Applies changes in order; the new revision and how many changed something.
     fn apply_counted(&self, changes: Vec<Write>) -> (Revision, usize) {
+        // Serialize outside the lock.
+        let changes: Vec<(ResourceId, Option<Arc<[u8]>>)> = changes
+            .into_iter()
+            .map(|w| match w {
+                Write::Put(r) => (r.id(), Some(Stored::json(&r))),
+                Write::Delete(id) => (id, None),
+            })
+            .collect();
         let mut s = self.lock();
         let mut count = 0;
-        for change in changes {
-            let changed = match &change {
+        for (id, json) in changes {
+            let changed = match &json {
                 // Equal apart from the resourceVersion we stamp: not a change.
-                Write::Put(r) => s.objects.get(&r.id()).is_none_or(|old| {
-                    old.spec != r.spec
-                        || ObjectMeta {
-                            resource_version: None,
-                            ..old.metadata.clone()
-                        } != ObjectMeta {
-                            resource_version: None,
-                            ..r.metadata.clone()
-                        }
-                }),
-                Write::Delete(id) => s.objects.contains_key(id),
+                Some(json) => s.objects.get(&id).is_none_or(|old| old.json != *json),
+                None => s.objects.contains_key(&id),
             };
             if !changed {
                 continue;
             }
             count += 1;
             s.revision += 1;
-            let rev = s.revision;
-            let mut r = match change {
-                Write::Put(r) => r,
-                Write::Delete(id) => {
-                    s.objects.remove(&id);
-                    s.log.push_back((rev, Change::Delete(id)));
-                    continue;
+            let revision = s.revision;
+            match json {
+                Some(json) => {
+                    let stored = Stored { revision, json };
+                    s.objects.insert(id.clone(), stored.clone());
+                    s.log.push_back((revision, Change::Put(id, stored)));
                 }
-            };
-            r.metadata.resource_version = Some(rev.to_string());
-            let r = Arc::new(r);
-            s.objects.insert(r.id(), Arc::clone(&r));
-            s.log.push_back((rev, Change::Put(r)));
+                None => {
+                    s.objects.remove(&id);
+                    s.log.push_back((revision, Change::Delete(id)));
+                }
+            }
         }
         while s.log.len() > s.max_log {
             if let Some((rev, _)) = s.log.pop_front() {
@@ -212,16 +272,19 @@ impl Embedded {
         // The log is ordered by revision: find the start by binary search, not by a scan of
         // the whole log on every wake-up (that was most of the per-update cost).
         let start = s.log.partition_point(|(rev, _)| *rev <= after);
-        Ok(s.log
-            .range(start..)
+        let changes: Vec<(u64, Change)> = s.log.range(start..).cloned().collect();
+        drop(s);
+        // Parsed outside the lock.
+        Ok(changes
+            .into_iter()
             .map(|(rev, c)| match c {
-                Change::Put(r) => WatchEvent::Put {
-                    revision: Revision(*rev),
-                    item: Ok(r.clone()),
+                Change::Put(id, stored) => WatchEvent::Put {
+                    revision: Revision(rev),
+                    item: stored.resource(&id),
                 },
                 Change::Delete(id) => WatchEvent::Delete {
-                    revision: Revision(*rev),
-                    id: id.clone(),
+                    revision: Revision(rev),
+                    id,
                 },
             })
             .collect())
@@ -235,16 +298,16 @@ impl Datastore for Embedded {
 
     fn list(&self) -> BoxFuture<'_, Result<Listing, DatastoreError>> {
         let s = self.lock();
-        let listing = Listing {
-            revision: Revision(s.revision),
-            items: s
-                .objects
-                .values()
-                .map(|r| Ok(Arc::clone(r)))
-                .collect::<Vec<Item>>(),
-        };
+        let revision = Revision(s.revision);
+        let stored: Vec<(ResourceId, Stored)> = s
+            .objects
+            .iter()
+            .map(|(id, st)| (id.clone(), st.clone()))
+            .collect();
         drop(s);
-        Box::pin(async move { Ok(listing) })
+        // Parsed outside the lock: writers are not held up by a listing.
+        let items = stored.iter().map(|(id, st)| st.resource(id)).collect();
+        Box::pin(async move { Ok(Listing { revision, items }) })
     }
 
     fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
@@ -313,9 +376,11 @@ impl Datastore for Embedded {
 pub struct DirSource {
     dir: PathBuf,
     store: Embedded,
-    files: HashMap<PathBuf, FileState>,
+    files: HashMap<Arc<Path>, FileState>,
     /// Which file defines each resource (the first one wins; duplicates are warned about).
-    owners: HashMap<ResourceId, PathBuf>,
+    /// The only per-resource record kept here: a file's resources are found by scanning it,
+    /// which happens only when a file changes or goes, and each path exists once.
+    owners: HashMap<ResourceId, Arc<Path>>,
     /// Warnings already logged, so a bad file is reported once, not every scan.
     warned: HashSet<String>,
 }
@@ -325,7 +390,6 @@ struct FileState {
     modified: Option<SystemTime>,
     len: u64,
     content: u64,
-    ids: BTreeSet<ResourceId>,
 }
 
 /// What one scan did (for logs and tests).
@@ -378,7 +442,7 @@ impl DirSource {
             let modified = meta.modified().ok();
             if self
                 .files
-                .get(&path)
+                .get(path.as_path())
                 .is_some_and(|old| old.modified == modified && old.len == meta.len())
             {
                 continue;
@@ -394,7 +458,7 @@ impl DirSource {
             let content = xxhash_of(&text);
             if let Some(old) = self
                 .files
-                .get_mut(&path)
+                .get_mut(path.as_path())
                 .filter(|old| old.content == content)
             {
                 old.modified = modified;
@@ -404,20 +468,18 @@ impl DirSource {
             self.load_file(&path, &text, modified, meta.len(), content, &mut report);
         }
         // Files that disappeared: their resources go.
-        let gone: Vec<PathBuf> = self
+        let gone: Vec<Arc<Path>> = self
             .files
             .keys()
-            .filter(|p| !seen.contains(*p))
+            .filter(|p| !seen.contains(&***p))
             .cloned()
             .collect();
         for path in gone {
-            if let Some(state) = self.files.remove(&path) {
-                for id in state.ids {
-                    if self.owners.get(&id) == Some(&path) {
-                        self.owners.remove(&id);
-                        self.store.delete(&id);
-                        report.deletes += 1;
-                    }
+            if self.files.remove(&path).is_some() {
+                for id in self.defined_in(&path) {
+                    self.owners.remove(&id);
+                    self.store.delete(&id);
+                    report.deletes += 1;
                 }
             }
         }
@@ -436,11 +498,15 @@ impl DirSource {
         content: u64,
         report: &mut ScanReport,
     ) {
-        let previous = self
-            .files
-            .get(path)
-            .map(|s| s.ids.clone())
-            .unwrap_or_default();
+        let previous: BTreeSet<ResourceId> = if self.files.contains_key(path) {
+            self.defined_in(path).collect()
+        } else {
+            BTreeSet::new()
+        };
+        let shared: Arc<Path> = match self.files.get_key_value(path) {
+            Some((p, _)) => Arc::clone(p),
+            None => Arc::from(path),
+        };
         let docs = match yaml_documents(text) {
             Ok(d) => d,
             Err(e) => {
@@ -467,7 +533,7 @@ impl DirSource {
                 Ok(r) => {
                     let id = r.id();
                     match self.owners.get(&id) {
-                        Some(owner) if owner != path => {
+                        Some(owner) if **owner != *path => {
                             self.warn_once(
                                 report,
                                 format!(
@@ -500,27 +566,38 @@ impl DirSource {
         }
         for r in puts {
             let before = self.store.revision();
-            self.owners.insert(r.id(), path.to_owned());
+            self.owners.insert(r.id(), Arc::clone(&shared));
             if self.store.put(r) != before {
                 report.puts += 1;
             }
         }
         for id in previous.difference(&ids) {
-            if self.owners.get(id).map(PathBuf::as_path) == Some(path) {
+            if self.owners.get(id).is_some_and(|p| **p == *path) {
                 self.owners.remove(id);
                 self.store.delete(id);
                 report.deletes += 1;
             }
         }
         self.files.insert(
-            path.to_owned(),
+            shared,
             FileState {
                 modified,
                 len,
                 content,
-                ids,
             },
         );
+    }
+
+    /// The resources `path` defines (a scan of every resource's owner: for changed and
+    /// removed files only).
+    fn defined_in(&self, path: &Path) -> impl Iterator<Item = ResourceId> + use<> {
+        let ids: Vec<ResourceId> = self
+            .owners
+            .iter()
+            .filter(|(_, p)| ***p == *path)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.into_iter()
     }
 
     fn warn_once(&mut self, report: &mut ScanReport, msg: String) {

@@ -91,7 +91,7 @@ pub async fn open(cfg: &DatastoreConfig) -> Result<Opened, OpenError> {
                 }
                 let mut src = DirSource::new(dir.clone(), store.clone());
                 let report = src.scan();
-                info!(dir = %dir.display(), resources = store.resources().len(), warnings = report.new_warnings.len(), "embedded datastore loaded");
+                info!(dir = %dir.display(), resources = store.len(), warnings = report.new_warnings.len(), "embedded datastore loaded");
                 tokio::spawn(src.run(scan_interval.to_owned()));
             }
             if let Some(addr) = api_addr {
