@@ -16,6 +16,11 @@
 // panicking; the lint cannot tell those apart from slice indexing.
 #![allow(clippy::indexing_slicing)]
 
+/// The typha-server program's allocator (its default feature), so that this binary's
+/// `__typha-server` role measures what the program does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod agent;
 mod broadcast;
 mod calico;
