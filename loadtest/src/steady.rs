@@ -385,7 +385,7 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
     );
     if let Some(b) = &r.baseline {
         t.push_str(&format!(
-            "\n\nthe same against the bare TLS broadcaster (one update per frame per write)\n\
+            "\n\nthe same against the bare TLS broadcaster (one update per frame; a write per frame unless behind)\n\
              | measure | typha-server | bare broadcaster | ours ÷ broadcaster |\n|---|---|---|---|\n\
              | write-to-receipt latency p50 / p99 | {:.1} / {:.1} ms | {:.1} / {:.1} ms | {:.2} / {:.2} |\n\
              | sender CPU per delivery | {:.2} µs | {:.2} µs | {:.2} |\n\
