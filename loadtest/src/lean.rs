@@ -101,10 +101,7 @@ pub(crate) async fn node(
     let mut backoff = BACKOFF_MIN;
     let mut next = index;
     let n = ctx.servers.len().max(1);
-    loop {
-        let Some((name, addr)) = ctx.servers.get(next % n) else {
-            break;
-        };
+    while let Some((name, addr)) = ctx.servers.get(next % n) {
         next += 1;
         let mut connected = false;
         let end = tokio::select! {
