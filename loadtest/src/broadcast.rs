@@ -4,6 +4,11 @@
 //! every connection, again and again, for `<secs>` seconds: the most this machine can push to
 //! that many connections, with no cache, no per-client state and no encoding in the loop.
 //! Writes are batched like the server's (copies of the frame up to 16 KiB per write).
+//!
+//! With `--steady` it is instead the floor of the `steady` scenario: a paced feed of single
+//! updates to handshaken clients (see `steady`).
+
+mod steady;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,6 +37,10 @@ pub(crate) struct BroadcastArgs {
     /// Directory with ca.crt, server.crt, server.key (omit for plain TCP).
     #[arg(long)]
     pub(crate) tls_dir: Option<PathBuf>,
+    /// Steady mode: clients handshake and sync, then get a paced feed of updates on
+    /// `steady <rate> <secs> <nodes> <pods>` (see `steady`).
+    #[arg(long)]
+    pub(crate) steady: bool,
 }
 
 /// One blast: the frame, and until when.
@@ -47,6 +56,8 @@ struct Totals {
     connections: AtomicU64,
     bytes: AtomicU64,
     frames: AtomicU64,
+    /// Steady mode: connections dropped for falling behind.
+    dropped: AtomicU64,
 }
 
 /// A Deltas frame of `n` updates, encoded and compressed as the server does.
@@ -84,11 +95,14 @@ pub(crate) async fn run(a: BroadcastArgs) -> anyhow::Result<()> {
     );
     let totals = Arc::new(Totals::default());
     let (blast_tx, blast_rx) = watch::channel::<Option<Blast>>(None);
+    let feed = Arc::new(steady::Feed::new()?);
     {
         let totals = totals.clone();
+        let feed = a.steady.then(|| feed.clone());
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, totals, rx) = (acceptor.clone(), totals.clone(), blast_rx.clone());
+                let feed = feed.clone();
                 tokio::spawn(async move {
                     let _ = tcp.set_nodelay(true);
                     let io: Box<dyn Io> = match acceptor {
@@ -99,7 +113,14 @@ pub(crate) async fn run(a: BroadcastArgs) -> anyhow::Result<()> {
                         None => Box::new(tcp),
                     };
                     totals.connections.fetch_add(1, Ordering::Relaxed);
-                    serve(io, rx, &totals).await;
+                    match feed {
+                        Some(feed) => {
+                            if let Err(e) = steady::serve(io, feed, totals.clone()).await {
+                                tracing::debug!(error = %e, "steady connection ended");
+                            }
+                        }
+                        None => serve(io, rx, &totals).await,
+                    }
                     totals.connections.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -147,6 +168,44 @@ pub(crate) async fn run(a: BroadcastArgs) -> anyhow::Result<()> {
                         "bytes": b1 - b0,
                         "frames": f1 - f0,
                         "secs": start.elapsed().as_secs_f64(),
+                    })
+                );
+            }
+            ["steady", rate, secs, nodes, pods] => {
+                let rate: f64 = rate.parse().context("rate")?;
+                let secs: f64 = secs.parse().context("seconds")?;
+                let shape = (
+                    nodes.parse().context("nodes")?,
+                    pods.parse().context("pods per node")?,
+                );
+                let (f0, b0) = (
+                    totals.frames.load(Ordering::Relaxed),
+                    totals.bytes.load(Ordering::Relaxed),
+                );
+                let started = tokio::time::Instant::now();
+                let (updates, frame_bytes) = steady::churn(&feed, rate, secs, shape).await?;
+                println!(
+                    "{}",
+                    json!({
+                        "event": "steadied",
+                        "updates": updates,
+                        "frame_bytes": frame_bytes,
+                        "secs": started.elapsed().as_secs_f64(),
+                        "frames_written": totals.frames.load(Ordering::Relaxed) - f0,
+                        "bytes_written": totals.bytes.load(Ordering::Relaxed) - b0,
+                    })
+                );
+            }
+            ["state"] => {
+                let (seq, digest) = feed.position();
+                println!(
+                    "{}",
+                    json!({
+                        "event": "state",
+                        "seq": seq,
+                        "digest": digest,
+                        "bytes_written": totals.bytes.load(Ordering::Relaxed),
+                        "dropped": totals.dropped.load(Ordering::Relaxed),
                     })
                 );
             }

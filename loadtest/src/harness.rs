@@ -29,6 +29,13 @@ pub(crate) struct Common {
     /// lies); every Calico node's digest is checked either way.
     #[arg(long, default_value_t = 1)]
     pub(crate) full_nodes: usize,
+    /// Nodes, over all swarms, that are real typha-clients and measure latency (the sample);
+    /// every other node is a lean reader that proves it got every update (its sequence
+    /// chain, snapshot count and final digest) at a fraction of the CPU (see `lean`). Each
+    /// swarm gets its share, at least `--full-nodes`. At or above `--nodes`: every node a
+    /// typha-client, the swarm as it was before issue 22.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) sample_nodes: usize,
     /// Plaintext instead of mutual TLS.
     #[arg(long)]
     pub(crate) plain: bool,
@@ -194,6 +201,8 @@ impl Workdir {
         let mut at = 0;
         while at < nodes {
             let n = c.nodes_per_swarm.max(1).min(nodes - at);
+            // This swarm's share of the sample, rounded up.
+            let sample = (c.sample_nodes.saturating_mul(n)).div_ceil(nodes).min(n);
             let mut args = vec![
                 "__swarm".to_owned(),
                 "--server".into(),
@@ -204,6 +213,8 @@ impl Workdir {
                 (first + at).to_string(),
                 "--full-nodes".into(),
                 c.full_nodes.to_string(),
+                "--sample".into(),
+                sample.to_string(),
             ];
             if let Some(t) = tls {
                 args.extend(["--tls-dir".into(), t.display().to_string()]);
@@ -473,6 +484,13 @@ pub(crate) struct Finished {
     pub(crate) nodes: usize,
     /// Raw connections that ended with an error.
     pub(crate) raw_errors: u64,
+    /// Sessions that ended because the stream disagreed with a node's state (gap, digest,
+    /// snapshot count): each one is a node that missed or misapplied something.
+    pub(crate) inconsistent: u64,
+    /// Nodes that were real typha-clients (latency measured).
+    pub(crate) sample_nodes: u64,
+    /// Nodes that were lean readers.
+    pub(crate) lean_nodes: u64,
 }
 
 /// Stops every swarm; compares each node's digest with `digest` (the server's).
@@ -484,6 +502,9 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
         full_exact: 0,
         nodes: 0,
         raw_errors: 0,
+        inconsistent: 0,
+        sample_nodes: 0,
+        lean_nodes: 0,
     };
     let mut swarms = swarms;
     for s in &mut swarms {
@@ -492,6 +513,9 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
     for mut s in swarms {
         let done = s.expect("done", Duration::from_secs(300)).await?;
         f.raw_errors += done["raw_errors"].as_u64().unwrap_or(0);
+        f.inconsistent += done["inconsistent"].as_u64().unwrap_or(0);
+        f.sample_nodes += done["sample_nodes"].as_u64().unwrap_or(0);
+        f.lean_nodes += done["lean_nodes"].as_u64().unwrap_or(0);
         let count = |v: &serde_json::Value, exact: &mut usize, all: &mut usize| {
             if let Some(d) = v.as_object() {
                 *all += d.values().filter_map(|v| v.as_u64()).sum::<u64>() as usize;
@@ -517,6 +541,13 @@ pub(crate) struct Exactness {
     pub(crate) full_nodes: usize,
     /// Of those, how many ended exact.
     pub(crate) full_nodes_exact: usize,
+    /// Sessions that ended on an inconsistent stream (a gap, a digest or snapshot count
+    /// mismatch).
+    pub(crate) inconsistent_sessions: u64,
+    /// Nodes that were real typha-clients, latency measured (the sample).
+    pub(crate) sample_nodes: u64,
+    /// Nodes that were lean readers (see `lean`).
+    pub(crate) lean_nodes: u64,
 }
 
 /// Bytes as MiB.
@@ -531,6 +562,9 @@ impl Finished {
             nodes_exact: self.exact,
             full_nodes: self.full_nodes,
             full_nodes_exact: self.full_exact,
+            inconsistent_sessions: self.inconsistent,
+            sample_nodes: self.sample_nodes,
+            lean_nodes: self.lean_nodes,
         }
     }
 
@@ -539,13 +573,20 @@ impl Finished {
         self.nodes == expected_nodes
             && self.exact == self.nodes
             && self.full_exact == self.full_nodes
+            && self.inconsistent == 0
     }
 
     /// One table line about it.
     pub(crate) fn verdict(&self, expected_nodes: usize) -> String {
         format!(
-            "| nodes with the server's exact state | {} of {} ({} of {} full-store nodes recomputed it) |",
-            self.exact, expected_nodes, self.full_exact, self.full_nodes
+            "| nodes with the server's exact state | {} of {} ({} of {} full-store nodes recomputed it; {} sample typha-clients, {} lean; {} inconsistent sessions) |",
+            self.exact,
+            expected_nodes,
+            self.full_exact,
+            self.full_nodes,
+            self.sample_nodes,
+            self.lean_nodes,
+            self.inconsistent
         )
     }
 }

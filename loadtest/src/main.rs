@@ -34,6 +34,7 @@ mod failover;
 mod harness;
 mod http;
 mod kube;
+mod lean;
 mod procstat;
 mod raw;
 mod report;

@@ -2,15 +2,35 @@
 //! second for T seconds. Reports latency from each datastore write to each node's receipt over
 //! every (node, update) pair, updates delivered, bytes per update per node, CPU and memory; and
 //! fails unless every node ends with the server's exact state.
+//!
+//! CPU is reported per delivery for the server and for the swarm processes side by side: the
+//! swarm's nodes are mostly lean readers (see `lean`; `--sample-nodes` real typha-clients
+//! measure latency), so the swarm costs less than the server and its backlog does not become
+//! the measured latency.
+//!
+//! With `--baseline broadcaster` (the default) the same nodes, rate and seconds then run
+//! against the bare TLS broadcaster (`__broadcast --steady`: one update per frame, a write per
+//! frame while the connection keeps up, no cache, see `broadcast::steady`) with the same swarm code, and the result has both sides
+//! and the ratios ours ÷ broadcaster of p99 latency and CPU per delivery.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::child::Child;
 use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir, mib};
 use crate::procstat::usage;
-use crate::server::Server;
+use crate::server::{Churn, Server};
+
+/// What a steady run is compared with in the same invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Baseline {
+    /// The bare TLS broadcaster (`__broadcast --steady`), same nodes, rate and seconds.
+    Broadcaster,
+    /// Nothing.
+    None,
+}
 
 /// Settings of a steady run.
 #[derive(Debug, Clone, clap::Args)]
@@ -27,6 +47,10 @@ pub(crate) struct SteadyArgs {
     /// Churn duration, seconds.
     #[arg(long, default_value_t = 30.0)]
     pub(crate) secs: f64,
+    /// Then run the same nodes, rate and seconds against this, and report ours ÷ its p99
+    /// latency and CPU per delivery (not run against an external server).
+    #[arg(long, value_enum, default_value_t = Baseline::Broadcaster)]
+    pub(crate) baseline: Baseline,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -58,6 +82,12 @@ pub(crate) struct SteadyResult {
     pub(crate) server_cpu_secs: f64,
     /// Swarm CPU seconds during churn.
     pub(crate) swarm_cpu_secs: f64,
+    /// Server CPU per delivery ((node, update) pair) during churn, microseconds.
+    pub(crate) server_cpu_us_per_delivery: f64,
+    /// Swarm CPU per delivery during churn, microseconds.
+    pub(crate) swarm_cpu_us_per_delivery: f64,
+    /// The same run against the bare broadcaster, if one ran.
+    pub(crate) baseline: Option<BaselineResult>,
     /// Server RSS before clients, bytes.
     pub(crate) server_rss_idle: u64,
     /// Server RSS with all nodes connected and in sync, bytes.
@@ -69,6 +99,146 @@ pub(crate) struct SteadyResult {
     /// How many nodes ended exact.
     #[serde(flatten)]
     pub(crate) exact: harness::Exactness,
+}
+
+/// The same nodes, rate and seconds against the bare broadcaster.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BaselineResult {
+    /// Updates it wrote.
+    pub(crate) updates_written: u64,
+    /// (node, update) pairs delivered.
+    pub(crate) deliveries: u64,
+    /// Write-to-receipt latency percentiles, milliseconds (sample nodes).
+    pub(crate) latency_ms: Percentiles,
+    /// Bytes it wrote per update per node.
+    pub(crate) bytes_per_update_per_node: f64,
+    /// Its CPU seconds during churn.
+    pub(crate) cpu_secs: f64,
+    /// Swarm CPU seconds during churn.
+    pub(crate) swarm_cpu_secs: f64,
+    /// Its CPU per delivery, microseconds.
+    pub(crate) cpu_us_per_delivery: f64,
+    /// Swarm CPU per delivery, microseconds.
+    pub(crate) swarm_cpu_us_per_delivery: f64,
+    /// Connections it dropped for falling behind.
+    pub(crate) dropped: u64,
+    /// How many nodes ended with its exact state.
+    #[serde(flatten)]
+    pub(crate) exact: harness::Exactness,
+    /// Our p99 ÷ its p99.
+    pub(crate) p99_ratio: f64,
+    /// Our server's CPU per delivery ÷ its.
+    pub(crate) cpu_ratio: f64,
+    /// Whether every node ended with its exact state (nothing lost). Deliveries short of
+    /// the expected number only mean they came after the wait (the churn's seconds plus 60):
+    /// a slow broadcaster does not fail the run, a lossy one does.
+    pub(crate) nothing_lost: bool,
+    /// Whether every delivery arrived within the wait.
+    pub(crate) all_delivered_in_time: bool,
+}
+
+/// CPU seconds per delivery, in microseconds.
+fn per_delivery(cpu_secs: f64, deliveries: u64) -> f64 {
+    cpu_secs * 1e6 / deliveries.max(1) as f64
+}
+
+/// Runs the steady churn against the bare broadcaster with the same swarm settings.
+async fn broadcaster(
+    wd: &Workdir,
+    a: &SteadyArgs,
+    timeline: &Timeline,
+) -> anyhow::Result<(BaselineResult, hdrhistogram::Histogram<u64>)> {
+    let port = crate::server::free_port()?;
+    let mut args = vec![
+        "__broadcast".to_owned(),
+        "--steady".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    if let Some(d) = wd.tls_dir() {
+        args.extend(["--tls-dir".into(), d.display().to_string()]);
+    }
+    let mut b = Child::spawn("broadcaster (steady)", &args)?;
+    b.expect("ready", Duration::from_secs(30)).await?;
+    let pid = b.pid();
+    timeline.add_server(pid);
+    let addr = format!("localhost:{port}");
+    let mut swarms = wd.swarms(&[&addr], a.nodes, 0, &a.common, &[])?;
+    timeline.add_swarms(&swarms);
+    harness::wait_for(
+        &swarms,
+        "in_sync",
+        a.nodes as u64,
+        "in sync (broadcaster)",
+        Duration::from_secs(1800),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    harness::phase_histogram(&mut swarms).await?;
+    let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
+    let (cpu0, swarm_cpu0) = (harness::cpu(&[pid]), harness::cpu(&swarm_pids));
+    let b = std::sync::Arc::new(tokio::sync::Mutex::new(b));
+    let (shape, rate, secs) = (wd.shape(), a.rate, a.secs);
+    let writer = {
+        let b = b.clone();
+        Churn::spawn(async move {
+            let mut b = b.lock().await;
+            b.send(&format!("steady {rate} {secs} {} {}", shape.0, shape.1))
+                .await?;
+            let v = b
+                .expect("steadied", Duration::from_secs_f64(secs + 120.0))
+                .await?;
+            Ok(v["updates"].as_u64().unwrap_or(0))
+        })
+    };
+    let (churn, latency) = harness::churn_phase(
+        pid,
+        writer,
+        &mut swarms,
+        a.nodes,
+        rate,
+        secs,
+        "delivered (broadcaster)",
+    )
+    .await?;
+    let (cpu1, swarm_cpu1) = (harness::cpu(&[pid]), harness::cpu(&swarm_pids));
+    let state = {
+        let mut b = b.lock().await;
+        b.send("state").await?;
+        b.expect("state", Duration::from_secs(30)).await?
+    };
+    let digest = state["digest"].as_str().unwrap_or_default().to_owned();
+    let done = harness::finish(swarms, &digest).await?;
+    if let Ok(b) = std::sync::Arc::try_unwrap(b) {
+        let mut b = b.into_inner();
+        b.send("quit").await?;
+        b.wait(Duration::from_secs(60)).await?;
+    }
+    let bytes = state["bytes_written"].as_u64().unwrap_or(0);
+    let cpu = cpu1 - cpu0;
+    let swarm_cpu = swarm_cpu1 - swarm_cpu0;
+    let nothing_lost = done.all_exact(a.nodes);
+    let all_delivered_in_time = churn.deliveries >= churn.updates * a.nodes as u64;
+    Ok((
+        BaselineResult {
+            updates_written: churn.updates,
+            deliveries: churn.deliveries,
+            latency_ms: churn.latency_ms,
+            bytes_per_update_per_node: bytes as f64
+                / (churn.updates.max(1) * a.nodes as u64) as f64,
+            cpu_secs: cpu,
+            swarm_cpu_secs: swarm_cpu,
+            cpu_us_per_delivery: per_delivery(cpu, churn.deliveries),
+            swarm_cpu_us_per_delivery: per_delivery(swarm_cpu, churn.deliveries),
+            dropped: state["dropped"].as_u64().unwrap_or(0),
+            exact: done.exactness(),
+            p99_ratio: 0.0,
+            cpu_ratio: 0.0,
+            nothing_lost,
+            all_delivered_in_time,
+        },
+        latency,
+    ))
 }
 
 pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
@@ -133,7 +303,7 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
         .as_u64()
         .unwrap_or(0)
         .saturating_sub(before["bytes_sent"].as_u64().unwrap_or(0));
-    let r = SteadyResult {
+    let mut r = SteadyResult {
         nodes: a.nodes,
         kvs,
         tls: !a.common.plain,
@@ -146,13 +316,23 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
         bytes_per_update_per_node: sent as f64 / (churn.updates.max(1) * a.nodes as u64) as f64,
         server_cpu_secs: cpu1 - cpu0,
         swarm_cpu_secs: swarm_cpu1 - swarm_cpu0,
+        server_cpu_us_per_delivery: per_delivery(cpu1 - cpu0, churn.deliveries),
+        swarm_cpu_us_per_delivery: per_delivery(swarm_cpu1 - swarm_cpu0, churn.deliveries),
+        baseline: None,
         server_rss_idle: idle.rss,
         server_rss_connected: connected.rss,
         server_bytes_per_node: (connected.rss as f64 - idle.rss as f64) / a.nodes as f64,
         server_peak_rss: peak,
         exact: done.exactness(),
     };
-    let ok = done.all_exact(a.nodes) && r.deliveries >= r.deliveries_expected;
+    let mut ok = done.all_exact(a.nodes) && r.deliveries >= r.deliveries_expected;
+    if a.baseline == Baseline::Broadcaster && !external {
+        let (mut b, _) = broadcaster(&wd, &a, &timeline).await?;
+        b.p99_ratio = r.latency_ms.p99 / b.latency_ms.p99.max(1e-9);
+        b.cpu_ratio = r.server_cpu_us_per_delivery / b.cpu_us_per_delivery.max(1e-9);
+        ok &= b.nothing_lost;
+        r.baseline = Some(b);
+    }
     Ok(Outcome {
         name: "steady",
         table: table(&r, &done),
@@ -166,15 +346,15 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
 /// The result as a table.
 fn table(r: &SteadyResult, done: &harness::Finished) -> String {
     let lost = r.deliveries_expected.saturating_sub(r.deliveries);
-    let t = format!(
+    let mut t = format!(
         "steady: {} nodes ({}), {} KVs\n\
          | measure | value |\n|---|---|\n\
          | all nodes in sync after | {:.1} s |\n\
          | updates written / delivered / expected | {} / {} / {} |\n\
          | write-to-receipt latency p50 / p90 / p99 / max | {} |\n\
          | bytes on the wire per update per node | {:.1} |\n\
-         | server CPU during churn | {:.2} s |\n\
-         | swarm CPU during churn | {:.2} s |\n\
+         | server CPU during churn | {:.2} s ({:.2} µs per delivery) |\n\
+         | swarm CPU during churn | {:.2} s ({:.2} µs per delivery; {} sample typha-clients, {} lean nodes) |\n\
          | server RSS idle / connected / peak | {:.1} / {:.1} / {:.1} MiB |\n\
          | server memory per connected node | {:.1} KiB |\n\
          {}\n\
@@ -189,7 +369,11 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
         r.latency_ms.cells(),
         r.bytes_per_update_per_node,
         r.server_cpu_secs,
+        r.server_cpu_us_per_delivery,
         r.swarm_cpu_secs,
+        r.swarm_cpu_us_per_delivery,
+        r.exact.sample_nodes,
+        r.exact.lean_nodes,
         mib(r.server_rss_idle),
         mib(r.server_rss_connected),
         mib(r.server_peak_rss),
@@ -204,6 +388,49 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
             )
         },
     );
+    if let Some(b) = &r.baseline {
+        t.push_str(&format!(
+            "\n\nthe same against the bare TLS broadcaster (one update per frame; a write per frame unless behind)\n\
+             | measure | typha-server | bare broadcaster | ours ÷ broadcaster |\n|---|---|---|---|\n\
+             | write-to-receipt latency p50 / p99 | {:.1} / {:.1} ms | {:.1} / {:.1} ms | {:.2} / {:.2} |\n\
+             | sender CPU per delivery | {:.2} µs | {:.2} µs | {:.2} |\n\
+             | swarm CPU per delivery | {:.2} µs | {:.2} µs | {:.2} |\n\
+             | bytes on the wire per update per node | {:.1} | {:.1} | {:.2} |\n\
+             | delivered / expected | {} / {} | {} / {} | |\n\
+             broadcaster: {}",
+            r.latency_ms.p50,
+            r.latency_ms.p99,
+            b.latency_ms.p50,
+            b.latency_ms.p99,
+            r.latency_ms.p50 / b.latency_ms.p50.max(1e-9),
+            b.p99_ratio,
+            r.server_cpu_us_per_delivery,
+            b.cpu_us_per_delivery,
+            b.cpu_ratio,
+            r.swarm_cpu_us_per_delivery,
+            b.swarm_cpu_us_per_delivery,
+            r.swarm_cpu_us_per_delivery / b.swarm_cpu_us_per_delivery.max(1e-9),
+            r.bytes_per_update_per_node,
+            b.bytes_per_update_per_node,
+            r.bytes_per_update_per_node / b.bytes_per_update_per_node.max(1e-9),
+            r.deliveries,
+            r.deliveries_expected,
+            b.deliveries,
+            b.updates_written * r.nodes as u64,
+            if b.nothing_lost && b.all_delivered_in_time {
+                "nothing lost".to_owned()
+            } else if b.nothing_lost {
+                "nothing lost, but not every delivery within the churn's seconds + 60 (the \
+                 latency histogram has only those)"
+                    .to_owned()
+            } else {
+                format!(
+                    "LOST: {} of {} nodes exact, {} connections dropped",
+                    b.exact.nodes_exact, r.nodes, b.dropped
+                )
+            },
+        ));
+    }
     if !r.server_external {
         return t;
     }

@@ -55,6 +55,10 @@ pub(crate) struct StormResult {
     pub(crate) server_cpu_secs: f64,
     /// Swarm CPU seconds during the storm.
     pub(crate) swarm_cpu_secs: f64,
+    /// Server CPU per delivery (a KV to a node), microseconds.
+    pub(crate) server_cpu_us_per_delivery: f64,
+    /// Swarm CPU per delivery, microseconds.
+    pub(crate) swarm_cpu_us_per_delivery: f64,
     /// How many nodes ended exact.
     #[serde(flatten)]
     pub(crate) exact: harness::Exactness,
@@ -108,6 +112,8 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
         server_rss_after: now.rss,
         server_cpu_secs: cpu1 - cpu0,
         swarm_cpu_secs: swarm_cpu,
+        server_cpu_us_per_delivery: (cpu1 - cpu0) * 1e6 / (kvs.max(1) * a.nodes as u64) as f64,
+        swarm_cpu_us_per_delivery: swarm_cpu * 1e6 / (kvs.max(1) * a.nodes as u64) as f64,
         exact: done.exactness(),
     };
     let ok = done.all_exact(a.nodes);
@@ -119,7 +125,7 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
          | snapshots built / reused | {} / {} |\n\
          | bytes sent per node | {:.0} ({:.1} per KV) |\n\
          | server RSS before / peak / after | {:.1} / {:.1} / {:.1} MiB |\n\
-         | server / swarm CPU during the storm | {:.1} / {:.1} s |\n\
+         | server / swarm CPU during the storm | {:.1} / {:.1} s ({:.3} / {:.3} µs per KV per node) |\n\
          {}\n{}",
         r.nodes,
         if r.tls { "mutual TLS" } else { "plaintext" },
@@ -135,6 +141,8 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
         mib(r.server_rss_after),
         r.server_cpu_secs,
         r.swarm_cpu_secs,
+        r.server_cpu_us_per_delivery,
+        r.swarm_cpu_us_per_delivery,
         done.verdict(a.nodes),
         if ok {
             "nothing lost"

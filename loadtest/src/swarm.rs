@@ -1,7 +1,11 @@
-//! `loadtest __swarm`: many simulated nodes in one process, each a real `typha-client`
-//! (TLS, handshake, the full store with its digest, or a light store), with light callbacks
-//! that count updates and measure, for every churn update, the time from its datastore write to
-//! its receipt. Optionally some nodes are stalled (hello, then never read), or every node is a
+//! `loadtest __swarm`: many simulated nodes in one process. The sample nodes (`--sample`, all
+//! by default) are each a real `typha-client` (TLS, handshake, the full store with its digest,
+//! or a light store), with light callbacks that count updates and measure, for every churn
+//! update, the time from its datastore write to its receipt. The other nodes are lean readers
+//! (see `lean`) that prove they received every update (the sequence chain, the snapshot's KV
+//! count, the server's digest at their position) without decoding what the swarm has decoded
+//! once already, so the swarm's CPU does not hide the server's. Optionally some nodes are
+//! stalled (hello, then never read), or every node is a
 //! bare reader of the ceiling broadcaster (see `raw`), or every node watches etcd directly
 //! (`--etcd`, the `direct` scenario's baseline: see `etcd::direct_node`).
 //!
@@ -49,6 +53,11 @@ pub(crate) struct SwarmArgs {
     /// in this machine's memory.
     #[arg(long, default_value_t = 1)]
     pub(crate) full_nodes: usize,
+    /// Of the (not stalled) nodes, this many (the first ones) are real typha-clients that
+    /// measure latency; the others are lean readers (see `lean`). At least `--full-nodes`.
+    /// Default: every node.
+    #[arg(long)]
+    pub(crate) sample: Option<usize>,
     /// Of the nodes, this many (the last ones) say hello and then never read.
     #[arg(long, default_value_t = 0)]
     pub(crate) stalled: usize,
@@ -86,7 +95,7 @@ struct Node {
 /// without decoding it: the label is a postcard string pair (length byte, key; length byte,
 /// decimal digits). Decoding each whole value for every node would cost the swarm more than
 /// the server spends delivering it.
-fn sent_ns(value: &[u8]) -> Option<u128> {
+pub(crate) fn sent_ns(value: &[u8]) -> Option<u128> {
     let key = SENT_LABEL.as_bytes();
     let at = value
         .windows(key.len() + 1)
@@ -242,8 +251,41 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     } else {
         a.nodes
     };
+    let sample = a.sample.unwrap_or(usize::MAX).max(a.full_nodes);
+    let lean_ctx = if simulated > 0 && !a.raw && sample < real {
+        let mut servers = Vec::new();
+        for s in &a.server {
+            servers.push((s.clone(), crate::raw::resolve(s).await?));
+        }
+        let tls = match &tls {
+            Some(t) => Some(typha_client::tls::client_config(t).context("client TLS settings")?),
+            None => None,
+        };
+        Some(Arc::new(crate::lean::Ctx {
+            servers,
+            tls,
+            facts: crate::lean::facts::FactCache::default(),
+            shared: shared.clone(),
+            metrics: metrics.clone(),
+        }))
+    } else {
+        None
+    };
+    let mut lean_tasks = Vec::new();
     for i in 0..simulated {
         let name = format!("sim-{}", a.first + i);
+        if i >= sample
+            && i < real
+            && let Some(ctx) = &lean_ctx
+        {
+            lean_tasks.push(tokio::spawn(crate::lean::node(
+                ctx.clone(),
+                name,
+                a.first + i,
+                stop_rx.clone(),
+            )));
+            continue;
+        }
         if i >= real {
             let addr = a
                 .server
@@ -375,6 +417,22 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     for (d, n) in calico_d {
         *digests.entry(d).or_default() += n;
     }
+    let lean_nodes = lean_tasks.len();
+    let mut lean_inconsistent = 0;
+    for t in lean_tasks {
+        let d = match t.await {
+            Ok(end) => {
+                lean_inconsistent += end.inconsistent;
+                match end.chain.digest() {
+                    Some(d) => format!("{d:016x}"),
+                    None => "none".to_owned(),
+                }
+            }
+            Err(e) => format!("error: {e}"),
+        };
+        *digests.entry(d).or_default() += 1;
+    }
+    let sample_nodes = tasks.len();
     for (i, t) in tasks.into_iter().enumerate() {
         if let Ok((_, store)) = t.await {
             let d = format!("{:016x}", store.combined_digest());
@@ -398,6 +456,12 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
             "bytes_received": metrics.bytes_received.get(),
             "raw_errors": raw_errors,
+            "sample_nodes": sample_nodes,
+            "lean_nodes": lean_nodes,
+            // Sessions that ended because the stream disagreed with a node's state (a gap, a
+            // wrong digest or snapshot count): lean nodes' and typha-clients'.
+            "inconsistent": metrics.ended_count(typha_client::metrics::EndCause::Inconsistent),
+            "lean_inconsistent": lean_inconsistent,
         })
     );
     Ok(())

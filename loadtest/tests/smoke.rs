@@ -42,6 +42,9 @@ fn a_small_steady_run_loses_nothing_and_writes_a_report() {
         "5",
         "--full-nodes",
         "2",
+        // Two typha-clients per swarm; the other nodes are lean readers.
+        "--sample-nodes",
+        "6",
         "--report",
         report.to_str().unwrap(),
     ]);
@@ -49,6 +52,17 @@ fn a_small_steady_run_loses_nothing_and_writes_a_report() {
     assert_eq!(r["nodes_exact"], 12, "{r}");
     assert_eq!(r["full_nodes"], 6, "two per swarm, three swarms: {r}");
     assert_eq!(r["full_nodes_exact"], 6, "{r}");
+    // Each swarm's share of the sample, rounded up, at least its full nodes: 3, 3 and 2.
+    assert_eq!(r["sample_nodes"], 8, "{r}");
+    assert_eq!(r["lean_nodes"], 4, "{r}");
+    // The same run against the bare broadcaster, with the ratios.
+    let b = &r["baseline"];
+    assert_eq!(b["nothing_lost"], true, "{r}");
+    assert_eq!(b["nodes_exact"], 12, "{r}");
+    assert_eq!(b["deliveries"], r["deliveries_expected"], "{r}");
+    assert!(b["p99_ratio"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(b["cpu_ratio"].as_f64().unwrap() > 0.0, "{r}");
+    assert_eq!(r["inconsistent_sessions"], 0, "{r}");
     assert_eq!(r["updates_written"], 120);
     assert_eq!(r["deliveries"], r["deliveries_expected"], "{r}");
     assert!(r["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
@@ -92,6 +106,9 @@ fn a_small_failover_moves_the_killed_servers_nodes() {
         "3",
         "--full-nodes",
         "4",
+        // Half the nodes are lean readers: they move and resume too.
+        "--sample-nodes",
+        "8",
     ]);
     let moved = r["moved"].as_u64().unwrap();
     assert!(moved > 0, "the nodes shuffle over both servers: {r}");
