@@ -28,6 +28,7 @@ pub const STRIDES: [u64; 2] = [256, 16];
 thread_local! {
     static ZSTD: RefCell<Option<FrameEncoder>> = const { RefCell::new(None) };
     static PLAIN: RefCell<Option<FrameEncoder>> = const { RefCell::new(None) };
+    static LEVELLED: RefCell<Option<(i32, FrameEncoder)>> = const { RefCell::new(None) };
 }
 
 /// Encodes a message with this thread's encoder. Messages here are bounded (batches by count
@@ -47,6 +48,29 @@ pub fn encode(msg: &Message, compress: bool) -> Bytes {
                     FrameEncoder::uncompressed()
                 };
                 c.insert(e)
+            }
+        };
+        enc.encode(msg).unwrap_or_else(|e| {
+            error!(error = %e, message_type = %msg.message_type(), "cannot encode a frame");
+            Bytes::new()
+        })
+    })
+}
+
+/// Encodes a message compressed at zstd `level` (snapshot chunks: encoded once for every
+/// client, so worth more CPU than a delta), with this thread's encoder for that level; as
+/// [`encode`] otherwise.
+pub fn encode_at(msg: &Message, level: i32) -> Bytes {
+    if level == DEFAULT_ZSTD_LEVEL {
+        return encode(msg, true);
+    }
+    LEVELLED.with(|c| {
+        let mut c = c.borrow_mut();
+        let enc = match c.as_mut().filter(|(l, _)| *l == level) {
+            Some((_, e)) => e,
+            None => {
+                let e = FrameEncoder::zstd(level).unwrap_or_else(|_| FrameEncoder::uncompressed());
+                &mut c.insert((level, e)).1
             }
         };
         enc.encode(msg).unwrap_or_else(|e| {

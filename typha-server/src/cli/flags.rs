@@ -136,6 +136,15 @@ pub struct Cli {
     /// Most initial syncs written at once; the others wait their turn (0: no limit).
     #[arg(long, env = "TYPHA_MAXCONCURRENTSYNCS", default_value_t = 64)]
     pub max_concurrent_syncs: usize,
+    /// Most KVs per snapshot chunk (chunks are encoded once for every joining client).
+    #[arg(long, env = "TYPHA_SNAPSHOTCHUNKKVS", default_value_t = crate::cache::snapshot::CHUNK_KVS)]
+    pub snapshot_chunk_kvs: usize,
+    /// Most key and value KiB per snapshot chunk before compression (at most 16384).
+    #[arg(long, env = "TYPHA_SNAPSHOTCHUNKKIB", default_value_t = crate::cache::snapshot::CHUNK_BYTES >> 10)]
+    pub snapshot_chunk_kib: usize,
+    /// zstd level of snapshot chunks (1 to 19; delta frames stay at level 1).
+    #[arg(long, env = "TYPHA_SNAPSHOTZSTDLEVEL", default_value_t = crate::cache::snapshot::ZSTD_LEVEL)]
+    pub snapshot_zstd_level: i32,
     /// Extra seconds of fall-behind allowed right after a client's initial sync.
     #[arg(
         long,

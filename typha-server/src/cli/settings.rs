@@ -9,6 +9,7 @@ use typha_service::exit::SettingError;
 
 use super::flags::Cli;
 use crate::cache::CacheConfig;
+use crate::cache::snapshot::{MAX_CHUNK_BYTES, SnapshotConfig};
 use crate::config::{Config, DatastoreConfig};
 use crate::conn::ConnConfig;
 use crate::datastore::etcd::{self, ClientCert, EtcdTls};
@@ -125,6 +126,7 @@ impl Cli {
                 self.server_new_client_fall_behind_grace_period,
             )?,
             max_concurrent_syncs: self.max_concurrent_syncs,
+            snapshot: self.snapshot()?,
             ..ConnConfig::default()
         };
         let pinned_max_age = conn.max_fall_behind + conn.new_client_grace;
@@ -183,6 +185,37 @@ impl Cli {
             stale_threshold,
             readiness_fails_when_stale: self.fail_readiness_when_stale,
             governor: self.governor()?,
+        })
+    }
+
+    /// How snapshot chunks are cut and compressed.
+    fn snapshot(&self) -> Result<SnapshotConfig, SettingError> {
+        if self.snapshot_chunk_kvs == 0 {
+            return Err(bad("TYPHA_SNAPSHOTCHUNKKVS", "must be at least 1"));
+        }
+        let max_kib = MAX_CHUNK_BYTES >> 10;
+        if !(1..=max_kib).contains(&self.snapshot_chunk_kib) {
+            return Err(bad(
+                "TYPHA_SNAPSHOTCHUNKKIB",
+                format!(
+                    "{} is not between 1 and {max_kib} (clients decode at most 64 MiB a frame)",
+                    self.snapshot_chunk_kib
+                ),
+            ));
+        }
+        if !(1..=19).contains(&self.snapshot_zstd_level) {
+            return Err(bad(
+                "TYPHA_SNAPSHOTZSTDLEVEL",
+                format!(
+                    "{} is not a zstd level from 1 to 19",
+                    self.snapshot_zstd_level
+                ),
+            ));
+        }
+        Ok(SnapshotConfig {
+            chunk_kvs: self.snapshot_chunk_kvs,
+            chunk_bytes: self.snapshot_chunk_kib << 10,
+            zstd_level: self.snapshot_zstd_level,
         })
     }
 

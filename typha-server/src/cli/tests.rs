@@ -372,3 +372,38 @@ fn kubernetes_settings_with_host_local_ipam() {
         }
     );
 }
+
+#[test]
+fn snapshot_chunks_are_configurable_within_what_clients_decode() {
+    let c = parse(&[
+        "--snapshot-chunk-kvs",
+        "4000",
+        "--snapshot-chunk-kib",
+        "1024",
+        "--snapshot-zstd-level",
+        "9",
+    ])
+    .unwrap();
+    assert_eq!(
+        c.conn.snapshot,
+        crate::cache::snapshot::SnapshotConfig {
+            chunk_kvs: 4000,
+            chunk_bytes: 1 << 20,
+            zstd_level: 9
+        }
+    );
+    assert_eq!(parse(&[]).unwrap().conn.snapshot, Default::default());
+    for (flag, value, env) in [
+        ("--snapshot-chunk-kvs", "0", "TYPHA_SNAPSHOTCHUNKKVS"),
+        ("--snapshot-chunk-kib", "0", "TYPHA_SNAPSHOTCHUNKKIB"),
+        ("--snapshot-chunk-kib", "16385", "TYPHA_SNAPSHOTCHUNKKIB"),
+        ("--snapshot-zstd-level", "0", "TYPHA_SNAPSHOTZSTDLEVEL"),
+        ("--snapshot-zstd-level", "20", "TYPHA_SNAPSHOTZSTDLEVEL"),
+    ] {
+        assert_eq!(
+            parse(&[flag, value]).unwrap_err().setting,
+            env,
+            "{flag} {value}"
+        );
+    }
+}

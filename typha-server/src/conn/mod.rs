@@ -38,7 +38,7 @@ use typha_protocol::message::{GoodbyeReason, MessageType};
 use self::info::ConnTable;
 use crate::cache::Cache;
 use crate::cache::calico::CalicoSnapshots;
-use crate::cache::snapshot::Snapshots;
+use crate::cache::snapshot::{SnapshotConfig, Snapshots};
 use crate::governor::share::Ranking;
 use crate::syncer::freshness::Freshness;
 
@@ -65,6 +65,9 @@ pub struct ConnConfig {
     /// timeout, each sync finishes sooner, and per-connection buffers are held by a bounded
     /// number of connections at a time.
     pub max_concurrent_syncs: usize,
+    /// How snapshot chunks are cut and compressed (TYPHA_SNAPSHOTCHUNKKVS,
+    /// TYPHA_SNAPSHOTCHUNKKIB, TYPHA_SNAPSHOTZSTDLEVEL; [`SnapshotConfig::default`]).
+    pub snapshot: SnapshotConfig,
 }
 
 impl Default for ConnConfig {
@@ -78,6 +81,7 @@ impl Default for ConnConfig {
             new_client_grace: Duration::from_secs(300),
             max_write: 16 << 10,
             max_concurrent_syncs: 64,
+            snapshot: SnapshotConfig::default(),
         }
     }
 }
@@ -136,7 +140,7 @@ impl Ctx {
             .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_syncs)));
         Self {
             cache,
-            snapshots: Snapshots::default(),
+            snapshots: Snapshots::new(cfg.snapshot),
             calico_snapshots: CalicoSnapshots::default(),
             cfg: cfg.normalized(),
             offer,
