@@ -9,10 +9,13 @@
 //! updates to handshaken clients (see `steady`).
 
 mod steady;
+mod totals;
+
+use self::totals::Totals;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -49,15 +52,6 @@ struct Blast {
     batch: Bytes,
     frames_per_batch: u64,
     until: tokio::time::Instant,
-}
-
-#[derive(Default)]
-struct Totals {
-    connections: AtomicU64,
-    bytes: AtomicU64,
-    frames: AtomicU64,
-    /// Steady mode: connections dropped for falling behind.
-    dropped: AtomicU64,
 }
 
 /// A Deltas frame of `n` updates, encoded and compressed as the server does.

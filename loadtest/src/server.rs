@@ -31,6 +31,23 @@ pub(crate) const SERVER_ROLE: &str = "__typha-server";
 /// Label carrying the write time of a churn update (Unix nanoseconds).
 pub(crate) const SENT_LABEL: &str = "loadtest.sent-unix-ns";
 
+/// The write time the churner stamped on a workload endpoint, found in its encoded value
+/// without decoding it: the label is a postcard string pair (length byte, key; length byte,
+/// decimal digits). Decoding each whole value for every node would cost the swarm more than
+/// the server spends delivering it.
+pub(crate) fn sent_ns(value: &[u8]) -> Option<u128> {
+    let key = SENT_LABEL.as_bytes();
+    let at = value
+        .windows(key.len() + 1)
+        .position(|w| w.first() == Some(&(key.len() as u8)) && w.get(1..) == Some(key))?;
+    let rest = value.get(at + 1 + key.len()..)?;
+    let len = usize::from(*rest.first()?);
+    std::str::from_utf8(rest.get(1..1 + len)?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
 /// Which server, and how to reach it.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct ServerOpts {

@@ -29,7 +29,6 @@ use typha_client::{ClientConfig, Discovery, ResumeKind, SyncClient, SyncerCallba
 use typha_protocol::model::{KeyType, SyncStatus, Update};
 
 use crate::raw::RawCounters;
-use crate::server::SENT_LABEL;
 use crate::tally::{Shared, now_ns};
 
 /// Settings of a swarm.
@@ -91,23 +90,6 @@ struct Node {
     in_sync: bool,
 }
 
-/// The write time the churner stamped on a workload endpoint, found in its encoded value
-/// without decoding it: the label is a postcard string pair (length byte, key; length byte,
-/// decimal digits). Decoding each whole value for every node would cost the swarm more than
-/// the server spends delivering it.
-pub(crate) fn sent_ns(value: &[u8]) -> Option<u128> {
-    let key = SENT_LABEL.as_bytes();
-    let at = value
-        .windows(key.len() + 1)
-        .position(|w| w.first() == Some(&(key.len() as u8)) && w.get(1..) == Some(key))?;
-    let rest = value.get(at + 1 + key.len()..)?;
-    let len = usize::from(*rest.first()?);
-    std::str::from_utf8(rest.get(1..1 + len)?)
-        .ok()?
-        .parse()
-        .ok()
-}
-
 impl SyncerCallbacks for Node {
     fn on_status_updated(&mut self, s: SyncStatus) {
         let now = s == SyncStatus::InSync;
@@ -131,7 +113,11 @@ impl SyncerCallbacks for Node {
             if u.key.key_type() != KeyType::WorkloadEndpoint {
                 continue;
             }
-            if let Some(sent) = u.value.as_ref().and_then(|v| sent_ns(v.as_bytes())) {
+            if let Some(sent) = u
+                .value
+                .as_ref()
+                .and_then(|v| crate::server::sent_ns(v.as_bytes()))
+            {
                 lat.push(u64::try_from(received.saturating_sub(sent) / 1000).unwrap_or(u64::MAX));
             }
         }
@@ -599,16 +585,22 @@ mod tests {
             EncodedValue::encode(&v)
         };
         let plain = spec.workload_endpoint(1, 2, 3);
-        assert_eq!(super::sent_ns(encoded(&plain).as_bytes()), None);
+        assert_eq!(crate::server::sent_ns(encoded(&plain).as_bytes()), None);
         let mut r = plain.clone();
-        r.metadata
-            .labels
-            .insert(super::SENT_LABEL.into(), "1763780000123456789".into());
+        r.metadata.labels.insert(
+            crate::server::SENT_LABEL.into(),
+            "1763780000123456789".into(),
+        );
         let value = encoded(&r);
         let Value::WorkloadEndpoint(w) = value.decode().unwrap() else {
             panic!("not an endpoint")
         };
-        let label: u128 = w.labels.get(super::SENT_LABEL).unwrap().parse().unwrap();
-        assert_eq!(super::sent_ns(value.as_bytes()), Some(label));
+        let label: u128 = w
+            .labels
+            .get(crate::server::SENT_LABEL)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(crate::server::sent_ns(value.as_bytes()), Some(label));
     }
 }

@@ -35,7 +35,7 @@ use typha_protocol::model::{
     EncodedValue, KeyPath, KeyType, Revision, SyncStatus, Update, UpdateKind,
 };
 
-use super::Totals;
+use super::totals::Totals;
 use crate::raw::Io;
 
 /// Frames a connection may fall behind by before it is dropped (its node then resyncs).

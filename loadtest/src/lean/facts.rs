@@ -94,7 +94,7 @@ fn stamped(updates: &[Update]) -> u64 {
         .filter(|u| {
             u.value
                 .as_ref()
-                .and_then(|v| crate::swarm::sent_ns(v.as_bytes()))
+                .and_then(|v| crate::server::sent_ns(v.as_bytes()))
                 .is_some()
         })
         .count() as u64
