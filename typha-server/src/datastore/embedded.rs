@@ -305,9 +305,23 @@ impl Datastore for Embedded {
             .map(|(id, st)| (id.clone(), st.clone()))
             .collect();
         drop(s);
-        // Parsed outside the lock: writers are not held up by a listing.
-        let items = stored.iter().map(|(id, st)| st.resource(id)).collect();
-        Box::pin(async move { Ok(Listing { revision, items }) })
+        // Parsed outside the lock, so writers are not held up, and on a blocking thread: a
+        // large store takes a second, which no runtime worker should spend.
+        Box::pin(async move {
+            let parse = move || {
+                stored
+                    .iter()
+                    .map(|(id, st)| st.resource(id))
+                    .collect::<Vec<Item>>()
+            };
+            match tokio::task::spawn_blocking(parse).await {
+                Ok(items) => Ok(Listing { revision, items }),
+                Err(e) => Err(DatastoreError::Unavailable {
+                    what: "embedded list".into(),
+                    source: Arc::new(e),
+                }),
+            }
+        })
     }
 
     fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
