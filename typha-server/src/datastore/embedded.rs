@@ -357,8 +357,9 @@ impl Datastore for Embedded {
         drop(s);
         // Parsed outside the lock, so writers are not held up. On the caller's thread: a
         // store of 100,000 resources takes about a second there. Moving it to a blocking
-        // thread let clients connect during the first listing and see it as a second session
-        // (`tests/client.rs`); that needs the server's side looked at first.
+        // thread let a client connect during the first listing, and its statuses went
+        // WaitForDatastore, ResyncInProgress, then again WaitForDatastore, ResyncInProgress,
+        // InSync (`tests/client.rs`); why needs looking at before the listing moves.
         let items = stored.iter().map(|(id, st)| st.resource(id)).collect();
         Box::pin(async move { Ok(Listing { revision, items }) })
     }
