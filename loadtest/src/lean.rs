@@ -165,14 +165,7 @@ struct NodeState {
 
 impl NodeState {
     fn set_in_sync(&mut self, ctx: &Ctx, now: bool) {
-        if now != self.in_sync {
-            self.in_sync = now;
-            if now {
-                ctx.shared.in_sync.fetch_add(1, Ordering::Relaxed);
-            } else {
-                ctx.shared.in_sync.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+        ctx.shared.set_in_sync(&mut self.in_sync, now);
     }
 }
 
@@ -225,13 +218,7 @@ async fn run(
         if let Some(m) = dec.decode(&mut buf).context("handshake")? {
             break m;
         }
-        let n = timeout(DIAL_TIMEOUT, io.read_buf(&mut buf))
-            .await
-            .context("handshake timed out")??;
-        if n == 0 {
-            return Err(anyhow::anyhow!("closed during the handshake").into());
-        }
-        ctx.metrics.bytes_received.inc_by(n as u64);
+        read_more(ctx, &mut io, &mut buf, DIAL_TIMEOUT, "during the handshake").await?;
     };
     let session: Session = hs
         .handle_message(answer, std::time::Instant::now())
@@ -333,13 +320,7 @@ async fn run(
             write(&mut io, &ack).await?;
             last_ack = Instant::now();
         }
-        let n = timeout(READ_TIMEOUT, io.read_buf(&mut buf))
-            .await
-            .context("no message for the read timeout")??;
-        if n == 0 {
-            return Err(anyhow::anyhow!("closed by the server").into());
-        }
-        ctx.metrics.bytes_received.inc_by(n as u64);
+        read_more(ctx, &mut io, &mut buf, READ_TIMEOUT, "after the handshake").await?;
     }
 }
 
@@ -368,6 +349,25 @@ fn header(buf: &BytesMut) -> anyhow::Result<Option<(MessageType, u8, usize)>> {
     }
     let total = HEADER_LEN + len;
     Ok((buf.len() >= total).then_some((ty, flags, total)))
+}
+
+/// Reads what has arrived into `buf` (counted), or fails on `limit` without a byte or on
+/// the server closing (`when`, for the error).
+async fn read_more(
+    ctx: &Ctx,
+    io: &mut Box<dyn Io>,
+    buf: &mut BytesMut,
+    limit: Duration,
+    when: &str,
+) -> Result<(), End> {
+    let n = timeout(limit, io.read_buf(buf))
+        .await
+        .with_context(|| format!("nothing read for {limit:?} {when}"))??;
+    if n == 0 {
+        return Err(anyhow::anyhow!("closed by the server {when}").into());
+    }
+    ctx.metrics.bytes_received.inc_by(n as u64);
+    Ok(())
 }
 
 async fn write(io: &mut Box<dyn Io>, bytes: &[u8]) -> Result<(), End> {

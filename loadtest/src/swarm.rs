@@ -92,15 +92,8 @@ struct Node {
 
 impl SyncerCallbacks for Node {
     fn on_status_updated(&mut self, s: SyncStatus) {
-        let now = s == SyncStatus::InSync;
-        if now != self.in_sync {
-            self.in_sync = now;
-            if now {
-                self.shared.in_sync.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.shared.in_sync.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+        self.shared
+            .set_in_sync(&mut self.in_sync, s == SyncStatus::InSync);
     }
 
     fn on_updates(&mut self, updates: Vec<Update>) {

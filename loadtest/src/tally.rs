@@ -29,6 +29,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Moves one node's in-sync flag (`was`) to `now`, keeping the count of nodes in sync.
+    pub(crate) fn set_in_sync(&self, was: &mut bool, now: bool) {
+        if now != *was {
+            *was = now;
+            if now {
+                self.in_sync.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.in_sync.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Counts one frame's churn updates and records their latencies (µs).
     pub(crate) fn record(&self, shard: usize, lat: &[u64]) {
         if lat.is_empty() {
