@@ -171,7 +171,11 @@ where
 
     let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
     let mut sent_status = cursor.status;
-    let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
+    // One timer for the whole stream, moved after each ping: a fresh one per turn of the
+    // loop (per breadcrumb) would be registered and cancelled thousands of times a second
+    // across the connections.
+    let ping_timer = sleep_until(Instant::now() + jitter(ctx.cfg.ping_interval));
+    tokio::pin!(ping_timer);
     let mut last_heard = Instant::now();
     let mut ping_sent: Option<(u64, Instant)> = None;
     // The client is alive if it answers pings or acknowledges what it applied (acks come while
@@ -218,7 +222,7 @@ where
                 }
                 inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
             }
-            () = sleep_until(next_ping) => {
+            () = &mut ping_timer => {
                 let paused = out.writing.saturating_sub(writing_seen);
                 writing_seen = out.writing;
                 last_heard = (last_heard + paused).min(Instant::now());
@@ -248,7 +252,7 @@ where
                 if ping_sent.is_none() {
                     ping_sent = Some((ts, now));
                 }
-                next_ping = now + jitter(ctx.cfg.ping_interval);
+                ping_timer.as_mut().reset(now + jitter(ctx.cfg.ping_interval));
             }
         }
     }
