@@ -100,15 +100,30 @@ impl Workdir {
 
     /// Starts a server process over the cluster and waits until its cache holds all of it.
     pub(crate) async fn server(&self, name: &str) -> anyhow::Result<Server> {
-        self.server_with(name, self.tls.as_deref()).await
+        self.server_with(name, self.tls.as_deref(), &[]).await
+    }
+
+    /// [`server`](Self::server) with settings of its own (`TYPHA_…` variables) over the
+    /// environment's.
+    pub(crate) async fn server_tuned(
+        &self,
+        name: &str,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Server> {
+        self.server_with(name, self.tls.as_deref(), env).await
     }
 
     /// [`server`](Self::server) without TLS, even if the work dir has a bundle.
     pub(crate) async fn plain_server(&self, name: &str) -> anyhow::Result<Server> {
-        self.server_with(name, None).await
+        self.server_with(name, None, &[]).await
     }
 
-    async fn server_with(&self, name: &str, tls: Option<&Path>) -> anyhow::Result<Server> {
+    async fn server_with(
+        &self,
+        name: &str,
+        tls: Option<&Path>,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Server> {
         Server::spawn(Spawn {
             name,
             manifests: &self.manifests,
@@ -117,6 +132,7 @@ impl Workdir {
             bin: self.server_bin.as_deref(),
             backend: &Backend::Embedded,
             calico_typha: None,
+            env,
         })
         .await
     }
@@ -131,6 +147,7 @@ impl Workdir {
             bin: self.server_bin.as_deref(),
             backend,
             calico_typha: None,
+            env: &[],
         })
         .await
     }
@@ -151,6 +168,7 @@ impl Workdir {
             bin: None,
             backend,
             calico_typha: Some(bin),
+            env: &[],
         })
         .await
     }

@@ -118,6 +118,9 @@ pub(crate) struct Spawn<'a> {
     /// Run Calico's own `calico-typha` executable instead of ours (not over the embedded
     /// datastore, which it cannot read).
     pub(crate) calico_typha: Option<&'a Path>,
+    /// Settings for this server only, over the caller's environment (e.g. a fixed batch
+    /// window); never one of the settings loadtest owns.
+    pub(crate) env: &'a [(&'a str, String)],
 }
 
 /// A copy of a command: its program, arguments, environment and directory (the standard
@@ -197,6 +200,12 @@ impl Server {
             if std::env::var_os(k).is_none() {
                 cmd.env(k, v);
             }
+        }
+        for (k, v) in s.env {
+            if OWNED.contains(k) {
+                bail!("{k} is set by loadtest itself");
+            }
+            cmd.env(k, v);
         }
         let http = format!("127.0.0.1:{http_port}");
         let api = format!("127.0.0.1:{api_port}");

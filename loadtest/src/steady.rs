@@ -51,6 +51,12 @@ pub(crate) struct SteadyArgs {
     /// latency and CPU per delivery (not run against an external server).
     #[arg(long, value_enum, default_value_t = Baseline::Broadcaster)]
     pub(crate) baseline: Baseline,
+    /// Latency budgets to compare, milliseconds, comma-separated: after the run with the
+    /// server's own settings, the same churn again against a fresh server per budget, each
+    /// with that fixed batch window (`TYPHA_BATCHWINDOWMS`, `TYPHA_FANOUTFRAMESPERSEC=0`):
+    /// server CPU per delivery against p99, beside the baseline.
+    #[arg(long, value_delimiter = ',', value_name = "MS")]
+    pub(crate) budgets: Vec<u64>,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -88,6 +94,8 @@ pub(crate) struct SteadyResult {
     pub(crate) swarm_cpu_us_per_delivery: f64,
     /// The same run against the bare broadcaster, if one ran.
     pub(crate) baseline: Option<BaselineResult>,
+    /// The same churn with each fixed latency budget (`--budgets`).
+    pub(crate) budgets: Vec<BudgetResult>,
     /// Server RSS before clients, bytes.
     pub(crate) server_rss_idle: u64,
     /// Server RSS with all nodes connected and in sync, bytes.
@@ -135,6 +143,31 @@ pub(crate) struct BaselineResult {
     pub(crate) nothing_lost: bool,
     /// Whether every delivery arrived within the wait.
     pub(crate) all_delivered_in_time: bool,
+}
+
+/// One latency budget's run: a fresh server whose batch window is fixed at the budget.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BudgetResult {
+    /// The batch window, milliseconds.
+    pub(crate) window_ms: u64,
+    /// Write-to-receipt latency percentiles, milliseconds.
+    pub(crate) latency_ms: Percentiles,
+    /// Server CPU per delivery during churn, microseconds.
+    pub(crate) server_cpu_us_per_delivery: f64,
+    /// Swarm CPU per delivery during churn, microseconds.
+    pub(crate) swarm_cpu_us_per_delivery: f64,
+    /// Bytes the server sent per update per node during churn.
+    pub(crate) bytes_per_update_per_node: f64,
+    /// Deliveries, and how many were expected.
+    pub(crate) deliveries: u64,
+    /// Nodes × updates written.
+    pub(crate) deliveries_expected: u64,
+    /// Every node ended with the server's exact state.
+    pub(crate) nothing_lost: bool,
+    /// p99 ÷ the baseline's (0 without one).
+    pub(crate) p99_ratio: f64,
+    /// Server CPU per delivery ÷ the baseline's (0 without one).
+    pub(crate) cpu_ratio: f64,
 }
 
 /// CPU seconds per delivery, in microseconds.
@@ -241,14 +274,23 @@ async fn broadcaster(
     ))
 }
 
-pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
-    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
-    let timeline = Timeline::start();
+/// Our server's run: a fresh server (with `env` over the defaults), the nodes synced, the
+/// churn, and every node's state compared with the server's.
+async fn ours(
+    wd: &Workdir,
+    a: &SteadyArgs,
+    timeline: &Timeline,
+    env: &[(&str, String)],
+) -> anyhow::Result<(
+    SteadyResult,
+    harness::Finished,
+    hdrhistogram::Histogram<u64>,
+)> {
     let external = a.common.server.server_addr.is_some();
     let mut server = if external {
         Server::external(&a.common.server).await?
     } else {
-        wd.server("server").await?
+        wd.server_tuned("server", env).await?
     };
     timeline.add_server(server.pid());
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -303,7 +345,7 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
         .as_u64()
         .unwrap_or(0)
         .saturating_sub(before["bytes_sent"].as_u64().unwrap_or(0));
-    let mut r = SteadyResult {
+    let r = SteadyResult {
         nodes: a.nodes,
         kvs,
         tls: !a.common.plain,
@@ -319,17 +361,53 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
         server_cpu_us_per_delivery: per_delivery(cpu1 - cpu0, churn.deliveries),
         swarm_cpu_us_per_delivery: per_delivery(swarm_cpu1 - swarm_cpu0, churn.deliveries),
         baseline: None,
+        budgets: Vec::new(),
         server_rss_idle: idle.rss,
         server_rss_connected: connected.rss,
         server_bytes_per_node: (connected.rss as f64 - idle.rss as f64) / a.nodes as f64,
         server_peak_rss: peak,
         exact: done.exactness(),
     };
+    Ok((r, done, latency))
+}
+
+pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
+    if !a.budgets.is_empty() {
+        a.common.own_server_only("steady --budgets")?;
+    }
+    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
+    let timeline = Timeline::start();
+    let (mut r, done, latency) = ours(&wd, &a, &timeline, &[]).await?;
     let mut ok = done.all_exact(a.nodes) && r.deliveries >= r.deliveries_expected;
-    if a.baseline == Baseline::Broadcaster && !external {
+    for &window_ms in &a.budgets {
+        let env = [
+            ("TYPHA_BATCHWINDOWMS", window_ms.to_string()),
+            ("TYPHA_FANOUTFRAMESPERSEC", "0".to_owned()),
+        ];
+        let (b, done, _) = ours(&wd, &a, &timeline, &env).await?;
+        let nothing_lost = done.all_exact(a.nodes);
+        ok &= nothing_lost && b.deliveries >= b.deliveries_expected;
+        r.budgets.push(BudgetResult {
+            window_ms,
+            latency_ms: b.latency_ms,
+            server_cpu_us_per_delivery: b.server_cpu_us_per_delivery,
+            swarm_cpu_us_per_delivery: b.swarm_cpu_us_per_delivery,
+            bytes_per_update_per_node: b.bytes_per_update_per_node,
+            deliveries: b.deliveries,
+            deliveries_expected: b.deliveries_expected,
+            nothing_lost,
+            p99_ratio: 0.0,
+            cpu_ratio: 0.0,
+        });
+    }
+    if a.baseline == Baseline::Broadcaster && !r.server_external {
         let (mut b, _) = broadcaster(&wd, &a, &timeline).await?;
         b.p99_ratio = r.latency_ms.p99 / b.latency_ms.p99.max(1e-9);
         b.cpu_ratio = r.server_cpu_us_per_delivery / b.cpu_us_per_delivery.max(1e-9);
+        for x in &mut r.budgets {
+            x.p99_ratio = x.latency_ms.p99 / b.latency_ms.p99.max(1e-9);
+            x.cpu_ratio = x.server_cpu_us_per_delivery / b.cpu_us_per_delivery.max(1e-9);
+        }
         ok &= b.nothing_lost;
         r.baseline = Some(b);
     }
@@ -431,6 +509,9 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
             },
         ));
     }
+    if !r.budgets.is_empty() {
+        t.push_str(&budgets_table(r));
+    }
     if !r.server_external {
         return t;
     }
@@ -440,4 +521,72 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
         .chain(["| server CPU and memory | not measured (external server) |"])
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The latency budgets beside the server's own settings and the baseline: server CPU per
+/// delivery against p99.
+fn budgets_table(r: &SteadyResult) -> String {
+    let ratio = |x: f64| match &r.baseline {
+        Some(_) => format!("{x:.2}"),
+        None => "-".to_owned(),
+    };
+    let row = |name: &str, p: &Percentiles, cpu: f64, swarm: f64, bytes: f64, exact: bool| {
+        let (p99r, cpur) = match &r.baseline {
+            Some(b) => (
+                p.p99 / b.latency_ms.p99.max(1e-9),
+                cpu / b.cpu_us_per_delivery.max(1e-9),
+            ),
+            None => (0.0, 0.0),
+        };
+        format!(
+            "| {name} | {:.1} / {:.1} / {:.1} ms | {cpu:.2} µs | {swarm:.2} µs | {bytes:.1} | {} | {} | {} |\n",
+            p.p50,
+            p.p99,
+            p.max,
+            ratio(p99r),
+            ratio(cpur),
+            if exact { "nothing lost" } else { "LOST" },
+        )
+    };
+    let mut t = "\n\nlatency budgets: the same churn against a fresh server per budget, its batch \
+                 window fixed there (TYPHA_BATCHWINDOWMS, TYPHA_FANOUTFRAMESPERSEC=0)\n\
+                 | budget | p50 / p99 / max | server CPU per delivery | swarm CPU per delivery | \
+                 bytes per update per node | p99 ÷ broadcaster | server CPU ÷ broadcaster | |\n\
+                 |---|---|---|---|---|---|---|---|\n"
+        .to_owned();
+    t += &row(
+        "the server's own settings",
+        &r.latency_ms,
+        r.server_cpu_us_per_delivery,
+        r.swarm_cpu_us_per_delivery,
+        r.bytes_per_update_per_node,
+        r.exact.nodes_exact == r.nodes && r.deliveries >= r.deliveries_expected,
+    );
+    for b in &r.budgets {
+        t += &row(
+            &format!("{} ms", b.window_ms),
+            &b.latency_ms,
+            b.server_cpu_us_per_delivery,
+            b.swarm_cpu_us_per_delivery,
+            b.bytes_per_update_per_node,
+            b.nothing_lost && b.deliveries >= b.deliveries_expected,
+        );
+    }
+    if let Some(b) = &r.baseline {
+        t += &format!(
+            "| bare broadcaster | {:.1} / {:.1} / {:.1} ms | {:.2} µs | {:.2} µs | {:.1} | 1.00 | 1.00 | {} |\n",
+            b.latency_ms.p50,
+            b.latency_ms.p99,
+            b.latency_ms.max,
+            b.cpu_us_per_delivery,
+            b.swarm_cpu_us_per_delivery,
+            b.bytes_per_update_per_node,
+            if b.nothing_lost {
+                "nothing lost"
+            } else {
+                "LOST"
+            },
+        );
+    }
+    t
 }

@@ -45,6 +45,10 @@ fn a_small_steady_run_loses_nothing_and_writes_a_report() {
         // Two typha-clients per swarm; the other nodes are lean readers.
         "--sample-nodes",
         "6",
+        // One latency budget beside the server's own settings: a second server, the same
+        // churn, every node exact again.
+        "--budgets",
+        "60",
         "--report",
         report.to_str().unwrap(),
     ]);
@@ -67,8 +71,15 @@ fn a_small_steady_run_loses_nothing_and_writes_a_report() {
     assert_eq!(r["deliveries"], r["deliveries_expected"], "{r}");
     assert!(r["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert!(r["server_rss_connected"].as_u64().unwrap() > 0);
+    let budget = &r["budgets"][0];
+    assert_eq!(budget["window_ms"], 60, "{r}");
+    assert_eq!(budget["nothing_lost"], true, "{r}");
+    assert_eq!(budget["deliveries"], budget["deliveries_expected"], "{r}");
+    assert_eq!(budget["deliveries_expected"], 12 * 120, "{r}");
+    assert!(budget["p99_ratio"].as_f64().unwrap() > 0.0, "{r}");
     let md = std::fs::read_to_string(report.join("steady.md")).unwrap();
     assert!(md.contains("nothing lost"), "{md}");
+    assert!(md.contains("| 60 ms |"), "{md}");
     for svg in [
         "steady-latency-cdf.svg",
         "steady-nodes.svg",
