@@ -55,9 +55,13 @@ pub struct CacheConfig {
     /// instead of one per update. An isolated update is not delayed.
     pub min_interval: Duration,
     /// The window grows with the number of streaming clients so that at most this many delta
-    /// frames per second go out in all (0: a fixed `min_interval`): 10,000 clients at 100,000
-    /// frames/s get a 100 ms window. Per-frame work (a TLS record, a syscall, a wake-up on
-    /// each side) is what fan-out costs; bigger frames cost little more.
+    /// frames per second go out in all (0: a fixed `min_interval`): 1,000 clients at 15,000
+    /// frames/s get a 67 ms window. Per-frame work (a TLS record, a syscall, a wake-up on
+    /// each side) is what fan-out costs; bigger frames cost little more. This is the latency
+    /// budget: how long a current client may wait so that several updates leave in one
+    /// write. It only costs latency when updates come faster than one per window (an
+    /// isolated update is not delayed); see BENCHMARKS.md "Latency budgets" for the
+    /// CPU-per-delivery and p99 each budget gave.
     pub fanout_frames_per_sec: u64,
     /// The largest window the budget may ask for.
     pub max_interval: Duration,
@@ -88,7 +92,7 @@ impl Default for CacheConfig {
             history_max: 1024,
             history_max_age: Duration::from_secs(120),
             min_interval: Duration::from_millis(20),
-            fanout_frames_per_sec: 100_000,
+            fanout_frames_per_sec: 15_000,
             max_interval: Duration::from_millis(200),
             pinned_max_age: Duration::from_secs(600),
         }

@@ -370,13 +370,13 @@ fn the_batch_window_grows_with_the_streaming_clients_within_its_bounds() {
     let ms = |n| cfg.window(n).as_secs_f64() * 1000.0;
     assert_eq!(ms(0), 20.0, "the floor");
     assert_eq!(
-        ms(1_000),
+        ms(100),
         20.0,
-        "1,000 clients at 100,000 frames/s: 10 ms, under the floor"
+        "100 clients at 15,000 frames/s: 6.7 ms, under the floor"
     );
-    assert!((ms(5_000) - 50.0).abs() < 1e-6);
-    assert!((ms(10_000) - 100.0).abs() < 1e-6);
-    assert_eq!(ms(1_000_000), 200.0, "the ceiling");
+    assert!((ms(1_000) - 1000.0 / 15.0).abs() < 1e-6, "{}", ms(1_000));
+    assert!((ms(2_000) - 2000.0 / 15.0).abs() < 1e-6);
+    assert_eq!(ms(10_000), 200.0, "the ceiling");
     let fixed = CacheConfig {
         fanout_frames_per_sec: 0,
         ..CacheConfig::default()
