@@ -457,8 +457,14 @@ async fn handle(
             let acceptor = tokio_rustls::TlsAcceptor::from(t.current());
             let cfg = t.config();
             let deadline = accepted + ctx.cfg.handshake_timeout;
-            let stream = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
+            // Boxed, as the protocols' futures below: the task's own future is allocated for the
+            // connection's whole life at the size of its largest state, so what only a phase
+            // needs (rustls' handshake state here) is allocated for that phase alone.
+            let accept = Box::pin(acceptor.accept(tcp));
+            let stream = match tokio::time::timeout_at(deadline, accept).await {
+                // rustls' connection state is about a kilobyte: boxed, the futures that take the
+                // stream on move a pointer, not a copy each of them would keep room for.
+                Ok(Ok(s)) => Box::new(s),
                 Ok(Err(e)) => {
                     m.dropped(DropReason::handshake);
                     info!(%peer, error = %e, "TLS handshake failed");
@@ -543,11 +549,21 @@ async fn serve_registered<S>(
         r.conns.insert(id, tx);
         id
     };
+    // Each protocol's future in its own allocation, of its own size: inline, every connection's
+    // task would be as large as the larger of the two.
     match protocol {
         Protocol::Calico => {
-            conn::calico::serve(stream, peer, accepted, ctx, rx, info, prefix).await
+            Box::pin(conn::calico::serve(
+                stream, peer, accepted, ctx, rx, info, prefix,
+            ))
+            .await
         }
-        _ => conn::task::serve(stream, peer, accepted, ctx, rx, info, prefix).await,
+        _ => {
+            Box::pin(conn::task::serve(
+                stream, peer, accepted, ctx, rx, info, prefix,
+            ))
+            .await
+        }
     }
     lock(&conns).conns.remove(&id);
 }
