@@ -154,18 +154,23 @@ where
                 if last_heard.elapsed() > ctx.cfg.pong_timeout {
                     // While a long write to this client was in progress nothing was read: its
                     // pongs may be waiting in the socket. Judge only after reading them.
-                    // (Bounded: a client that keeps sending cannot keep us here.)
-                    for _ in 0..64 {
-                        let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await else {
-                            break;
-                        };
-                        match n {
-                            Ok(0) => return Err(ConnError::PeerClosed),
-                            Ok(_) => {}
-                            Err(e) => return Err(e.into()),
+                    // (Bounded: a client that keeps sending cannot keep us here. Boxed: rare, and
+                    // not worth room in the connection's future for its life.)
+                    Box::pin(async {
+                        for _ in 0..64 {
+                            let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await else {
+                                break;
+                            };
+                            match n {
+                                Ok(0) => return Err(ConnError::PeerClosed),
+                                Ok(_) => {}
+                                Err(e) => return Err(e.into()),
+                            }
+                            inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
                         }
-                        inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
-                    }
+                        Ok(())
+                    })
+                    .await?;
                 }
                 let now = Instant::now();
                 if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
