@@ -128,6 +128,14 @@ pub(crate) struct BaselineResult {
     pub(crate) cpu_us_per_delivery: f64,
     /// Swarm CPU per delivery, microseconds.
     pub(crate) swarm_cpu_us_per_delivery: f64,
+    /// Its RSS before the nodes connected, bytes.
+    pub(crate) rss_idle: u64,
+    /// Its RSS with every node connected and in sync, bytes.
+    pub(crate) rss_connected: u64,
+    /// Its memory per connected node (a bare mutual-TLS connection), bytes.
+    pub(crate) bytes_per_node: f64,
+    /// Our server's memory per connected node ÷ its.
+    pub(crate) bytes_per_node_ratio: f64,
     /// Connections it dropped for falling behind.
     pub(crate) dropped: u64,
     /// How many nodes ended with its exact state.
@@ -195,6 +203,9 @@ async fn broadcaster(
     b.expect("ready", Duration::from_secs(30)).await?;
     let pid = b.pid();
     timeline.add_server(pid);
+    // It holds nothing but its connections: no cache whose loading memory could still be
+    // returned, so the idle figure is settled at once.
+    let idle = usage(pid).context("broadcaster usage")?;
     let addr = format!("localhost:{port}");
     let mut swarms = wd.swarms(&[&addr], a.nodes, 0, &a.common, &[])?;
     timeline.add_swarms(&swarms);
@@ -207,6 +218,7 @@ async fn broadcaster(
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let connected = usage(pid).context("broadcaster usage")?;
     harness::phase_histogram(&mut swarms).await?;
     let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
     let (cpu0, swarm_cpu0) = (harness::cpu(&[pid]), harness::cpu(&swarm_pids));
@@ -261,6 +273,10 @@ async fn broadcaster(
                 / (churn.updates.max(1) * a.nodes as u64) as f64,
             cpu_secs: cpu,
             swarm_cpu_secs: swarm_cpu,
+            rss_idle: idle.rss,
+            rss_connected: connected.rss,
+            bytes_per_node: (connected.rss as f64 - idle.rss as f64) / a.nodes as f64,
+            bytes_per_node_ratio: 0.0,
             cpu_us_per_delivery: per_delivery(cpu, churn.deliveries),
             swarm_cpu_us_per_delivery: per_delivery(swarm_cpu, churn.deliveries),
             dropped: state["dropped"].as_u64().unwrap_or(0),
@@ -408,6 +424,7 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
             x.p99_ratio = x.latency_ms.p99 / b.latency_ms.p99.max(1e-9);
             x.cpu_ratio = x.server_cpu_us_per_delivery / b.cpu_us_per_delivery.max(1e-9);
         }
+        b.bytes_per_node_ratio = r.server_bytes_per_node / b.bytes_per_node.max(1.0);
         ok &= b.nothing_lost;
         r.baseline = Some(b);
     }
@@ -474,6 +491,7 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
              | sender CPU per delivery | {:.2} µs | {:.2} µs | {:.2} |\n\
              | swarm CPU per delivery | {:.2} µs | {:.2} µs | {:.2} |\n\
              | bytes on the wire per update per node | {:.1} | {:.1} | {:.2} |\n\
+             | memory per connected node (RSS connected − idle) | {:.1} KiB | {:.1} KiB | {:.2} |\n\
              | delivered / expected | {} / {} | {} / {} | |\n\
              broadcaster: {}",
             r.latency_ms.p50,
@@ -491,6 +509,9 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
             r.bytes_per_update_per_node,
             b.bytes_per_update_per_node,
             r.bytes_per_update_per_node / b.bytes_per_update_per_node.max(1e-9),
+            r.server_bytes_per_node / 1024.0,
+            b.bytes_per_node / 1024.0,
+            b.bytes_per_node_ratio,
             r.deliveries,
             r.deliveries_expected,
             b.deliveries,

@@ -450,42 +450,62 @@ async fn handle(
     over_limit: bool,
     info: &ConnInfo,
 ) {
-    let m = ctx.cache.metrics.clone();
+    // The task's own future is allocated for the connection's whole life at the size of its
+    // largest state, so what only one phase needs (TLS, telling the protocol, each protocol's
+    // own state) is boxed: allocated for that phase alone, at its own size.
     match tls {
         None => serve_registered(tcp, peer, accepted, ctx, conns, over_limit, info).await,
         Some(t) => {
-            let acceptor = tokio_rustls::TlsAcceptor::from(t.current());
-            let cfg = t.config();
-            let deadline = accepted + ctx.cfg.handshake_timeout;
-            let stream = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    m.dropped(DropReason::handshake);
-                    info!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    m.dropped(DropReason::handshake);
-                    info!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let identity = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(tls::peer_identity);
-            match identity {
-                Some(Ok(id)) if cfg.admits(&id) => {
-                    debug!(%peer, cn = ?id.common_names, "client admitted");
-                    serve_registered(stream, peer, accepted, ctx, conns, over_limit, info).await;
-                }
-                other => {
-                    m.dropped(DropReason::tls_identity);
-                    warn!(%peer, identity = ?other, "client certificate's CN/URI SAN is not allowed (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN); closing");
-                }
+            if let Some(stream) = Box::pin(admit(tcp, peer, accepted, &t, &ctx)).await {
+                serve_registered(stream, peer, accepted, ctx, conns, over_limit, info).await;
             }
+        }
+    }
+}
+
+/// The TLS handshake (within the handshake deadline) and the client's identity; `None`: the
+/// connection is over (counted and logged).
+async fn admit(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    accepted: Instant,
+    t: &tls::ServerTls,
+    ctx: &Ctx,
+) -> Option<Box<tokio_rustls::server::TlsStream<TcpStream>>> {
+    let m = &ctx.cache.metrics;
+    let acceptor = tokio_rustls::TlsAcceptor::from(t.current());
+    let cfg = t.config();
+    let deadline = accepted + ctx.cfg.handshake_timeout;
+    let stream = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+        // rustls' connection state is over a kilobyte: boxed, the futures that take the stream
+        // on move a pointer, not a copy each of them would keep room for.
+        Ok(Ok(s)) => Box::new(s),
+        Ok(Err(e)) => {
+            m.dropped(DropReason::handshake);
+            info!(%peer, error = %e, "TLS handshake failed");
+            return None;
+        }
+        Err(_) => {
+            m.dropped(DropReason::handshake);
+            info!(%peer, "TLS handshake timed out");
+            return None;
+        }
+    };
+    let identity = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(tls::peer_identity);
+    match identity {
+        Some(Ok(id)) if cfg.admits(&id) => {
+            debug!(%peer, cn = ?id.common_names, "client admitted");
+            Some(stream)
+        }
+        other => {
+            m.dropped(DropReason::tls_identity);
+            warn!(%peer, identity = ?other, "client certificate's CN/URI SAN is not allowed (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN); closing");
+            None
         }
     }
 }
@@ -501,40 +521,11 @@ async fn serve_registered<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let m = ctx.cache.metrics.clone();
-    // Ours or Calico's Typha protocol, from the first bytes (within the handshake deadline).
-    // Over the limit, a client of ours gets its Goodbye right after TLS, as before: wait only
-    // briefly for a Calico hello (a Calico client is closed instead, as Typha does; it would
-    // not understand a Goodbye).
-    let mut deadline = accepted + ctx.cfg.handshake_timeout;
-    if over_limit {
-        deadline = deadline.min(Instant::now() + Duration::from_secs(1));
-    }
-    let (protocol, prefix) = match conn::calico::sniff(&mut stream, deadline).await {
-        Ok(p) => p,
-        Err(e) => {
-            m.dropped(DropReason::handshake);
-            info!(%peer, error = %e, "connection ended before its protocol was known");
-            return;
-        }
-    };
-    if over_limit {
-        use tokio::io::AsyncWriteExt;
-        m.dropped(DropReason::too_many_connections);
-        if protocol == Protocol::Ours {
-            let g = typha_protocol::message::Goodbye {
-                reason: GoodbyeReason::TooManyConnections,
-                message: "this server is at its connection limit; try another".into(),
-                redirect: ctx.suggest(),
-            };
-            let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
-            let _ = tokio::time::timeout(Duration::from_secs(5), stream.write_all(&frame)).await;
-        }
-        // Calico's protocol has no goodbye: its clients are just closed, as Typha does.
-        let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown()).await;
-        info!(%peer, ?protocol, "refused: at the connection limit");
+    let Some((protocol, prefix)) =
+        Box::pin(open(&mut stream, peer, accepted, &ctx, over_limit)).await
+    else {
         return;
-    }
+    };
     let (tx, rx) = oneshot::channel();
     let id = {
         let mut r = lock(&conns);
@@ -545,11 +536,69 @@ async fn serve_registered<S>(
     };
     match protocol {
         Protocol::Calico => {
-            conn::calico::serve(stream, peer, accepted, ctx, rx, info, prefix).await
+            Box::pin(conn::calico::serve(
+                stream, peer, accepted, ctx, rx, info, prefix,
+            ))
+            .await
         }
-        _ => conn::task::serve(stream, peer, accepted, ctx, rx, info, prefix).await,
+        _ => {
+            Box::pin(conn::task::serve(
+                stream, peer, accepted, ctx, rx, info, prefix,
+            ))
+            .await
+        }
     }
     lock(&conns).conns.remove(&id);
+}
+
+/// Tells the protocol from the first bytes (within the handshake deadline) and returns it
+/// with the bytes read; `None`: the connection is over (it ended first, or it was refused for
+/// the connection limit; counted and logged).
+async fn open<S>(
+    stream: &mut S,
+    peer: SocketAddr,
+    accepted: Instant,
+    ctx: &Ctx,
+    over_limit: bool,
+) -> Option<(Protocol, bytes::BytesMut)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let m = &ctx.cache.metrics;
+    // Ours or Calico's Typha protocol, from the first bytes (within the handshake deadline).
+    // Over the limit, a client of ours gets its Goodbye right after TLS, as before: wait only
+    // briefly for a Calico hello (a Calico client is closed instead, as Typha does; it would
+    // not understand a Goodbye).
+    let mut deadline = accepted + ctx.cfg.handshake_timeout;
+    if over_limit {
+        deadline = deadline.min(Instant::now() + Duration::from_secs(1));
+    }
+    let (protocol, prefix) = match conn::calico::sniff(stream, deadline).await {
+        Ok(p) => p,
+        Err(e) => {
+            m.dropped(DropReason::handshake);
+            info!(%peer, error = %e, "connection ended before its protocol was known");
+            return None;
+        }
+    };
+    if !over_limit {
+        return Some((protocol, prefix));
+    }
+    use tokio::io::AsyncWriteExt;
+    m.dropped(DropReason::too_many_connections);
+    if protocol == Protocol::Ours {
+        let g = typha_protocol::message::Goodbye {
+            reason: GoodbyeReason::TooManyConnections,
+            message: "this server is at its connection limit; try another".into(),
+            redirect: ctx.suggest(),
+        };
+        let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.write_all(&frame)).await;
+    }
+    // Calico's protocol has no goodbye: its clients are just closed, as Typha does.
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown()).await;
+    info!(%peer, ?protocol, "refused: at the connection limit");
+    None
 }
 
 impl RunningServer {

@@ -147,10 +147,16 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         });
         self.pending.clear();
         self.pending_len = 0;
+        // Boxed: a connection says goodbye once, and its task's future, allocated for the
+        // connection's life, need not keep room for this write beside the stream loop's own.
         if self.queue(encode(&g, false)).is_ok() {
-            let _ = self.flush().await;
+            let _ = Box::pin(self.flush()).await;
         }
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.w.shutdown()).await;
+        let shutdown = Box::pin(tokio::time::timeout(
+            Duration::from_secs(1),
+            self.w.shutdown(),
+        ));
+        let _ = shutdown.await;
     }
 }
 

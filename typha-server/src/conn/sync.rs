@@ -197,8 +197,9 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
         return Ok(());
     }
     let Some(next) = cache.get(Seq(cursor.seq.0 + 1)) else {
-        // Fell out of the window: resnapshot (the client replaces its state).
-        let snap = ctx.snapshots.full(cache, v).await;
+        // Fell out of the window: resnapshot (the client replaces its state). Boxed: rare, and
+        // not worth room in every streaming connection's future.
+        let snap = Box::pin(ctx.snapshots.full(cache, v)).await;
         for f in &snap.frames {
             out.queue(f.clone())?;
             if out.pending_len >= ctx.cfg.max_write * 4 {

@@ -22,6 +22,7 @@ use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::fanout::{Variant, encode};
 use crate::metrics::DropReason;
+use crate::syncer::freshness::Published;
 
 /// Serves one connection until it ends, reporting what it does in `info`; logs the outcome
 /// once. `prefix`: bytes already read from the stream (to tell its protocol).
@@ -75,94 +76,22 @@ async fn run<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut r, w) = tokio::io::split(stream);
+    let (r, w) = tokio::io::split(stream);
     let mut out = Out::new(w, ctx.clone());
-    let mut dec = FrameDecoder::new(Limits::SERVER_INBOUND);
-    // The bytes read to tell the protocol are the start of the hello.
-    let mut rbuf = prefix;
-    rbuf.reserve(1024);
-
-    // Handshake: the deadline counts from accept, so TLS and hello share it.
-    let deadline = accepted + ctx.cfg.handshake_timeout;
-    let mut hs = ServerHandshake::new(ctx.offer.clone(), accepted.into_std());
-    let first = loop {
-        match dec.decode(&mut rbuf) {
-            Ok(Some(m)) => break m,
-            Ok(None) => {}
-            Err(e) => {
-                out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
-                    .await;
-                return Err(ConnError::HandshakeFrame(e));
-            }
-        }
-        match timeout_at(deadline, r.read_buf(&mut rbuf)).await {
-            Ok(Ok(0)) => return Err(ConnError::PeerClosed),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.into()),
-            Err(_) => {
-                let rej = hs.handle_timeout(Instant::now().into_std());
-                let msg = rej
-                    .as_ref()
-                    .map_or_else(|| "handshake timed out".into(), |r| r.to_string());
-                out.goodbye(GoodbyeReason::HandshakeTimeout, &msg).await;
-                return Err(rej.map_or(ConnError::HandshakeTimeout, ConnError::Handshake));
-            }
-        }
-    };
-    let accepted_hello = match hs.handle_message(first, Instant::now().into_std()) {
-        Ok(a) => a,
-        Err(rej) => {
-            if let Some(g) = &rej.goodbye {
-                out.goodbye(g.reason, &g.message).await;
-            }
-            return Err(ConnError::Handshake(rej));
-        }
-    };
-    let session = accepted_hello.session;
-    info.hello(
-        &accepted_hello.hostname,
-        &accepted_hello.client_info,
-        session.version,
-    );
-    debug!(host = %accepted_hello.hostname, client = %accepted_hello.client_info, version = %session.version, "client hello");
-    out.queue(encode(&Message::ServerHello(accepted_hello.reply), false))?;
-    // How current the view is, before any data (so a consumer knows what it is about to get),
-    // with its age now: a tiny per-client encode, like the hello. Later changes go out as the
-    // frame encoded once for everyone; subscribed first, so none is missed.
-    let tells_staleness = session.features.contains(Features::STALENESS);
-    let mut staleness = ctx.freshness.subscribe();
-    if tells_staleness {
-        staleness.borrow_and_update();
-        let now = Message::Staleness(ctx.freshness.view().to_message());
-        out.queue(encode(&now, false))?;
-    }
-    // The hello's digest was the big part of the read buffer; do not keep its capacity.
-    rbuf = BytesMut::from(&rbuf[..]);
-
+    // The handshake and the initial sync in an allocation of their own, freed before the
+    // stream loop: their futures, and what they hold (the hello; a resuming client's 8 KiB
+    // digest), are not kept for the life of the connection.
+    let Started {
+        mut r,
+        mut dec,
+        mut rbuf,
+        session,
+        mut cursor,
+        mut staleness,
+        tells_staleness,
+    } = Box::pin(start(r, accepted, &ctx, &mut close, info, prefix, &mut out)).await?;
     let variant = Variant::of(&session);
-    if accepted_hello.resume.is_some() && !ctx.cache.ever_in_sync() {
-        // A resuming client has state: comparing it with a partial cache would tell it to
-        // delete what this server has not loaded yet. Hold it (answering pings) until the
-        // cache is complete; a new client has nothing to lose and gets the partial state.
-        out.flush().await?;
-        wait_for_first_sync(&ctx, &mut out, &mut close).await?;
-    }
-    let slot = wait_for_sync_slot(&ctx, &mut out, &mut close).await?;
-    let sync_started = Instant::now();
-    info.set_phase(Phase::Syncing);
-    let queued_before = out.queued;
-    let (mut cursor, resumed) =
-        initial_sync(&ctx, &session, accepted_hello.resume.as_ref(), &mut out).await?;
-    out.flush().await?;
-    drop(slot);
-    ctx.cache
-        .metrics
-        .resume_bytes(resumed)
-        .inc_by(out.queued - queued_before);
-    info.synced(resumed, cursor.seq);
     let m = &ctx.cache.metrics;
-    m.client_snapshot_send_secs
-        .observe(sync_started.elapsed().as_secs_f64());
     let mut follow = Following::new(Instant::now() + ctx.cfg.new_client_grace);
     m.connections_streaming.inc();
     let _streaming = scopeguard(|| {
@@ -229,18 +158,23 @@ where
                 if last_heard.elapsed() > ctx.cfg.pong_timeout {
                     // While a long write to this client was in progress nothing was read: its
                     // pongs may be waiting in the socket. Judge only after reading them.
-                    // (Bounded: a client that keeps sending cannot keep us here.)
-                    for _ in 0..64 {
-                        let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await else {
-                            break;
-                        };
-                        match n {
-                            Ok(0) => return Err(ConnError::PeerClosed),
-                            Ok(_) => {}
-                            Err(e) => return Err(e.into()),
+                    // (Bounded: a client that keeps sending cannot keep us here. Boxed: rare, and
+                    // not worth room in the connection's future for its life.)
+                    Box::pin(async {
+                        for _ in 0..64 {
+                            let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await else {
+                                break;
+                            };
+                            match n {
+                                Ok(0) => return Err(ConnError::PeerClosed),
+                                Ok(_) => {}
+                                Err(e) => return Err(e.into()),
+                            }
+                            inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
                         }
-                        inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
-                    }
+                        Ok(())
+                    })
+                    .await?;
                 }
                 let now = Instant::now();
                 if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
@@ -256,6 +190,124 @@ where
             }
         }
     }
+}
+
+/// What the handshake and the initial sync leave to the stream loop.
+struct Started<R> {
+    r: R,
+    dec: FrameDecoder,
+    rbuf: BytesMut,
+    session: Session,
+    cursor: Arc<Breadcrumb>,
+    staleness: watch::Receiver<Published>,
+    tells_staleness: bool,
+}
+
+/// The hello (within the deadline, counted from accept, so TLS and hello share it), then the
+/// initial sync, written and flushed.
+async fn start<R, W>(
+    mut r: R,
+    accepted: Instant,
+    ctx: &Arc<Ctx>,
+    close: &mut oneshot::Receiver<Close>,
+    info: &ConnInfo,
+    prefix: BytesMut,
+    out: &mut Out<W>,
+) -> Result<Started<R>, ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut dec = FrameDecoder::new(Limits::SERVER_INBOUND);
+    // The bytes read to tell the protocol are the start of the hello.
+    let mut rbuf = prefix;
+    rbuf.reserve(1024);
+
+    let deadline = accepted + ctx.cfg.handshake_timeout;
+    let mut hs = ServerHandshake::new(ctx.offer.clone(), accepted.into_std());
+    let first = loop {
+        match dec.decode(&mut rbuf) {
+            Ok(Some(m)) => break m,
+            Ok(None) => {}
+            Err(e) => {
+                out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
+                    .await;
+                return Err(ConnError::HandshakeFrame(e));
+            }
+        }
+        match timeout_at(deadline, r.read_buf(&mut rbuf)).await {
+            Ok(Ok(0)) => return Err(ConnError::PeerClosed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => {
+                let rej = hs.handle_timeout(Instant::now().into_std());
+                let msg = rej
+                    .as_ref()
+                    .map_or_else(|| "handshake timed out".into(), |r| r.to_string());
+                out.goodbye(GoodbyeReason::HandshakeTimeout, &msg).await;
+                return Err(rej.map_or(ConnError::HandshakeTimeout, ConnError::Handshake));
+            }
+        }
+    };
+    let accepted_hello = match hs.handle_message(first, Instant::now().into_std()) {
+        Ok(a) => a,
+        Err(rej) => {
+            if let Some(g) = &rej.goodbye {
+                out.goodbye(g.reason, &g.message).await;
+            }
+            return Err(ConnError::Handshake(rej));
+        }
+    };
+    let session = accepted_hello.session;
+    info.hello(
+        &accepted_hello.hostname,
+        &accepted_hello.client_info,
+        session.version,
+    );
+    debug!(host = %accepted_hello.hostname, client = %accepted_hello.client_info, version = %session.version, "client hello");
+    out.queue(encode(&Message::ServerHello(accepted_hello.reply), false))?;
+    // How current the view is, before any data (so a consumer knows what it is about to get),
+    // with its age now: a tiny per-client encode, like the hello. Later changes go out as the
+    // frame encoded once for everyone; subscribed first, so none is missed.
+    let tells_staleness = session.features.contains(Features::STALENESS);
+    let mut staleness = ctx.freshness.subscribe();
+    if tells_staleness {
+        staleness.borrow_and_update();
+        let now = Message::Staleness(ctx.freshness.view().to_message());
+        out.queue(encode(&now, false))?;
+    }
+    // The hello's digest was the big part of the read buffer; do not keep its capacity.
+    rbuf = BytesMut::from(&rbuf[..]);
+
+    if accepted_hello.resume.is_some() && !ctx.cache.ever_in_sync() {
+        // A resuming client has state: comparing it with a partial cache would tell it to
+        // delete what this server has not loaded yet. Hold it (answering pings) until the
+        // cache is complete; a new client has nothing to lose and gets the partial state.
+        out.flush().await?;
+        wait_for_first_sync(ctx, out, close).await?;
+    }
+    let slot = wait_for_sync_slot(ctx, out, close).await?;
+    let sync_started = Instant::now();
+    info.set_phase(Phase::Syncing);
+    let queued_before = out.queued;
+    let (cursor, resumed) =
+        initial_sync(ctx, &session, accepted_hello.resume.as_ref(), out).await?;
+    out.flush().await?;
+    drop(slot);
+    let m = &ctx.cache.metrics;
+    m.resume_bytes(resumed).inc_by(out.queued - queued_before);
+    info.synced(resumed, cursor.seq);
+    m.client_snapshot_send_secs
+        .observe(sync_started.elapsed().as_secs_f64());
+    Ok(Started {
+        r,
+        dec,
+        rbuf,
+        session,
+        cursor,
+        staleness,
+        tells_staleness,
+    })
 }
 
 /// Handles every complete message in `rbuf`: pongs and acks; a goodbye or anything a client
