@@ -24,7 +24,9 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use typha_protocol::model::Revision;
 
-use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
+use super::{
+    Datastore, DatastoreError, Invalid, Item, ItemSource, Items, Listing, WatchEvent, WatchStream,
+};
 use crate::calico::v3::{Resource, ResourceId, yaml_documents};
 
 /// Changes kept for watchers by default.
@@ -137,6 +139,26 @@ impl Stored {
     }
 }
 
+/// A listing's stored forms (shared with the store), each parsed when it is taken.
+struct StoredListing(Vec<(ResourceId, Stored)>);
+
+impl StoredListing {
+    fn iter(&self) -> impl Iterator<Item = Item> + '_ {
+        self.0.iter().map(|(id, st)| st.resource(id))
+    }
+}
+
+impl ItemSource for StoredListing {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn item(&self, i: usize) -> Item {
+        let (id, st) = &self.0[i];
+        st.resource(id)
+    }
+}
+
 /// A change asked for: a resource to write, or one to delete. Short-lived (one batch of
 /// writes); a box per resource would cost an allocation per write and save nothing.
 #[allow(clippy::large_enum_variant)]
@@ -227,9 +249,9 @@ impl Embedded {
             .iter()
             .map(|(id, s)| (id.clone(), s.clone()))
             .collect();
-        stored
+        StoredListing(stored)
             .iter()
-            .filter_map(|(id, s)| s.resource(id).ok())
+            .filter_map(Result::ok)
             .map(Arc::unwrap_or_clone)
             .collect()
     }
@@ -355,12 +377,13 @@ impl Datastore for Embedded {
             .map(|(id, st)| (id.clone(), st.clone()))
             .collect();
         drop(s);
-        // Parsed outside the lock, so writers are not held up. On the caller's thread: a
-        // store of 100,000 resources takes about a second there. Moving it to a blocking
-        // thread let a client connect during the first listing, and its statuses went
-        // WaitForDatastore, ResyncInProgress, then again WaitForDatastore, ResyncInProgress,
-        // InSync (`tests/client.rs`); why needs looking at before the listing moves.
-        let items = stored.iter().map(|(id, st)| st.resource(id)).collect();
+        // Parsed outside the lock, so writers are not held up, and lazily: each resource when
+        // the pipeline takes it, converted and dropped before the next is parsed (the stored
+        // forms listed here are shared with the store). Not on a blocking thread: that let a
+        // client connect during the first listing, and its statuses went WaitForDatastore,
+        // ResyncInProgress, then again WaitForDatastore, ResyncInProgress, InSync
+        // (`tests/client.rs`); why needs looking at before the listing moves.
+        let items = Items::lazy(Arc::new(StoredListing(stored)));
         Box::pin(async move { Ok(Listing { revision, items }) })
     }
 

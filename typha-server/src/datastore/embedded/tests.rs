@@ -31,8 +31,11 @@ async fn revisions_list_and_watch() {
     assert_eq!(listing.revision, Revision(2));
     assert_eq!(listing.items.len(), 2);
     assert_eq!(
-        listing.items[0]
-            .as_ref()
+        listing
+            .items
+            .iter()
+            .next()
+            .unwrap()
             .unwrap()
             .metadata
             .resource_version
