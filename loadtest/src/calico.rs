@@ -38,7 +38,7 @@ use typha_server::calico::libcalico::{SyncerType, builtin_kvs, calico_kvs};
 
 use crate::child::Child;
 use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir, mib};
-use crate::procstat::usage;
+use crate::procstat::{Settle, SettleWait, settled_usage, usage};
 use crate::server::Server;
 use crate::store::{Store, StoreKind};
 
@@ -120,8 +120,11 @@ pub(crate) struct Side {
     pub(crate) swarm_cpu_per_delivery_us: f64,
     /// Swarm CPU per KV per node in the initial sync, µs.
     pub(crate) swarm_cpu_per_kv_us: f64,
-    /// Server RSS before any client, bytes.
+    /// Server RSS before any client, once it settled, bytes.
     pub(crate) rss_idle: u64,
+    /// How long that sample waited for the RSS to settle.
+    #[serde(flatten)]
+    pub(crate) idle_wait: SettleWait,
     /// With every node connected and in sync.
     pub(crate) rss_connected: u64,
     /// Peak.
@@ -392,8 +395,9 @@ async fn side(
         (Target::Ours, None) => ("server-ours", "typha-server"),
     };
     let mut server = start(wd, store, target, name).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle = usage(server.pid()).context("server usage")?;
+    let idle = settled_usage(server.pid(), Settle::IDLE)
+        .await
+        .context("server usage")?;
     let wchar = |v: &serde_json::Value| v["wchar"].as_u64().unwrap_or(0);
     // What every node must hold: a client's state, taken just before the fleet (its few
     // hundred bytes are in `before`, not in the fleet's bytes).
@@ -474,11 +478,12 @@ async fn side(
         swarm_cpu_churn_secs: swarm_cpu2 - swarm_cpu1,
         swarm_cpu_per_delivery_us: (swarm_cpu2 - swarm_cpu1) * 1e6 / churn.deliveries.max(1) as f64,
         swarm_cpu_per_kv_us: swarm_cpu_synced * 1e6 / (kvs.max(1) * a.nodes as u64) as f64,
-        rss_idle: idle.rss,
+        rss_idle: idle.usage.rss,
+        idle_wait: idle.wait,
         rss_connected: connected.rss,
         rss_peak: peak,
-        rss_per_connection: (connected.rss as f64 - idle.rss as f64) / a.nodes as f64,
-        rss_idle_per_kv: idle.rss as f64 / kvs.max(1) as f64,
+        rss_per_connection: (connected.rss as f64 - idle.usage.rss as f64) / a.nodes as f64,
+        rss_idle_per_kv: idle.usage.rss as f64 / kvs.max(1) as f64,
         nodes_exact_before_churn: exact_before,
         server_drops_sync,
         ..Side::default()
@@ -815,6 +820,11 @@ fn table(
         &us,
     );
     t_ += &row("server RSS idle", &|s| s.rss_idle as f64, &mb);
+    t_ += &row(
+        "server RSS idle: waited to settle",
+        &|s| s.idle_wait.rss_idle_wait_secs,
+        &secs,
+    );
     t_ += &row("server RSS connected", &|s| s.rss_connected as f64, &mb);
     t_ += &row("server RSS peak", &|s| s.rss_peak as f64, &mb);
     t_ += &row("server RSS per connection", &|s| s.rss_per_connection, &kib);

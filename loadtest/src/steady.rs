@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::child::Child;
 use crate::harness::{self, Common, Outcome, Percentiles, Timeline, Workdir, mib};
-use crate::procstat::usage;
+use crate::procstat::{Settle, SettleWait, Settled, settled_usage, usage};
 use crate::server::{Churn, Server};
 
 /// What a steady run is compared with in the same invocation.
@@ -96,8 +96,11 @@ pub(crate) struct SteadyResult {
     pub(crate) baseline: Option<BaselineResult>,
     /// The same churn with each fixed latency budget (`--budgets`).
     pub(crate) budgets: Vec<BudgetResult>,
-    /// Server RSS before clients, bytes.
+    /// Server RSS before clients, once it settled, bytes.
     pub(crate) server_rss_idle: u64,
+    /// How long that sample waited for the RSS to settle.
+    #[serde(flatten)]
+    pub(crate) idle_wait: SettleWait,
     /// Server RSS with all nodes connected and in sync, bytes.
     pub(crate) server_rss_connected: u64,
     /// Server memory per connected node, bytes.
@@ -309,7 +312,6 @@ async fn ours(
         wd.server_tuned("server", env).await?
     };
     timeline.add_server(server.pid());
-    tokio::time::sleep(Duration::from_millis(500)).await;
     // An external server's process is not ours to read: its CPU and memory show as 0.
     let usage_of = |pid: u32| -> anyhow::Result<crate::procstat::Usage> {
         if external {
@@ -317,7 +319,13 @@ async fn ours(
         }
         usage(pid).context("server usage")
     };
-    let idle = usage_of(server.pid())?;
+    let idle = if external {
+        Settled::default()
+    } else {
+        settled_usage(server.pid(), Settle::IDLE)
+            .await
+            .context("server usage")?
+    };
 
     let mut swarms = wd.swarms(&[&server.addr], a.nodes, 0, &a.common, &[])?;
     timeline.add_swarms(&swarms);
@@ -378,9 +386,10 @@ async fn ours(
         swarm_cpu_us_per_delivery: per_delivery(swarm_cpu1 - swarm_cpu0, churn.deliveries),
         baseline: None,
         budgets: Vec::new(),
-        server_rss_idle: idle.rss,
+        server_rss_idle: idle.usage.rss,
+        idle_wait: idle.wait,
         server_rss_connected: connected.rss,
-        server_bytes_per_node: (connected.rss as f64 - idle.rss as f64) / a.nodes as f64,
+        server_bytes_per_node: (connected.rss as f64 - idle.usage.rss as f64) / a.nodes as f64,
         server_peak_rss: peak,
         exact: done.exactness(),
     };
@@ -451,6 +460,7 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
          | server CPU during churn | {:.2} s ({:.2} µs per delivery) |\n\
          | swarm CPU during churn | {:.2} s ({:.2} µs per delivery; {} sample typha-clients, {} lean nodes) |\n\
          | server RSS idle / connected / peak | {:.1} / {:.1} / {:.1} MiB |\n\
+         | server RSS idle: waited to settle | {} |\n\
          | server memory per connected node | {:.1} KiB |\n\
          {}\n\
          {}",
@@ -472,6 +482,7 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
         mib(r.server_rss_idle),
         mib(r.server_rss_connected),
         mib(r.server_peak_rss),
+        r.idle_wait,
         r.server_bytes_per_node / 1024.0,
         done.verdict(r.nodes),
         if lost == 0 && done.all_exact(r.nodes) {

@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::harness::{self, Common, Outcome, Timeline, Workdir, mib};
-use crate::procstat::usage;
+use crate::procstat::{Settle, SettleWait, settled_usage, usage};
 
 /// Settings of a storm.
 #[derive(Debug, Clone, clap::Args)]
@@ -45,8 +45,11 @@ pub(crate) struct StormResult {
     pub(crate) snapshots_reused: u64,
     /// Bytes the server sent per node.
     pub(crate) bytes_per_node: f64,
-    /// Server RSS before the storm, bytes.
+    /// Server RSS before the storm, once it settled, bytes.
     pub(crate) server_rss_idle: u64,
+    /// How long that sample waited for the RSS to settle.
+    #[serde(flatten)]
+    pub(crate) idle_wait: SettleWait,
     /// Server peak RSS, bytes.
     pub(crate) server_peak_rss: u64,
     /// Server RSS after the storm with every node connected, bytes.
@@ -71,8 +74,9 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
     let timeline = Timeline::start();
     let mut server = wd.server("server").await?;
     timeline.add_server(server.pid());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle = usage(server.pid()).context("server usage")?;
+    let idle = settled_usage(server.pid(), Settle::IDLE)
+        .await
+        .context("server usage")?;
     let before = server.state().await?;
     let cpu0 = harness::cpu(&[server.pid()]);
 
@@ -107,7 +111,8 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
         snapshots_built: delta("snapshots_generated"),
         snapshots_reused: delta("snapshots_reused"),
         bytes_per_node: delta("bytes_sent") as f64 / a.nodes as f64,
-        server_rss_idle: idle.rss,
+        server_rss_idle: idle.usage.rss,
+        idle_wait: idle.wait,
         server_peak_rss: now.peak_rss,
         server_rss_after: now.rss,
         server_cpu_secs: cpu1 - cpu0,
@@ -125,6 +130,7 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
          | snapshots built / reused | {} / {} |\n\
          | bytes sent per node | {:.0} ({:.1} per KV) |\n\
          | server RSS before / peak / after | {:.1} / {:.1} / {:.1} MiB |\n\
+         | server RSS before: waited to settle | {} |\n\
          | server / swarm CPU during the storm | {:.1} / {:.1} s ({:.3} / {:.3} µs per KV per node) |\n\
          {}\n{}",
         r.nodes,
@@ -139,6 +145,7 @@ pub(crate) async fn run(a: StormArgs) -> anyhow::Result<Outcome> {
         mib(r.server_rss_idle),
         mib(r.server_peak_rss),
         mib(r.server_rss_after),
+        r.idle_wait,
         r.server_cpu_secs,
         r.swarm_cpu_secs,
         r.server_cpu_us_per_delivery,

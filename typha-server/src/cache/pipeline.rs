@@ -383,7 +383,7 @@ mod tests {
         let gone_key = first[0].key.clone();
         let listing = Listing {
             revision: Revision(9),
-            items: vec![Ok(wep("b", "n", "cali2").into())],
+            items: vec![Ok(wep("b", "n", "cali2").into())].into(),
         };
         let out = p.resync(listing, [gone_key.clone()].iter());
         assert_eq!(out.len(), 2);

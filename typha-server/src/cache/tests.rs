@@ -74,7 +74,8 @@ fn batches_no_ops_and_status_on_the_last_breadcrumb() {
         revision: Revision(10),
         items: (0..7)
             .map(|i| Ok(netset(&format!("n{i}"), "10.0.0.0/8").into()))
-            .collect::<Vec<Item>>(),
+            .collect::<Vec<Item>>()
+            .into(),
     };
     w.handle(SyncerEvent::Resync(listing));
     w.handle(SyncerEvent::Status(SyncStatus::InSync));
@@ -121,7 +122,7 @@ fn resync_after_too_old_deletes_what_is_gone() {
     w.flush();
     w.handle(SyncerEvent::Resync(Listing {
         revision: Revision(5),
-        items: vec![Ok(netset("b", "10.1.0.0/16").into())],
+        items: vec![Ok(netset("b", "10.1.0.0/16").into())].into(),
     }));
     w.flush();
     let latest = cache.latest();
@@ -164,7 +165,8 @@ fn nodes_are_counted_as_changes_apply_not_by_scanning() {
         items: vec![
             Ok(node("n1", "192.0.2.9/24").into()),
             Ok(netset("a", "10.0.0.0/8").into()),
-        ],
+        ]
+        .into(),
     }));
     w.flush();
     assert_eq!((w.nodes(), m.cluster_nodes.get()), (1, 1));

@@ -13,7 +13,6 @@
 //! datastore; a resource is parsed back only when it is listed (at start and on a relist) or
 //! sent to a watcher, once per change.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,8 +23,11 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 use typha_protocol::model::Revision;
 
-use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
+use super::{
+    Datastore, DatastoreError, Invalid, Item, ItemSource, Items, Listing, WatchEvent, WatchStream,
+};
 use crate::calico::v3::{Resource, ResourceId, yaml_documents};
+use form::{Dict, FIRST_TRAINING, Form, RETRAIN_GROWTH};
 
 /// Changes kept for watchers by default.
 pub const DEFAULT_HISTORY: usize = 10_000;
@@ -40,6 +42,36 @@ struct Store {
     /// Watches from revisions at or below this are too old.
     compacted: u64,
     max_log: usize,
+    /// The dictionary new forms are compressed with, once the store has trained one.
+    dict: Option<Arc<Dict>>,
+    /// When the store holds this many resources, it trains a new dictionary.
+    next_training: usize,
+}
+
+impl Store {
+    /// Trains a dictionary on the resources held now and recompresses them all with it (the
+    /// log's latest versions too, which share their forms with the objects). Under the lock:
+    /// it happens a few times in a store's life, the first while the initial load is written.
+    fn train(&mut self) {
+        self.next_training = self.objects.len().saturating_mul(RETRAIN_GROWTH);
+        let Some(dict) = Dict::train(self.objects.values().map(|st| &st.form)) else {
+            return;
+        };
+        for st in self.objects.values_mut() {
+            if let Some(form) = st.form.recompressed(&dict) {
+                st.form = form;
+            }
+        }
+        let objects = &self.objects;
+        for (rev, change) in self.log.iter_mut() {
+            if let Change::Put(id, st) = change
+                && let Some(now) = objects.get(id).filter(|now| now.revision == *rev)
+            {
+                *st = now.clone();
+            }
+        }
+        self.dict = Some(dict);
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -49,69 +81,13 @@ enum Change {
 }
 
 /// A resource as the store keeps it: its JSON manifest form without `resourceVersion` (which
-/// is the revision that wrote it, kept beside), compressed alone with zstd (a workload
-/// endpoint's 1.2 KB of JSON keeps about 0.4 KB), shared by the objects, the log and
-/// listings. Two writes of the same resource are the same change exactly when these bytes
-/// are equal (zstd is deterministic).
+/// is the revision that wrote it, kept beside), compressed ([`form`]), shared by the objects,
+/// the log and listings. Two writes of the same resource are the same change exactly when
+/// their JSON is equal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Stored {
     revision: u64,
     form: Form,
-}
-
-/// The stored bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Form {
-    /// zstd of this many bytes of JSON.
-    Zstd(u32, Arc<[u8]>),
-    /// The JSON itself (when compressing failed, which takes running out of memory).
-    Json(Arc<[u8]>),
-}
-
-/// The zstd level of stored resources: they are compressed once per write.
-const STORED_ZSTD_LEVEL: i32 = 3;
-
-thread_local! {
-    // One zstd context per thread, reused: making one per resource (about a megabyte at
-    // level 3) cost more than the compression itself.
-    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> =
-        RefCell::new(zstd::bulk::Compressor::new(STORED_ZSTD_LEVEL).ok());
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-        RefCell::new(zstd::bulk::Decompressor::new().ok());
-}
-
-fn compress(json: &[u8]) -> Option<Vec<u8>> {
-    COMPRESSOR.with(|c| c.borrow_mut().as_mut()?.compress(json).ok())
-}
-
-fn decompress(z: &[u8], len: usize) -> Result<Vec<u8>, String> {
-    DECOMPRESSOR.with(|d| match d.borrow_mut().as_mut() {
-        Some(d) => d.decompress(z, len).map_err(|e| e.to_string()),
-        None => zstd::bulk::decompress(z, len).map_err(|e| e.to_string()),
-    })
-}
-
-impl Form {
-    /// The stored form of `r` (its `resourceVersion` ignored).
-    fn of(r: &Resource) -> Form {
-        let mut doc = r.to_json();
-        if let Some(meta) = doc.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-            meta.remove("resourceVersion");
-        }
-        // Writing a JSON value to memory cannot fail.
-        let json = serde_json::to_vec(&doc).unwrap_or_default();
-        match (u32::try_from(json.len()), compress(&json)) {
-            (Ok(len), Some(z)) => Form::Zstd(len, Arc::from(z)),
-            _ => Form::Json(Arc::from(json)),
-        }
-    }
-
-    fn json(&self) -> Result<std::borrow::Cow<'_, [u8]>, String> {
-        match self {
-            Form::Zstd(len, z) => decompress(z, *len as usize).map(std::borrow::Cow::Owned),
-            Form::Json(j) => Ok(std::borrow::Cow::Borrowed(j)),
-        }
-    }
 }
 
 impl Stored {
@@ -134,6 +110,26 @@ impl Stored {
                 reason: format!("embedded store cannot read back what it stored: {e}"),
             }),
         }
+    }
+}
+
+/// A listing's stored forms (shared with the store), each parsed when it is taken.
+struct StoredListing(Vec<(ResourceId, Stored)>);
+
+impl StoredListing {
+    fn iter(&self) -> impl Iterator<Item = Item> + '_ {
+        self.0.iter().map(|(id, st)| st.resource(id))
+    }
+}
+
+impl ItemSource for StoredListing {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn item(&self, i: usize) -> Item {
+        let (id, st) = &self.0[i];
+        st.resource(id)
     }
 }
 
@@ -174,6 +170,8 @@ impl Embedded {
                 log: VecDeque::new(),
                 compacted: 0,
                 max_log: max_log.max(1),
+                dict: None,
+                next_training: FIRST_TRAINING,
             })),
             latest: watch::channel(0).0,
         }
@@ -227,9 +225,9 @@ impl Embedded {
             .iter()
             .map(|(id, s)| (id.clone(), s.clone()))
             .collect();
-        stored
+        StoredListing(stored)
             .iter()
-            .filter_map(|(id, s)| s.resource(id).ok())
+            .filter_map(Result::ok)
             .map(Arc::unwrap_or_clone)
             .collect()
     }
@@ -261,14 +259,17 @@ impl Embedded {
 
     /// Applies changes in order; the new revision and how many changed something.
     fn apply_counted(&self, changes: Vec<Write>) -> (Revision, usize) {
-        // Serialize outside the lock.
+        // Serialize outside the lock (with the dictionary of the moment: a form made with one
+        // that is replaced meanwhile stays readable, and compares by its JSON).
+        let dict = self.lock().dict.clone();
         let changes: Vec<(ResourceId, Option<Form>)> = changes
             .into_iter()
             .map(|w| match w {
-                Write::Put(r) => (r.id(), Some(Form::of(&r))),
+                Write::Put(r) => (r.id(), Some(Form::of(&r, dict.as_ref()))),
                 Write::Delete(id) => (id, None),
             })
             .collect();
+        drop(dict);
         let mut s = self.lock();
         let mut count = 0;
         for (id, form) in changes {
@@ -294,6 +295,9 @@ impl Embedded {
                     s.log.push_back((revision, Change::Delete(id)));
                 }
             }
+        }
+        if s.objects.len() >= s.next_training {
+            s.train();
         }
         while s.log.len() > s.max_log {
             if let Some((rev, _)) = s.log.pop_front() {
@@ -355,12 +359,13 @@ impl Datastore for Embedded {
             .map(|(id, st)| (id.clone(), st.clone()))
             .collect();
         drop(s);
-        // Parsed outside the lock, so writers are not held up. On the caller's thread: a
-        // store of 100,000 resources takes about a second there. Moving it to a blocking
-        // thread let a client connect during the first listing, and its statuses went
-        // WaitForDatastore, ResyncInProgress, then again WaitForDatastore, ResyncInProgress,
-        // InSync (`tests/client.rs`); why needs looking at before the listing moves.
-        let items = stored.iter().map(|(id, st)| st.resource(id)).collect();
+        // Parsed outside the lock, so writers are not held up, and lazily: each resource when
+        // the pipeline takes it, converted and dropped before the next is parsed (the stored
+        // forms listed here are shared with the store). Not on a blocking thread: that let a
+        // client connect during the first listing, and its statuses went WaitForDatastore,
+        // ResyncInProgress, then again WaitForDatastore, ResyncInProgress, InSync
+        // (`tests/client.rs`); why needs looking at before the listing moves.
+        let items = Items::lazy(Arc::new(StoredListing(stored)));
         Box::pin(async move { Ok(Listing { revision, items }) })
     }
 
@@ -729,6 +734,7 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> std::io::R
 }
 
 pub mod api;
+mod form;
 
 #[cfg(test)]
 mod tests;

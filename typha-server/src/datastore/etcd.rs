@@ -36,7 +36,9 @@ use typha_protocol::model::Revision;
 
 use self::ipam::{HANDLE_PREFIX, IpamKey};
 pub use self::ipam::{IPAM_PREFIX, IpamError};
-use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, WatchStream};
+use super::{
+    Datastore, DatastoreError, Invalid, Item, ItemSource, Items, Listing, WatchEvent, WatchStream,
+};
 use crate::calico::v3::{API_VERSION, Kind, Resource, ResourceId};
 
 mod ipam;
@@ -313,6 +315,34 @@ fn item_from_kv(key: &[u8], value: &[u8], mod_revision: i64) -> Option<Item> {
     }
 }
 
+/// A listed key and value as etcd sent them.
+struct RawKv {
+    key: Box<[u8]>,
+    value: Box<[u8]>,
+    mod_revision: i64,
+}
+
+/// A listing's keys and values, each parsed when it is taken. Holds only keys that
+/// [`item_from_kv`] makes an item of.
+struct RawListing(Vec<RawKv>);
+
+impl ItemSource for RawListing {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn item(&self, i: usize) -> Item {
+        let kv = &self.0[i];
+        // `list_all` kept only the keys that make an item.
+        item_from_kv(&kv.key, &kv.value, kv.mod_revision).unwrap_or_else(|| {
+            Err(Invalid {
+                id: None,
+                reason: "listed key is not a resource".into(),
+            })
+        })
+    }
+}
+
 /// A v3 resource's JSON value.
 ///
 /// The key is authoritative for what the resource is: a value that leaves out its kind, name
@@ -515,10 +545,17 @@ impl Etcd {
                         return Err(unavailable("list", "response without a revision"));
                     }
                 }
+                // Kept as etcd sent them, and parsed when the pipeline takes each (see
+                // `Items`): the parsed listing of a large cluster was the server's peak.
                 items.extend(
                     resp.kvs()
                         .iter()
-                        .filter_map(|kv| item_from_kv(kv.key(), kv.value(), kv.mod_revision())),
+                        .filter(|kv| !matches!(parse_key(kv.key()), KeyMeaning::Other))
+                        .map(|kv| RawKv {
+                            key: kv.key().into(),
+                            value: kv.value().into(),
+                            mod_revision: kv.mod_revision(),
+                        }),
                 );
                 match resp.kvs().last() {
                     Some(last) if resp.more() => {
@@ -532,7 +569,7 @@ impl Etcd {
         }
         Ok(Listing {
             revision: revision(at),
-            items,
+            items: Items::lazy(Arc::new(RawListing(items))),
         })
     }
 

@@ -428,7 +428,7 @@ impl Kubernetes {
         *self.marks() = revs;
         Ok(Listing {
             revision: Revision(revision),
-            items,
+            items: items.into(),
         })
     }
 

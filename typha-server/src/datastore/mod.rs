@@ -41,7 +41,105 @@ pub struct Listing {
     /// The revision the listing is consistent at; watch from the next one.
     pub revision: Revision,
     /// Everything that exists at that revision.
-    pub items: Vec<Item>,
+    pub items: Items,
+}
+
+/// What a listing holds: items already made, or a backend's stored forms, each made into an
+/// item only when it is consumed. A lazy listing of the embedded store never holds every
+/// parsed resource at once: the initial load of 100,000 resources held about 150 MB of them,
+/// which the allocator kept long after (BENCHMARKS.md, "Third session: memory per KV").
+#[derive(Clone, Default)]
+pub struct Items(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Made(Vec<Item>),
+    Lazy(Arc<dyn ItemSource>),
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Repr::Made(Vec::new())
+    }
+}
+
+/// Items made on demand, for [`Items::lazy`].
+pub trait ItemSource: Send + Sync + 'static {
+    /// How many.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The `i`th (`i < len()`), made now.
+    fn item(&self, i: usize) -> Item;
+}
+
+impl Items {
+    /// Items made from `source` one at a time, as they are consumed.
+    pub fn lazy(source: Arc<dyn ItemSource>) -> Self {
+        Items(Repr::Lazy(source))
+    }
+
+    /// How many items.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Made(v) => v.len(),
+            Repr::Lazy(s) => s.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each item in order (a lazy one made now; each made again on every call).
+    pub fn iter(&self) -> Box<dyn Iterator<Item = Item> + Send + '_> {
+        match &self.0 {
+            Repr::Made(v) => Box::new(v.iter().cloned()),
+            Repr::Lazy(s) => Box::new((0..s.len()).map(|i| s.item(i))),
+        }
+    }
+}
+
+impl IntoIterator for Items {
+    type Item = Item;
+    type IntoIter = Box<dyn Iterator<Item = Item> + Send>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        match self.0 {
+            Repr::Made(v) => Box::new(v.into_iter()),
+            Repr::Lazy(s) => Box::new((0..s.len()).map(move |i| s.item(i))),
+        }
+    }
+}
+
+impl From<Vec<Item>> for Items {
+    fn from(v: Vec<Item>) -> Self {
+        Items(Repr::Made(v))
+    }
+}
+
+impl FromIterator<Item> for Items {
+    fn from_iter<I: IntoIterator<Item = Item>>(iter: I) -> Self {
+        Items(Repr::Made(iter.into_iter().collect()))
+    }
+}
+
+impl PartialEq for Items {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl std::fmt::Debug for Items {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Repr::Made(v) => f.debug_list().entries(v).finish(),
+            Repr::Lazy(s) => write!(f, "Items::lazy({} items)", s.len()),
+        }
+    }
 }
 
 /// One change seen by a watch.

@@ -31,8 +31,11 @@ async fn revisions_list_and_watch() {
     assert_eq!(listing.revision, Revision(2));
     assert_eq!(listing.items.len(), 2);
     assert_eq!(
-        listing.items[0]
-            .as_ref()
+        listing
+            .items
+            .iter()
+            .next()
+            .unwrap()
             .unwrap()
             .metadata
             .resource_version
@@ -177,11 +180,45 @@ fn duplicate_definitions_are_warned_and_ignored() {
 /// kind the generated cluster has (the conformance tests cover the rest through their KVs).
 #[tokio::test]
 async fn resources_read_back_exactly_as_they_were_put() {
-    let spec = crate::sample::Spec {
+    let s = read_back(crate::sample::Spec {
         nodes: 4,
         pods_per_node: 6,
         ..Default::default()
+    })
+    .await;
+    assert!(s.lock().dict.is_none(), "too few resources to train on");
+}
+
+/// Past [`form::FIRST_TRAINING`] resources the store compresses them with a dictionary
+/// trained on them: they still read back exactly, in listings and in the change log.
+#[tokio::test]
+async fn a_store_large_enough_trains_a_dictionary_and_reads_back_the_same() {
+    let spec = crate::sample::Spec {
+        nodes: 40,
+        pods_per_node: 100,
+        ..Default::default()
     };
+    let s = read_back(spec).await;
+    assert!(s.lock().dict.is_some());
+    let n = s.len();
+    assert!(n >= form::FIRST_TRAINING, "{n} resources");
+    let watched: Vec<WatchEvent> = s
+        .watch(Revision(1))
+        .await
+        .unwrap()
+        .take(n)
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(watched.len(), n);
+    for ev in watched {
+        assert!(matches!(ev, WatchEvent::Put { item: Ok(_), .. }), "{ev:?}");
+    }
+}
+
+/// Loads the cluster of `spec`, checks that a listing gives it back exactly and that loading
+/// it again changes nothing.
+async fn read_back(spec: crate::sample::Spec) -> Embedded {
     let put = crate::sample::cluster(&spec);
     let s = Embedded::new();
     let rev = s.bulk_load(put.clone());
@@ -198,4 +235,5 @@ async fn resources_read_back_exactly_as_they_were_put() {
     }
     // Writing them again changes nothing: the stored form is the comparison.
     assert_eq!(s.bulk_load(crate::sample::cluster(&spec)), rev);
+    s
 }

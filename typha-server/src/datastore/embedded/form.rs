@@ -1,0 +1,236 @@
+//! How the embedded store keeps a resource: its JSON manifest form, compressed with zstd, with
+//! a dictionary trained on the store's own resources once it holds enough of them.
+//!
+//! Compressed alone, a workload endpoint's 1.2 KB of JSON keeps about 0.5 KB; with a dictionary
+//! trained on a thousand of the cluster's resources, about 0.13 KB (BENCHMARKS.md, "Third
+//! session: memory per KV").
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::calico::v3::Resource;
+
+/// The zstd level of stored resources: they are compressed once per write.
+const LEVEL: i32 = 3;
+/// The largest dictionary trained.
+const DICT_BYTES: usize = 32 << 10;
+/// How many of the store's resources, spread over it, a dictionary is trained on.
+const DICT_SAMPLES: usize = 1_000;
+/// The store trains its first dictionary once it holds this many resources...
+pub(super) const FIRST_TRAINING: usize = 4_096;
+/// ...and a new one each time it has grown this many times over since the last. Training
+/// recompresses every resource, so the total work stays within a few times the store's size.
+pub(super) const RETRAIN_GROWTH: usize = 8;
+
+/// A zstd dictionary trained on a store's resources. Each form compressed with one holds it.
+pub(super) struct Dict {
+    /// Unique in the process: what each thread's reused contexts are keyed by.
+    id: u32,
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Dict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Dict({}, {} bytes)", self.id, self.bytes.len())
+    }
+}
+
+static NEXT_DICT: AtomicU32 = AtomicU32::new(1);
+
+impl Dict {
+    /// A dictionary trained on an even spread of `forms`, or `None` if zstd cannot make one
+    /// of them (too few, or too alike).
+    pub(super) fn train<'a>(forms: impl ExactSizeIterator<Item = &'a Form>) -> Option<Arc<Dict>> {
+        let step = (forms.len() / DICT_SAMPLES).max(1);
+        let samples: Vec<Vec<u8>> = forms
+            .step_by(step)
+            .filter_map(|f| f.json().ok().map(Cow::into_owned))
+            .collect();
+        let bytes = zstd::dict::from_samples(&samples, DICT_BYTES).ok()?;
+        Some(Arc::new(Dict {
+            id: NEXT_DICT.fetch_add(1, Ordering::Relaxed),
+            bytes,
+        }))
+    }
+}
+
+/// A resource's stored bytes.
+#[derive(Debug, Clone)]
+pub(super) enum Form {
+    /// zstd of `len` bytes of JSON, made with `dict` if there is one.
+    Zstd {
+        len: u32,
+        dict: Option<Arc<Dict>>,
+        z: Arc<[u8]>,
+    },
+    /// The JSON itself (when compressing failed, which takes running out of memory).
+    Json(Arc<[u8]>),
+}
+
+thread_local! {
+    // One zstd context per thread, reused while the dictionary stays the same (keyed by its id,
+    // 0 for none): making one per resource (about a megabyte at level 3) cost more than the
+    // compression itself.
+    static COMPRESSOR: RefCell<Option<(u32, zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<(u32, zstd::bulk::Decompressor<'static>)>> =
+        const { RefCell::new(None) };
+}
+
+fn compressor(dict: Option<&Dict>) -> std::io::Result<zstd::bulk::Compressor<'static>> {
+    use zstd::stream::raw::CParameter;
+    let mut c = match dict {
+        Some(d) => zstd::bulk::Compressor::with_dictionary(LEVEL, &d.bytes)?,
+        None => zstd::bulk::Compressor::new(LEVEL)?,
+    };
+    // The length is kept beside, and the dictionary in the form: neither in each frame.
+    c.set_parameter(CParameter::ContentSizeFlag(false))?;
+    c.set_parameter(CParameter::DictIdFlag(false))?;
+    Ok(c)
+}
+
+fn compress(json: &[u8], dict: Option<&Dict>) -> Option<Vec<u8>> {
+    let id = dict.map_or(0, |d| d.id);
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.as_ref().is_none_or(|(have, _)| *have != id) {
+            *c = Some((id, compressor(dict).ok()?));
+        }
+        c.as_mut()?.1.compress(json).ok()
+    })
+}
+
+fn decompress(z: &[u8], len: usize, dict: Option<&Dict>) -> Result<Vec<u8>, String> {
+    let id = dict.map_or(0, |d| d.id);
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.as_ref().is_none_or(|(have, _)| *have != id) {
+            let made = match dict {
+                Some(dict) => zstd::bulk::Decompressor::with_dictionary(&dict.bytes),
+                None => zstd::bulk::Decompressor::new(),
+            };
+            *d = Some((id, made.map_err(|e| e.to_string())?));
+        }
+        match d.as_mut() {
+            Some((_, d)) => d.decompress(z, len).map_err(|e| e.to_string()),
+            None => Err("no zstd context".into()),
+        }
+    })
+}
+
+impl Form {
+    /// The stored form of `r` (its `resourceVersion` ignored), compressed with `dict`.
+    pub(super) fn of(r: &Resource, dict: Option<&Arc<Dict>>) -> Form {
+        let mut doc = r.to_json();
+        if let Some(meta) = doc.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.remove("resourceVersion");
+        }
+        // Writing a JSON value to memory cannot fail.
+        let json = serde_json::to_vec(&doc).unwrap_or_default();
+        Form::compressed(json, dict)
+    }
+
+    fn compressed(json: Vec<u8>, dict: Option<&Arc<Dict>>) -> Form {
+        match (
+            u32::try_from(json.len()),
+            compress(&json, dict.map(|d| &**d)),
+        ) {
+            (Ok(len), Some(z)) => Form::Zstd {
+                len,
+                dict: dict.cloned(),
+                z: Arc::from(z),
+            },
+            _ => Form::Json(Arc::from(json)),
+        }
+    }
+
+    /// The same JSON compressed with `dict` (`None` if it cannot be read back, which would be
+    /// a bug; the form stays as it was then).
+    pub(super) fn recompressed(&self, dict: &Arc<Dict>) -> Option<Form> {
+        Some(Form::compressed(self.json().ok()?.into_owned(), Some(dict)))
+    }
+
+    /// The JSON.
+    pub(super) fn json(&self) -> Result<Cow<'_, [u8]>, String> {
+        match self {
+            Form::Zstd { len, dict, z } => {
+                decompress(z, *len as usize, dict.as_deref()).map(Cow::Owned)
+            }
+            Form::Json(j) => Ok(Cow::Borrowed(j)),
+        }
+    }
+}
+
+/// Two forms are equal when their JSON is: two writes of the same resource are the same change
+/// exactly then. With the same dictionary (or none) that is when the bytes are (zstd is
+/// deterministic); across a new dictionary, the JSON is compared.
+impl PartialEq for Form {
+    fn eq(&self, other: &Form) -> bool {
+        match (self, other) {
+            (
+                Form::Zstd { len, dict, z },
+                Form::Zstd {
+                    len: len2,
+                    dict: dict2,
+                    z: z2,
+                },
+            ) if dict.as_ref().map(|d| d.id) == dict2.as_ref().map(|d| d.id) => {
+                len == len2 && z == z2
+            }
+            (Form::Json(a), Form::Json(b)) => a == b,
+            _ => matches!((self.json(), other.json()), (Ok(a), Ok(b)) if a == b),
+        }
+    }
+}
+
+impl Eq for Form {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::{Spec, cluster};
+
+    fn resources() -> Vec<Resource> {
+        cluster(&Spec {
+            nodes: 4,
+            pods_per_node: 30,
+            namespaces: 2,
+            deployments_per_namespace: 2,
+            policies: 4,
+            seed: 7,
+        })
+    }
+
+    #[test]
+    fn a_dictionary_keeps_the_json_and_equality_holds_across_dictionaries() {
+        let rs = resources();
+        let plain: Vec<Form> = rs.iter().map(|r| Form::of(r, None)).collect();
+        let dict = Dict::train(plain.iter()).expect("a dictionary from 100+ resources");
+        let with: Vec<Form> = rs.iter().map(|r| Form::of(r, Some(&dict))).collect();
+        let other = Dict::train(with.iter()).expect("a second dictionary");
+        for ((p, w), r) in plain.iter().zip(&with).zip(&rs) {
+            assert_eq!(p.json().unwrap(), w.json().unwrap());
+            assert_eq!(*p, *w, "the same JSON, with and without a dictionary");
+            assert_eq!(w.recompressed(&other).unwrap(), *w);
+            assert_eq!(Form::of(r, Some(&dict)), *w);
+        }
+        assert_ne!(plain[0], plain[1]);
+        assert_ne!(with[0], with[1]);
+        let size = |fs: &[Form]| -> usize {
+            fs.iter()
+                .map(|f| match f {
+                    Form::Zstd { z, .. } => z.len(),
+                    Form::Json(j) => j.len(),
+                })
+                .sum()
+        };
+        assert!(
+            size(&with) * 2 < size(&plain),
+            "with {} vs alone {}",
+            size(&with),
+            size(&plain)
+        );
+    }
+}
