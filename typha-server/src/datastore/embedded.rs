@@ -128,8 +128,10 @@ impl ItemSource for StoredListing {
     }
 
     fn item(&self, i: usize) -> Item {
-        let (id, st) = &self.0[i];
-        st.resource(id)
+        match self.0.get(i) {
+            Some((id, st)) => st.resource(id),
+            None => Err(super::Invalid::past_the_end(i)),
+        }
     }
 }
 

@@ -332,7 +332,9 @@ impl ItemSource for RawListing {
     }
 
     fn item(&self, i: usize) -> Item {
-        let kv = &self.0[i];
+        let Some(kv) = self.0.get(i) else {
+            return Err(Invalid::past_the_end(i));
+        };
         // `list_all` kept only the keys that make an item.
         item_from_kv(&kv.key, &kv.value, kv.mod_revision).unwrap_or_else(|| {
             Err(Invalid {

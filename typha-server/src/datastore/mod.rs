@@ -63,6 +63,17 @@ impl Default for Repr {
     }
 }
 
+impl Invalid {
+    /// What an [`ItemSource`] gives for an index past its end (a caller's mistake, not bad
+    /// input): an invalid item, which the pipeline logs and counts, rather than a panic.
+    pub fn past_the_end(i: usize) -> Self {
+        Invalid {
+            id: None,
+            reason: format!("no item {i} in this listing"),
+        }
+    }
+}
+
 /// Items made on demand, for [`Items::lazy`].
 pub trait ItemSource: Send + Sync + 'static {
     /// How many.
