@@ -181,6 +181,30 @@ pub(crate) struct BudgetResult {
     pub(crate) cpu_ratio: f64,
 }
 
+impl BudgetResult {
+    /// The figures of run `s` with window `window_ms`, not yet compared with a baseline.
+    fn of(window_ms: u64, s: &SteadyResult, nothing_lost: bool) -> Self {
+        BudgetResult {
+            window_ms,
+            latency_ms: s.latency_ms.clone(),
+            server_cpu_us_per_delivery: s.server_cpu_us_per_delivery,
+            swarm_cpu_us_per_delivery: s.swarm_cpu_us_per_delivery,
+            bytes_per_update_per_node: s.bytes_per_update_per_node,
+            deliveries: s.deliveries,
+            deliveries_expected: s.deliveries_expected,
+            nothing_lost,
+            p99_ratio: 0.0,
+            cpu_ratio: 0.0,
+        }
+    }
+
+    /// Its p99 and server CPU per delivery ÷ the baseline's.
+    fn compare(&mut self, b: &BaselineResult) {
+        self.p99_ratio = self.latency_ms.p99 / b.latency_ms.p99.max(1e-9);
+        self.cpu_ratio = self.server_cpu_us_per_delivery / b.cpu_us_per_delivery.max(1e-9);
+    }
+}
+
 /// CPU seconds per delivery, in microseconds.
 fn per_delivery(cpu_secs: f64, deliveries: u64) -> f64 {
     cpu_secs * 1e6 / deliveries.max(1) as f64
@@ -412,26 +436,15 @@ pub(crate) async fn run(a: SteadyArgs) -> anyhow::Result<Outcome> {
         let (b, done, _) = ours(&wd, &a, &timeline, &env).await?;
         let nothing_lost = done.all_exact(a.nodes);
         ok &= nothing_lost && b.deliveries >= b.deliveries_expected;
-        r.budgets.push(BudgetResult {
-            window_ms,
-            latency_ms: b.latency_ms,
-            server_cpu_us_per_delivery: b.server_cpu_us_per_delivery,
-            swarm_cpu_us_per_delivery: b.swarm_cpu_us_per_delivery,
-            bytes_per_update_per_node: b.bytes_per_update_per_node,
-            deliveries: b.deliveries,
-            deliveries_expected: b.deliveries_expected,
-            nothing_lost,
-            p99_ratio: 0.0,
-            cpu_ratio: 0.0,
-        });
+        r.budgets
+            .push(BudgetResult::of(window_ms, &b, nothing_lost));
     }
     if a.baseline == Baseline::Broadcaster && !r.server_external {
         let (mut b, _) = broadcaster(&wd, &a, &timeline).await?;
         b.p99_ratio = r.latency_ms.p99 / b.latency_ms.p99.max(1e-9);
         b.cpu_ratio = r.server_cpu_us_per_delivery / b.cpu_us_per_delivery.max(1e-9);
         for x in &mut r.budgets {
-            x.p99_ratio = x.latency_ms.p99 / b.latency_ms.p99.max(1e-9);
-            x.cpu_ratio = x.server_cpu_us_per_delivery / b.cpu_us_per_delivery.max(1e-9);
+            x.compare(&b);
         }
         b.bytes_per_node_ratio = r.server_bytes_per_node / b.bytes_per_node.max(1.0);
         ok &= b.nothing_lost;
@@ -558,25 +571,22 @@ fn table(r: &SteadyResult, done: &harness::Finished) -> String {
 /// The latency budgets beside the server's own settings and the baseline: server CPU per
 /// delivery against p99.
 fn budgets_table(r: &SteadyResult) -> String {
-    let ratio = |x: f64| match &r.baseline {
-        Some(_) => format!("{x:.2}"),
-        None => "-".to_owned(),
-    };
-    let row = |name: &str, p: &Percentiles, cpu: f64, swarm: f64, bytes: f64, exact: bool| {
-        let (p99r, cpur) = match &r.baseline {
-            Some(b) => (
-                p.p99 / b.latency_ms.p99.max(1e-9),
-                cpu / b.cpu_us_per_delivery.max(1e-9),
-            ),
-            None => (0.0, 0.0),
+    let row = |name: &str, x: &BudgetResult| {
+        let ratio = |v: f64| match &r.baseline {
+            Some(_) => format!("{v:.2}"),
+            None => "-".to_owned(),
         };
+        let exact = x.nothing_lost && x.deliveries >= x.deliveries_expected;
         format!(
-            "| {name} | {:.1} / {:.1} / {:.1} ms | {cpu:.2} µs | {swarm:.2} µs | {bytes:.1} | {} | {} | {} |\n",
-            p.p50,
-            p.p99,
-            p.max,
-            ratio(p99r),
-            ratio(cpur),
+            "| {name} | {:.1} / {:.1} / {:.1} ms | {:.2} µs | {:.2} µs | {:.1} | {} | {} | {} |\n",
+            x.latency_ms.p50,
+            x.latency_ms.p99,
+            x.latency_ms.max,
+            x.server_cpu_us_per_delivery,
+            x.swarm_cpu_us_per_delivery,
+            x.bytes_per_update_per_node,
+            ratio(x.p99_ratio),
+            ratio(x.cpu_ratio),
             if exact { "nothing lost" } else { "LOST" },
         )
     };
@@ -586,23 +596,13 @@ fn budgets_table(r: &SteadyResult) -> String {
                  bytes per update per node | p99 ÷ broadcaster | server CPU ÷ broadcaster | |\n\
                  |---|---|---|---|---|---|---|---|\n"
         .to_owned();
-    t += &row(
-        "the server's own settings",
-        &r.latency_ms,
-        r.server_cpu_us_per_delivery,
-        r.swarm_cpu_us_per_delivery,
-        r.bytes_per_update_per_node,
-        r.exact.nodes_exact == r.nodes && r.deliveries >= r.deliveries_expected,
-    );
+    let mut own = BudgetResult::of(0, r, r.exact.nodes_exact == r.nodes);
+    if let Some(b) = &r.baseline {
+        own.compare(b);
+    }
+    t += &row("the server's own settings", &own);
     for b in &r.budgets {
-        t += &row(
-            &format!("{} ms", b.window_ms),
-            &b.latency_ms,
-            b.server_cpu_us_per_delivery,
-            b.swarm_cpu_us_per_delivery,
-            b.bytes_per_update_per_node,
-            b.nothing_lost && b.deliveries >= b.deliveries_expected,
-        );
+        t += &row(&format!("{} ms", b.window_ms), b);
     }
     if let Some(b) = &r.baseline {
         t += &format!(
