@@ -63,7 +63,9 @@ pub struct CacheConfig {
     /// isolated update is not delayed); see BENCHMARKS.md "Latency budgets" for the
     /// CPU-per-delivery and p99 each budget gave.
     pub fanout_frames_per_sec: u64,
-    /// The largest window the budget may ask for.
+    /// The largest window the budget may ask for: 100 ms, where 10,000 clients at 100
+    /// updates/s had their lowest p99 on 2 cores (BENCHMARKS.md "Latency budgets at 10,000
+    /// nodes").
     pub max_interval: Duration,
     /// How long a breadcrumb a Calico client still needs ([`Cache::pin`]) is kept past the
     /// history limits: the longest such a client may lag before it is dropped (Typha's
@@ -93,7 +95,7 @@ impl Default for CacheConfig {
             history_max_age: Duration::from_secs(120),
             min_interval: Duration::from_millis(20),
             fanout_frames_per_sec: 15_000,
-            max_interval: Duration::from_millis(200),
+            max_interval: Duration::from_millis(100),
             pinned_max_age: Duration::from_secs(600),
         }
     }

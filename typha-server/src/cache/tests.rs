@@ -377,8 +377,9 @@ fn the_batch_window_grows_with_the_streaming_clients_within_its_bounds() {
         "100 clients at 15,000 frames/s: 6.7 ms, under the floor"
     );
     assert!((ms(1_000) - 1000.0 / 15.0).abs() < 1e-6, "{}", ms(1_000));
-    assert!((ms(2_000) - 2000.0 / 15.0).abs() < 1e-6);
-    assert_eq!(ms(10_000), 200.0, "the ceiling");
+    assert!((ms(1_200) - 80.0).abs() < 1e-6, "{}", ms(1_200));
+    assert_eq!(ms(2_000), 100.0, "the ceiling");
+    assert_eq!(ms(10_000), 100.0, "the ceiling");
     let fixed = CacheConfig {
         fanout_frames_per_sec: 0,
         ..CacheConfig::default()

@@ -167,7 +167,7 @@ pub struct Cli {
     #[arg(long, env = "TYPHA_FANOUTFRAMESPERSEC", default_value_t = 15_000)]
     pub fanout_frames_per_sec: u64,
     /// Largest batch window the fan-out budget may ask for, milliseconds.
-    #[arg(long, env = "TYPHA_MAXBATCHWINDOWMS", default_value_t = 200)]
+    #[arg(long, env = "TYPHA_MAXBATCHWINDOWMS", default_value_t = 100)]
     pub max_batch_window_ms: u64,
     /// Breadcrumbs kept for catch-up and resume.
     #[arg(long, env = "TYPHA_HISTORYMAXBREADCRUMBS", default_value_t = 1024)]
