@@ -70,7 +70,11 @@ pub struct SelectorError {
 impl Selector {
     /// Parses a selector. The empty string (or only whitespace) is [`Selector::All`].
     pub fn parse(s: &str) -> Result<Selector, SelectorError> {
-        let mut p = Parser { src: s, pos: 0 };
+        let mut p = Parser {
+            src: s,
+            pos: 0,
+            depth: 0,
+        };
         p.skip_ws();
         if p.at_end() {
             return Ok(Selector::All);
@@ -266,9 +270,16 @@ impl fmt::Display for Selector {
     }
 }
 
+/// How deeply parentheses and `!` may nest. The parser and everything that walks a selector
+/// recurse once per level, so an unbounded depth from a datastore's value could overflow the
+/// stack (an abort, not an error); real selectors nest a handful of levels.
+pub const MAX_NESTING: usize = 100;
+
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
+    /// Parentheses and `!` open around the current position.
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -357,20 +368,34 @@ impl<'a> Parser<'a> {
         })
     }
 
+    /// Enters one more level of nesting, or fails past [`MAX_NESTING`].
+    fn nest(&mut self) -> Result<(), SelectorError> {
+        if self.depth >= MAX_NESTING {
+            return Err(self.error(format!("nested more than {MAX_NESTING} levels deep")));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
     fn unary(&mut self) -> Result<Selector, SelectorError> {
         self.skip_ws();
         // `!has(` is `!` then `has(`; `!=` cannot start an expression.
         if self.rest().starts_with('!') {
             self.pos += 1;
-            return Ok(Selector::Not(Box::new(self.unary()?)));
+            self.nest()?;
+            let e = self.unary()?;
+            self.depth -= 1;
+            return Ok(Selector::Not(Box::new(e)));
         }
         self.primary()
     }
 
     fn primary(&mut self) -> Result<Selector, SelectorError> {
         if self.eat("(") {
+            self.nest()?;
             let e = self.or()?;
             self.expect(")")?;
+            self.depth -= 1;
             return Ok(e);
         }
         if self.eat("all(") {

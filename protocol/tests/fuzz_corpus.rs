@@ -1,13 +1,55 @@
-//! Runs the fuzz target's checked-in seed corpus through the decoder on every `cargo test`,
-//! so a crash found by fuzzing (added to the corpus, see docs/fuzzing.md) stays fixed.
+//! Runs every fuzz target's checked-in corpus (`protocol/fuzz/corpus/<target>/`) on every
+//! `cargo test`, so a crash found by fuzzing (added to the corpus, see docs/fuzzing.md) stays
+//! fixed: each input through the same checks the libFuzzer target runs
+//! (`protocol/fuzz/checks/`), which is libFuzzer's `-runs=0` replay without the sanitizer
+//! build; and, for the two decoders, the valid seeds must decode cleanly to their end.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod calico_streamed;
+
+#[path = "../fuzz/checks/calico_decode.rs"]
+mod calico_decode;
+#[path = "../fuzz/checks/decode_frame.rs"]
+mod decode_frame;
+#[path = "../fuzz/checks/handshake.rs"]
+mod handshake;
+#[path = "../fuzz/checks/selector.rs"]
+mod selector;
 
 use std::path::PathBuf;
 
 use bytes::BytesMut;
 use typha_protocol::{FrameDecoder, FrameEncoder, Limits};
+
+/// Runs every input of `target`'s corpus through its fuzz check.
+fn replay(target: &str, check: fn(&[u8])) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target);
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let outcome = std::panic::catch_unwind(|| check(&data));
+        assert!(
+            outcome.is_ok(),
+            "{target}: {} fails its check",
+            path.display()
+        );
+        n += 1;
+    }
+    assert!(n > 0, "{target}: no corpus in {}", dir.display());
+}
+
+#[test]
+fn every_corpus_passes_its_fuzz_check() {
+    replay("decode_frame", decode_frame::run);
+    replay("calico_decode", calico_decode::run);
+    replay("selector", selector::run);
+    replay("handshake", handshake::run);
+}
 
 #[test]
 fn seed_corpus_decodes_without_panics_and_valid_seeds_decode_cleanly() {

@@ -32,6 +32,8 @@ pub mod conn;
 pub mod control_plane;
 pub mod datastore;
 pub mod fanout;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod governor;
 pub mod http;
 pub mod liveness;

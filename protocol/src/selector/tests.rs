@@ -689,3 +689,29 @@ fn tokens_split_canonical_text() {
         ]
     );
 }
+
+#[test]
+fn nesting_past_the_limit_is_an_error_not_a_stack_overflow() {
+    let ok = format!(
+        "{}a == 'b'{}",
+        "(".repeat(MAX_NESTING),
+        ")".repeat(MAX_NESTING)
+    );
+    assert!(Selector::parse(&ok).is_ok());
+    let nots = format!("{}has(a)", "!".repeat(MAX_NESTING));
+    assert!(Selector::parse(&nots).is_ok());
+    for deep in [
+        format!(
+            "{}a == 'b'{}",
+            "(".repeat(MAX_NESTING + 1),
+            ")".repeat(MAX_NESTING + 1)
+        ),
+        format!("{}has(a)", "!".repeat(MAX_NESTING + 1)),
+        // What a hostile value would hold: far more than any stack.
+        "(".repeat(1 << 20),
+        "!(".repeat(1 << 19),
+    ] {
+        let e = Selector::parse(&deep).unwrap_err();
+        assert!(e.message.contains("nested more than"), "{e}");
+    }
+}

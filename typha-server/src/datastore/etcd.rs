@@ -315,6 +315,12 @@ fn item_from_kv(key: &[u8], value: &[u8], mod_revision: i64) -> Option<Item> {
     }
 }
 
+/// What the server makes of a key and value read from etcd (the fuzz target `etcd_kv`).
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_item(key: &[u8], value: &[u8], mod_revision: i64) -> Option<Item> {
+    item_from_kv(key, value, mod_revision)
+}
+
 /// A listed key and value as etcd sent them.
 struct RawKv {
     key: Box<[u8]>,

@@ -205,6 +205,31 @@ struct Source {
     conversion: Conversion,
 }
 
+/// What the server makes of `object` (JSON, as the API server sends it) read by a watched
+/// source (the fuzz target `kube_object`): the `which`-th (modulo their count) of the sources
+/// of the object's kind, with and without host-local IPAM, or of all sources if none is of
+/// that kind.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_convert(which: u8, object: &[u8]) -> Option<Item> {
+    let o: DynamicObject = serde_json::from_slice(object).ok()?;
+    let all: Vec<Source> = Kubernetes::sources(false)
+        .into_iter()
+        .chain(Kubernetes::sources(true))
+        .collect();
+    let kind = o.types.as_ref().map(|t| t.kind.as_str());
+    let same: Vec<&Source> = all
+        .iter()
+        .filter(|s| Some(s.resource.kind.as_str()) == kind)
+        .collect();
+    let pick: Vec<&Source> = if same.is_empty() {
+        all.iter().collect()
+    } else {
+        same
+    };
+    let s = pick.get(usize::from(which) % pick.len().max(1))?;
+    convert(s.conversion, &o).1
+}
+
 impl Source {
     /// Its name as RBAC rules and the API server's messages say it: `pods`,
     /// `networkpolicies.networking.k8s.io`.
