@@ -23,6 +23,9 @@ pub(crate) struct EtcdProc {
     proc: tokio::process::Child,
     /// Client URL.
     pub(crate) endpoint: String,
+    /// How it was started, to start it again on the same ports and data.
+    respawn: std::process::Command,
+    log: std::path::PathBuf,
 }
 
 impl EtcdProc {
@@ -33,9 +36,9 @@ impl EtcdProc {
         let endpoint = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let data = dir.join("etcd-data");
-        let log = std::fs::File::create(dir.join("etcd.log"))?;
-        let proc = Command::new(&bin)
-            .arg("--name=loadtest")
+        let log = dir.join("etcd.log");
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.arg("--name=loadtest")
             .arg(format!("--data-dir={}", data.display()))
             .arg(format!("--listen-client-urls={endpoint}"))
             .arg(format!("--advertise-client-urls={endpoint}"))
@@ -43,20 +46,65 @@ impl EtcdProc {
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
             .arg(format!("--initial-cluster=loadtest={peer_url}"))
             // Room for the seeded cluster and the churn's history.
-            .arg("--quota-backend-bytes=8589934592")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
+            .arg("--quota-backend-bytes=8589934592");
+        let proc = Self::spawn(&cmd, &log, true)
             .with_context(|| format!("starting {bin} (Debian package etcd-server)"))?;
-        let e = EtcdProc { proc, endpoint };
+        let e = EtcdProc {
+            proc,
+            endpoint,
+            respawn: cmd,
+            log,
+        };
+        e.answering(dir).await?;
+        Ok(e)
+    }
+
+    fn spawn(
+        cmd: &std::process::Command,
+        log: &Path,
+        create: bool,
+    ) -> anyhow::Result<tokio::process::Child> {
+        let file = if create {
+            std::fs::File::create(log)?
+        } else {
+            std::fs::OpenOptions::new().append(true).open(log)?
+        };
+        let mut c = Command::new(cmd.get_program());
+        c.args(cmd.get_args());
+        Ok(c.stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()?)
+    }
+
+    /// Kills it (SIGKILL) and starts it again on the same ports and data; returns when it
+    /// answers.
+    pub(crate) async fn kill_and_restart(&mut self) -> anyhow::Result<()> {
+        self.proc.kill().await.context("killing etcd")?;
+        self.proc = Self::spawn(&self.respawn, &self.log, false).context("restarting etcd")?;
+        let dir = self.log.parent().map(Path::to_path_buf).unwrap_or_default();
+        self.answering(&dir).await
+    }
+
+    /// Compacts its history up to its current revision, as an operator's (or the API
+    /// server's) periodic compaction does; returns that revision.
+    pub(crate) async fn compact(&self) -> anyhow::Result<i64> {
+        let mut c = self.client().await?;
+        let rev = c.get("/", None).await?.header().map_or(0, |h| h.revision());
+        c.compact(rev, None).await.context("compacting etcd")?;
+        Ok(rev)
+    }
+
+    /// Waits until it answers (30 s at most).
+    async fn answering(&self, dir: &Path) -> anyhow::Result<()> {
+        let e = self;
         let started = Instant::now();
         loop {
             if let Ok(mut c) = e.client().await
                 && c.get("/", None).await.is_ok()
             {
-                return Ok(e);
+                return Ok(());
             }
             if started.elapsed() > Duration::from_secs(30) {
                 bail!(
@@ -119,9 +167,23 @@ pub(crate) fn churn(endpoint: String, shape: (usize, usize), rate: f64, secs: f6
             r.metadata
                 .labels
                 .insert(SENT_LABEL.into(), now_ns().to_string());
-            c.put(key_of(&r.id()), serde_json::to_vec(&r.to_json())?, None)
-                .await
-                .context("writing churn to etcd")?;
+            let (key, value) = (key_of(&r.id()), serde_json::to_vec(&r.to_json())?);
+            // etcd may be down for a while (the chaos scenario restarts it): retry as a
+            // client of it would, for up to a minute, then give up.
+            let failing = tokio::time::Instant::now();
+            loop {
+                match c.put(key.clone(), value.clone(), None).await {
+                    Ok(_) => break,
+                    Err(e) if failing.elapsed() < Duration::from_secs(60) => {
+                        tracing::debug!(error = %e, "churn write failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        if let Ok(fresh) = Client::connect([endpoint.as_str()], None).await {
+                            c = fresh;
+                        }
+                    }
+                    Err(e) => return Err(e).context("writing churn to etcd"),
+                }
+            }
         }
         Ok(total)
     })

@@ -8,7 +8,7 @@
 //! reads CPU and memory from /proc, reads the server only through `/status` and `/metrics`,
 //! and checks that every node ends with the server's exact state.
 //!
-//! Scenarios: `steady` (the default), `storm`, `failover`, `slow`, `ceiling`, `direct`,
+//! Scenarios: `steady` (the default), `storm`, `failover`, `chaos`, `slow`, `ceiling`, `direct`,
 //! `calico` (a fleet speaking Calico's Typha protocol, beside ours); see
 //! docs/loadtest.md.
 
@@ -26,6 +26,7 @@ mod broadcast;
 mod calico;
 mod calico_node;
 mod ceiling;
+mod chaos;
 mod child;
 mod cluster;
 mod direct;
@@ -66,6 +67,8 @@ enum Cmd {
     Storm(storm::StormArgs),
     /// Two servers; one is killed; its nodes move to the other.
     Failover(failover::FailoverArgs),
+    /// Replicas over a real etcd, churn, and a seeded schedule of faults: nothing may be lost.
+    Chaos(chaos::ChaosArgs),
     /// Some nodes stop reading; the others' latency and the server's memory stay bounded.
     Slow(slow::SlowArgs),
     /// Our delivery rate against a bare broadcaster's, over TLS and plain TCP.
@@ -123,6 +126,10 @@ fn main() -> ExitCode {
             Cmd::Failover(a) => {
                 let c = a.common.clone();
                 finish(failover::run(a).await?, &c)
+            }
+            Cmd::Chaos(a) => {
+                let c = a.common.clone();
+                finish(chaos::run(a).await?, &c)
             }
             Cmd::Slow(a) => {
                 let c = a.common.clone();

@@ -414,11 +414,47 @@ impl Server {
     /// settings and ports, as its replacement would come back at the Service's address; its
     /// log goes on in the same file. Returns when it says it is ready.
     pub(crate) async fn kill_and_restart(&mut self) -> anyhow::Result<()> {
+        self.kill().await?;
+        self.respawn().await
+    }
+
+    /// Stops it as an orchestrator does (SIGTERM: it drains its clients over
+    /// `TYPHA_SHUTDOWNTIMEOUTSECS`, then exits), checks that it exited cleanly, and starts it
+    /// again as [`Server::kill_and_restart`] does.
+    pub(crate) async fn term_and_restart(&mut self) -> anyhow::Result<()> {
+        if let Some(mut p) = self.proc.take() {
+            if let Some(pid) = p.id() {
+                Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status()
+                    .await
+                    .context("running kill")?;
+            }
+            match tokio::time::timeout(Duration::from_secs(60), p.wait()).await {
+                Ok(status) => {
+                    let status = status?;
+                    anyhow::ensure!(
+                        status.success(),
+                        "{} exited with {status} after SIGTERM{}",
+                        self.name,
+                        self.log_tail()
+                    );
+                }
+                Err(_) => {
+                    let _ = p.kill().await;
+                    bail!("{} did not exit within 60 s of SIGTERM; killed", self.name)
+                }
+            }
+        }
+        self.respawn().await
+    }
+
+    /// Starts it again, its process gone, on the same ports and log.
+    async fn respawn(&mut self) -> anyhow::Result<()> {
         let Some(spec) = &self.respawn else {
             bail!("{}: not started by loadtest, cannot restart it", self.name);
         };
         let mut cmd = Command::from(copy_of(spec));
-        self.kill().await?;
         let file = match &self.log {
             Some(log) => std::fs::OpenOptions::new()
                 .append(true)

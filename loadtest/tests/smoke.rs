@@ -108,6 +108,42 @@ fn a_small_storm_builds_one_snapshot_and_reuses_it() {
 }
 
 #[test]
+fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
+    let r = run(&[
+        "chaos",
+        "--nodes",
+        "30",
+        "--pods-per-node",
+        "3",
+        "--secs",
+        "50",
+        "--rate",
+        "20",
+        "--fault-every",
+        "3",
+        "--seed",
+        "19",
+        "--full-nodes",
+        "2",
+        "--sample-nodes",
+        "10",
+    ]);
+    let faults = r["faults"].as_array().unwrap();
+    let kinds: std::collections::BTreeSet<String> = faults
+        .iter()
+        .map(|f| match &f["fault"] {
+            serde_json::Value::Object(o) => o.keys().next().unwrap().clone(),
+            v => v.as_str().unwrap().to_owned(),
+        })
+        .collect();
+    assert_eq!(kinds.len(), 5, "every kind of fault, once at least: {r}");
+    assert_eq!(r["replicas_agree"], true, "{r}");
+    assert_eq!(r["nodes_exact"], 30, "{r}");
+    assert_eq!(r["full_nodes_exact"], 2, "{r}");
+    assert_eq!(r["seed"], 19, "{r}");
+}
+
+#[test]
 fn a_small_failover_moves_the_killed_servers_nodes() {
     let r = run(&[
         "failover",
