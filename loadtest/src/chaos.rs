@@ -2,16 +2,16 @@
 //! nodes spread over all of them, steady churn, and a seeded schedule of faults: a replica
 //! killed (SIGKILL) and restarted, a replica stopped as an orchestrator stops it (SIGTERM,
 //! drain) and restarted, every replica restarted one after another, etcd killed and
-//! restarted, etcd's history compacted while the replicas watch it. After each fault it waits
+//! restarted, etcd's history compacted while the replicas watch it, a group of nodes
+//! restarted at once (their swarm process killed and started again: a reconnect burst). After each fault it waits
 //! until every node is in sync again and records how long that took; at the end, with the
 //! churn over, every replica must hold the same state and every node exactly that state.
 //!
 //! The same seed gives the same schedule (`--seed`; a run without one draws a seed and prints
-//! it), so a failure can be run again. The first five faults are one of each kind, in an order
+//! it), so a failure can be run again. The first six faults are one of each kind, in an order
 //! the seed shuffles, so even a short run meets every kind; the rest are drawn at random. What it does not inject yet: network faults for groups
 //! of nodes (delay, loss, partitions, half-open connections: `tc netem` in network
-//! namespaces), a replica cut off from etcd while its nodes stay connected, a burst of nodes
-//! reconnecting at once; nor does it check, while the faults go on, that no node applies an
+//! namespaces), a replica cut off from etcd while its nodes stay connected; nor does it check, while the faults go on, that no node applies an
 //! older value after a newer one or deletes a key that still exists (only the end state is
 //! checked). See docs/loadtest.md.
 
@@ -69,6 +69,9 @@ enum Fault {
     KillEtcd,
     /// etcd's history compacted to its current revision while the replicas watch it.
     CompactEtcd,
+    /// A group of nodes restarted at once: one swarm process SIGKILLed and started again, so
+    /// its nodes (up to `--nodes-per-swarm`) come back fresh and connect in the same moment.
+    RestartNodes(usize),
 }
 
 /// The schedule's generator (splitmix64: small, and the same everywhere).
@@ -88,31 +91,33 @@ impl Rng {
     }
 
     /// The kind of fault numbered `k` (0 to [`KINDS`] - 1).
-    fn of_kind(&mut self, k: usize, replicas: usize) -> Fault {
+    fn of_kind(&mut self, k: usize, replicas: usize, swarms: usize) -> Fault {
         match k {
             0 => Fault::KillReplica(self.below(replicas)),
             1 => Fault::TermReplica(self.below(replicas)),
             2 => Fault::RollingRestart,
             3 => Fault::KillEtcd,
-            _ => Fault::CompactEtcd,
+            4 => Fault::CompactEtcd,
+            _ => Fault::RestartNodes(self.below(swarms)),
         }
     }
 }
 
 /// Kinds of fault.
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 
 /// The schedule: every kind once, in an order the seed shuffles (so a short run covers them
 /// all), then kinds drawn at random, weighted towards the common ones (replicas crashing and
-/// being replaced).
+/// being replaced, nodes restarting).
 struct Schedule {
     rng: Rng,
     first: Vec<usize>,
     replicas: usize,
+    swarms: usize,
 }
 
 impl Schedule {
-    fn new(seed: u64, replicas: usize) -> Self {
+    fn new(seed: u64, replicas: usize, swarms: usize) -> Self {
         let mut rng = Rng(seed);
         let mut first: Vec<usize> = (0..KINDS).collect();
         for i in (1..first.len()).rev() {
@@ -123,21 +128,23 @@ impl Schedule {
             rng,
             first,
             replicas,
+            swarms,
         }
     }
 
     fn next(&mut self) -> Fault {
         let k = match self.first.pop() {
             Some(k) => k,
-            None => match self.rng.below(10) {
+            None => match self.rng.below(12) {
                 0..=2 => 0,
                 3..=4 => 1,
                 5 => 2,
                 6..=7 => 3,
-                _ => 4,
+                8..=9 => 4,
+                _ => 5,
             },
         };
-        self.rng.of_kind(k, self.replicas)
+        self.rng.of_kind(k, self.replicas, self.swarms)
     }
 }
 
@@ -188,6 +195,10 @@ fn resumed(swarms: &[crate::child::Child]) -> [u64; 3] {
     ]
 }
 
+fn add(a: [u64; 3], b: [u64; 3]) -> [u64; 3] {
+    [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+}
+
 pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     a.common.own_server_only("chaos")?;
     anyhow::ensure!(a.replicas >= 2, "chaos needs at least two replicas");
@@ -197,7 +208,6 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
             .map_or(1, |d| d.as_nanos() as u64)
     });
     eprintln!("chaos: seed {seed} (run it again with --seed {seed})");
-    let mut schedule = Schedule::new(seed, a.replicas);
 
     let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
     let timeline = Timeline::start();
@@ -212,8 +222,12 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     }
     let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
     let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
-    let swarms = wd.swarms(&addr_refs, a.nodes, 0, &a.common, &[])?;
+    let mut swarms = wd.swarms(&addr_refs, a.nodes, 0, &a.common, &[])?;
     timeline.add_swarms(&swarms);
+    let per_swarm = a.common.nodes_per_swarm.max(1);
+    let mut schedule = Schedule::new(seed, a.replicas, swarms.len());
+    // Resumes counted by swarm processes since replaced (a restarted swarm counts afresh).
+    let mut retired = [0u64; 3];
     let n = a.nodes as u64;
     let converge = Duration::from_secs(a.converge_within);
     harness::wait_for(&swarms, "in_sync", n, "in sync", Duration::from_secs(1800)).await?;
@@ -235,7 +249,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         tokio::time::sleep(Duration::from_secs(a.fault_every)).await;
         let fault = schedule.next();
         let at = started.elapsed().as_secs_f64();
-        let before = resumed(&swarms);
+        let before = add(resumed(&swarms), retired);
         let t0 = Instant::now();
         eprintln!("chaos: {at:.0} s: {fault:?}");
         let applied = match fault {
@@ -259,6 +273,22 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
             }
             Fault::KillEtcd => etcd.kill_and_restart().await,
             Fault::CompactEtcd => etcd.compact().await.map(|_| ()),
+            Fault::RestartNodes(i) => {
+                let first = i * per_swarm;
+                let count = per_swarm.min(a.nodes.saturating_sub(first));
+                match wd.swarms(&addr_refs, count, first, &a.common, &[]) {
+                    Ok(mut fresh) => {
+                        if let (Some(slot), Some(new)) = (swarms.get_mut(i), fresh.pop()) {
+                            retired = add(retired, resumed(std::slice::from_ref(slot)));
+                            timeline.add_swarms(std::slice::from_ref(&new));
+                            // Dropping the old process kills it (SIGKILL).
+                            drop(std::mem::replace(slot, new));
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
         };
         applied.map_err(|e| fail(format!("injecting {fault:?}: {e:#}")))?;
         for s in &servers {
@@ -282,15 +312,15 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let after = resumed(&swarms);
+        let after = add(resumed(&swarms), retired);
         faults.push(Injected {
             at_secs: at,
             fault,
             converged_secs: t0.elapsed().as_secs_f64(),
             resumed: [
-                after[0] - before[0],
-                after[1] - before[1],
-                after[2] - before[2],
+                after[0].saturating_sub(before[0]),
+                after[1].saturating_sub(before[1]),
+                after[2].saturating_sub(before[2]),
             ],
         });
     }
@@ -324,7 +354,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     };
     let replicas_agree = settle.elapsed() <= converge;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let total = resumed(&swarms);
+    let total = add(resumed(&swarms), retired);
     let done = harness::finish(swarms, digest.as_deref().unwrap_or_default()).await?;
     let kvs = servers.first().map_or(0, |s| s.kvs);
     for s in servers {
@@ -406,7 +436,7 @@ mod tests {
     #[test]
     fn a_schedule_starts_with_every_kind_and_repeats_with_its_seed() {
         let kinds = |seed| {
-            let mut s = Schedule::new(seed, 3);
+            let mut s = Schedule::new(seed, 3, 2);
             (0..40).map(|_| s.next()).collect::<Vec<_>>()
         };
         let a = kinds(7);
@@ -426,6 +456,7 @@ mod tests {
         assert_eq!(first.len(), KINDS, "{a:?}");
         assert!(a.iter().all(|f| match f {
             Fault::KillReplica(i) | Fault::TermReplica(i) => *i < 3,
+            Fault::RestartNodes(i) => *i < 2,
             _ => true,
         }));
     }
