@@ -203,7 +203,12 @@ const RENAMES: &[(&str, &str)] = &[
 /// which the side-by-side with Calico's Typha found for `bpfEnabled`
 /// (docs/replacing-calico-typha.md).
 fn felix_param_name(field: &str) -> Option<String> {
-    if field == "nodeSelector" {
+    // Felix's parameters are Go identifiers; a field that is not one (empty, or holding a
+    // `/` that would cut the config key) is no parameter, and Go's decoder would drop it as
+    // an unknown field.
+    let identifier = field.starts_with(|c: char| c.is_ascii_alphabetic())
+        && field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if field == "nodeSelector" || !identifier {
         return None;
     }
     if let Ok(i) = RENAMES.binary_search_by(|(v3, _)| (*v3).cmp(field)) {

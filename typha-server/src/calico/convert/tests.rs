@@ -375,6 +375,12 @@ fn felix_parameter_names_keep_calicos_acronyms_and_units() {
         ("wireguardKeepAlive", Some("WireguardPersistentKeepAlive")),
         ("logSeverityScreen", Some("LogSeverityScreen")),
         ("nodeSelector", None),
+        // Not identifiers: no parameter (one with a `/` made a config key that is no key).
+        ("", None),
+        ("logSeveignmentvip4//blockrityScreen", None),
+        ("9lives", None),
+        ("with space", None),
+        ("feature_Flag2", Some("Feature_Flag2")),
     ] {
         assert_eq!(
             super::config::felix_param_name_for_tests(field).as_deref(),
