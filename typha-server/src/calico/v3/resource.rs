@@ -173,6 +173,22 @@ impl Resource {
         if env.metadata.name.is_empty() {
             return Err(ParseError::NoName(kind));
         }
+        // The Kubernetes API refuses these in any object's name or namespace (a path
+        // segment); a `/` here would also cut the keys the resource becomes.
+        for (field, v) in [
+            ("metadata.name", Some(env.metadata.name.as_str())),
+            ("metadata.namespace", env.metadata.namespace.as_deref()),
+        ] {
+            if let Some(v) = v
+                && (v == "." || v == ".." || v.contains(['/', '%', '\0']))
+            {
+                return Err(ParseError::BadName {
+                    kind,
+                    field,
+                    name: v.chars().take(253).collect(),
+                });
+            }
+        }
         let mut metadata = env.metadata;
         if kind.is_namespaced() {
             if metadata.namespace.as_deref().unwrap_or_default().is_empty() {
@@ -356,6 +372,17 @@ pub enum ParseError {
     /// No metadata.name.
     #[error("{0} without metadata.name")]
     NoName(Kind),
+    /// A name or namespace the Kubernetes API would refuse: `.`, `..`, or holding `/`, `%`
+    /// or NUL.
+    #[error("{kind} {field} {name:?} may not be \".\" or \"..\" nor contain '/', '%' or NUL")]
+    BadName {
+        /// The kind.
+        kind: Kind,
+        /// `metadata.name` or `metadata.namespace`.
+        field: &'static str,
+        /// The name given (at most 253 characters of it).
+        name: String,
+    },
     /// The spec does not parse.
     #[error("{id}: invalid spec: {source}")]
     Spec {

@@ -2,7 +2,7 @@
 
 use super::id::{Kind, ResourceId};
 use super::policy::PortSpec;
-use super::resource::{Resource, Spec};
+use super::resource::{ParseError, Resource, Spec};
 use super::yaml::yaml_documents;
 
 #[test]
@@ -295,4 +295,23 @@ fn bgp_filters_parse() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("BGPFilter bad"), "{err}");
+}
+
+#[test]
+fn names_the_kubernetes_api_would_refuse_are_refused() {
+    for (name, ns) in [
+        ("w/rker-3", "default"),
+        ("..", "default"),
+        ("50%", "default"),
+        ("ok", "a/b"),
+        ("nul\u{0}", "default"),
+    ] {
+        let doc = serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "NetworkSet",
+            "metadata": {"name": name, "namespace": ns}, "spec": {"nets": ["10.0.0.0/8"]}});
+        let e = Resource::from_json(doc).unwrap_err();
+        assert!(matches!(e, ParseError::BadName { .. }), "{name:?} {ns:?}: {e}");
+    }
+    let fine = serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "NetworkSet",
+        "metadata": {"name": "a.b-c", "namespace": "web"}, "spec": {"nets": ["10.0.0.0/8"]}});
+    assert!(Resource::from_json(fine).is_ok());
 }
