@@ -23,7 +23,8 @@ use typha_protocol::message::{Epoch, GoodbyeReason};
 use crate::cache::Cache;
 use crate::cache::writer::CacheWriter;
 use crate::config::Config;
-use crate::conn::info::{ConnInfo, ConnTable};
+use crate::conn::info::ConnTable;
+use crate::conn::stream::Stream;
 use crate::conn::{self, Close, Ctx};
 use crate::datastore::Datastore;
 use crate::governor;
@@ -415,18 +416,15 @@ async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         ctx.cache.metrics.connections_accepted.inc();
         let slot = slots.take();
-        let (ctx, conns2, tls) = (ctx.clone(), conns.clone(), tls.clone());
-        let task = tokio::spawn(async move {
-            // The slot and the table entry are held until the connection's task ends,
-            // whatever the outcome.
-            let over_limit = slot.is_none();
-            let info = ctx
-                .table
-                .register(peer, accepted, ctx.cache.metrics.clone());
-            handle(tcp, peer, accepted, tls, ctx, conns2, over_limit, &info).await;
-            drop(info);
-            drop(slot);
-        });
+        let task = tokio::spawn(connection(
+            tcp,
+            peer,
+            accepted,
+            tls.clone(),
+            ctx.clone(),
+            conns.clone(),
+            slot,
+        ));
         let mut t = lock(&tasks);
         t.retain(|h| !h.is_finished());
         t.push(task);
@@ -439,28 +437,93 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// One connection's task, from accept to close: registered in the table now, when it is
+/// accepted. The slot and the table entry are held until the task ends, whatever the outcome.
+///
+/// A task's future is allocated once, for the connection's life, at the size of its largest
+/// state. So what only one phase needs is boxed, allocated for that phase alone: TLS with
+/// telling the protocol, a Calico client's whole life, and (inside [`conn::task::run`]) our
+/// hello with the initial sync. What is left inline is our protocol's stream loop: one
+/// allocation per connection for the task and the loop, not a task around a boxed loop.
 #[allow(clippy::too_many_arguments)]
-async fn handle(
+fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
     accepted: Instant,
     tls: Option<Arc<tls::ServerTls>>,
     ctx: Arc<Ctx>,
     conns: Arc<Mutex<Registry_>>,
-    over_limit: bool,
-    info: &ConnInfo,
-) {
-    // The task's own future is allocated for the connection's whole life at the size of its
-    // largest state, so what only one phase needs (TLS, telling the protocol, each protocol's
-    // own state) is boxed: allocated for that phase alone, at its own size.
-    match tls {
-        None => serve_registered(tcp, peer, accepted, ctx, conns, over_limit, info).await,
-        Some(t) => {
-            if let Some(stream) = Box::pin(admit(tcp, peer, accepted, &t, &ctx)).await {
-                serve_registered(stream, peer, accepted, ctx, conns, over_limit, info).await;
+    slot: Option<Slot>,
+) -> impl Future<Output = ()> + Send {
+    let over_limit = slot.is_none();
+    let info = ctx
+        .table
+        .register(peer, accepted, ctx.cache.metrics.clone());
+    // Made here, so the task's future captures only it, not the socket it takes: an async
+    // block keeps room for what it captures even once moved out. (The address and the time of
+    // accept are in `info`.)
+    let admit = Box::pin(admit_and_open(
+        tcp,
+        peer,
+        accepted,
+        tls,
+        ctx.clone(),
+        over_limit,
+    ));
+    async move {
+        let Some((stream, protocol, prefix)) = admit.await else {
+            drop(info);
+            drop(slot);
+            return;
+        };
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut r = lock(&conns);
+            r.next += 1;
+            let id = r.next;
+            r.conns.insert(id, tx);
+            id
+        };
+        match protocol {
+            Protocol::Calico => {
+                Box::pin(conn::calico::serve(
+                    stream,
+                    info.peer(),
+                    info.accepted(),
+                    ctx,
+                    rx,
+                    &info,
+                    prefix,
+                ))
+                .await
+            }
+            _ => {
+                let ended = conn::task::run(stream, &ctx, rx, &info, prefix).await;
+                conn::task::ended(info.peer(), &ctx, ended);
             }
         }
+        lock(&conns).conns.remove(&id);
+        drop(info);
+        drop(slot);
     }
+}
+
+/// TLS (with the client's identity) when configured, then telling the protocol; `None`: the
+/// connection is over (counted and logged).
+async fn admit_and_open(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    accepted: Instant,
+    tls: Option<Arc<tls::ServerTls>>,
+    ctx: Arc<Ctx>,
+    over_limit: bool,
+) -> Option<(Stream, Protocol, bytes::BytesMut)> {
+    let mut stream = match tls {
+        None => Stream::Plain(tcp),
+        Some(t) => Stream::Tls(admit(tcp, peer, accepted, &t, &ctx).await?),
+    };
+    let (protocol, prefix) = open(&mut stream, peer, accepted, &ctx, over_limit).await?;
+    Some((stream, protocol, prefix))
 }
 
 /// The TLS handshake (within the handshake deadline) and the client's identity; `None`: the
@@ -508,47 +571,6 @@ async fn admit(
             None
         }
     }
-}
-
-async fn serve_registered<S>(
-    mut stream: S,
-    peer: SocketAddr,
-    accepted: Instant,
-    ctx: Arc<Ctx>,
-    conns: Arc<Mutex<Registry_>>,
-    over_limit: bool,
-    info: &ConnInfo,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let Some((protocol, prefix)) =
-        Box::pin(open(&mut stream, peer, accepted, &ctx, over_limit)).await
-    else {
-        return;
-    };
-    let (tx, rx) = oneshot::channel();
-    let id = {
-        let mut r = lock(&conns);
-        r.next += 1;
-        let id = r.next;
-        r.conns.insert(id, tx);
-        id
-    };
-    match protocol {
-        Protocol::Calico => {
-            Box::pin(conn::calico::serve(
-                stream, peer, accepted, ctx, rx, info, prefix,
-            ))
-            .await
-        }
-        _ => {
-            Box::pin(conn::task::serve(
-                stream, peer, accepted, ctx, rx, info, prefix,
-            ))
-            .await
-        }
-    }
-    lock(&conns).conns.remove(&id);
 }
 
 /// Tells the protocol from the first bytes (within the handshake deadline) and returns it

@@ -60,22 +60,52 @@ impl Phase {
 
 /// Longest node name shown (a DNS name's limit): the name comes from the client.
 const MAX_NAME: usize = 253;
+// Its length is kept in a byte ([`Hello`]).
+const _: () = assert!(MAX_NAME <= u8::MAX as usize);
 
 /// `s`, cut to at most [`MAX_NAME`] bytes (on a character boundary).
-fn bounded(s: &str) -> String {
+fn bounded(s: &str) -> &str {
     let mut cut = s.len().min(MAX_NAME);
     while !s.is_char_boundary(cut) {
         cut -= 1;
     }
-    s[..cut].to_owned()
+    &s[..cut]
 }
 
-/// What the hello said.
+/// What the hello said: the node's name, the client's description and the protocol version,
+/// one after the other in one allocation (three strings would be three, and 72 bytes inline
+/// in every connection's entry).
 #[derive(Debug)]
 struct Hello {
-    name: String,
-    client: String,
-    version: String,
+    text: Box<str>,
+    /// Where the name ends and the client's description begins (each at most [`MAX_NAME`]).
+    name_len: u8,
+    /// Where the description ends and the version begins, after the name.
+    client_len: u8,
+}
+
+impl Hello {
+    fn new(name: &str, client: &str, version: impl std::fmt::Display) -> Self {
+        let (name, client) = (bounded(name), bounded(client));
+        Hello {
+            text: format!("{name}{client}{version}").into_boxed_str(),
+            name_len: u8::try_from(name.len()).unwrap_or(u8::MAX),
+            client_len: u8::try_from(client.len()).unwrap_or(u8::MAX),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.text[..usize::from(self.name_len)]
+    }
+
+    fn client(&self) -> &str {
+        let start = usize::from(self.name_len);
+        &self.text[start..start + usize::from(self.client_len)]
+    }
+
+    fn version(&self) -> &str {
+        &self.text[usize::from(self.name_len) + usize::from(self.client_len)..]
+    }
 }
 
 /// One connection, as its task reports it.
@@ -97,11 +127,7 @@ pub struct ConnInfo {
 impl ConnInfo {
     /// The hello was accepted: who the client says it is. Then waiting for its turn.
     pub fn hello(&self, name: &str, client: &str, version: impl std::fmt::Display) {
-        let _ = self.hello.set(Hello {
-            name: bounded(name),
-            client: bounded(client),
-            version: version.to_string(),
-        });
+        let _ = self.hello.set(Hello::new(name, client, version));
         self.set_phase(Phase::Waiting);
     }
 
@@ -122,6 +148,16 @@ impl ConnInfo {
             // (`typha_syncs_waiting`) by the sync-slot wait.
             Phase::Waiting | Phase::Streaming => {}
         }
+    }
+
+    /// The client's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// When the connection was accepted (its handshake deadline counts from here).
+    pub fn accepted(&self) -> Instant {
+        self.accepted
     }
 
     /// The phase now.
@@ -156,10 +192,10 @@ impl ConnInfo {
             .map_or(0.0, |d| d.as_secs_f64());
         // A json! object literal is always an object.
         let Value::Object(mut v) = json!({
-            "name": hello.map(|h| h.name.as_str()),
+            "name": hello.map(Hello::name),
             "address": self.peer.to_string(),
-            "client": hello.map(|h| h.client.as_str()),
-            "version": hello.map(|h| h.version.as_str()),
+            "client": hello.map(Hello::client),
+            "version": hello.map(Hello::version),
             "phase": phase.as_str(),
             "connected_since": since,
             "connected_secs": now.duration_since(self.since).map_or(0.0, |d| d.as_secs_f64()),
@@ -275,7 +311,7 @@ impl ConnTable {
         let mut out: Vec<(Option<String>, SocketAddr, Value)> = conns
             .iter()
             .map(|c| {
-                let name = c.hello.get().map(|h| h.name.clone());
+                let name = c.hello.get().map(|h| h.name().to_owned());
                 (name, c.peer, c.json(cache, latest, now))
             })
             .collect();

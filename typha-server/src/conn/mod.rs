@@ -24,6 +24,7 @@
 pub mod calico;
 pub mod info;
 mod out;
+pub mod stream;
 mod sync;
 pub mod task;
 
@@ -210,8 +211,10 @@ pub enum ConnError {
     #[error("handshake: {0}")]
     HandshakeFrame(#[source] FrameError),
     /// The handshake was refused (no common version, wrong syncer type, no hello in time).
+    /// Boxed: the refusal is large, and every future that holds a `Result` of this type keeps
+    /// room for it (the stream loop's, for the connection's life).
     #[error("handshake: {0}")]
-    Handshake(#[source] Rejected),
+    Handshake(#[source] Box<Rejected>),
     /// No hello before the deadline.
     #[error("handshake: handshake timed out")]
     HandshakeTimeout,

@@ -20,8 +20,7 @@ pub(super) struct Out<W> {
     pending: Vec<Bytes>,
     /// Bytes queued and not yet written.
     pub(super) pending_len: usize,
-    write_timeout: Duration,
-    max_write: usize,
+    /// The write timeout and the most bytes per write are the settings'.
     ctx: Arc<Ctx>,
     /// Total time spent in [`Out::flush`]: while we write, we neither read pongs nor send pings.
     pub(super) writing: Duration,
@@ -36,12 +35,15 @@ impl<W: AsyncWrite + Unpin> Out<W> {
             w,
             pending: Vec::new(),
             pending_len: 0,
-            write_timeout: ctx.cfg.write_timeout,
-            max_write: ctx.cfg.max_write,
             ctx,
             writing: Duration::ZERO,
             queued: 0,
         }
+    }
+
+    /// The stream written to (to read from it too, between writes).
+    pub(super) fn io(&mut self) -> &mut W {
+        &mut self.w
     }
 
     /// Queues a frame; an empty one (it could not be encoded) ends the connection.
@@ -62,30 +64,31 @@ impl<W: AsyncWrite + Unpin> Out<W> {
             return Ok(());
         }
         let start = Instant::now();
-        let deadline = start + self.write_timeout;
         let frames = std::mem::take(&mut self.pending);
         let total = std::mem::take(&mut self.pending_len);
+        let max_write = self.ctx.cfg.max_write;
+        let w = &mut self.w;
         let write = async {
             if let [one] = frames.as_slice() {
-                self.w.write_all(one).await?;
+                w.write_all(one).await?;
             } else {
-                let mut buf = Vec::with_capacity(total.min(self.max_write));
+                let mut buf = Vec::with_capacity(total.min(max_write));
                 for f in &frames {
-                    if !buf.is_empty() && buf.len() + f.len() > self.max_write {
-                        self.w.write_all(&buf).await?;
+                    if !buf.is_empty() && buf.len() + f.len() > max_write {
+                        w.write_all(&buf).await?;
                         buf.clear();
                     }
-                    if f.len() >= self.max_write {
-                        self.w.write_all(f).await?;
+                    if f.len() >= max_write {
+                        w.write_all(f).await?;
                     } else {
                         buf.extend_from_slice(f);
                     }
                 }
                 if !buf.is_empty() {
-                    self.w.write_all(&buf).await?;
+                    w.write_all(&buf).await?;
                 }
             }
-            self.w.flush().await
+            w.flush().await
         };
         // Most writes complete at once (the socket has room): only a write that has to wait
         // arms the timeout, so the common case registers no timer.
@@ -97,15 +100,17 @@ impl<W: AsyncWrite + Unpin> Out<W> {
             })
         })
         .await;
+        // The timer boxed: only a write that waits has one, so the stream loop's state, kept
+        // for the connection's life, keeps no room for it.
         let written = match at_once {
             Some(r) => Ok(r),
-            None => timeout_at(deadline, write).await,
+            None => Box::pin(timeout_at(start + self.ctx.cfg.write_timeout, write)).await,
         };
         let took = start.elapsed();
         self.writing += took;
         match written {
             Ok(r) => r?,
-            Err(_) => return Err(ConnError::WriteTimeout(self.write_timeout)),
+            Err(_) => return Err(ConnError::WriteTimeout(self.ctx.cfg.write_timeout)),
         }
         let m = &self.ctx.cache.metrics;
         m.bytes_sent.inc_by(total as u64);
@@ -134,6 +139,18 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         message: &str,
         redirect: Option<Vec<String>>,
     ) {
+        // Boxed: a connection says goodbye once, and its task's future, allocated for the
+        // connection's life, need not keep room for the goodbye beside the stream loop's own
+        // state.
+        Box::pin(self.say_goodbye(reason, message, redirect)).await;
+    }
+
+    async fn say_goodbye(
+        &mut self,
+        reason: GoodbyeReason,
+        message: &str,
+        redirect: Option<Vec<String>>,
+    ) {
         let redirect = match reason {
             GoodbyeReason::Shutdown
             | GoodbyeReason::TooManyConnections
@@ -147,16 +164,10 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         });
         self.pending.clear();
         self.pending_len = 0;
-        // Boxed: a connection says goodbye once, and its task's future, allocated for the
-        // connection's life, need not keep room for this write beside the stream loop's own.
         if self.queue(encode(&g, false)).is_ok() {
-            let _ = Box::pin(self.flush()).await;
+            let _ = self.flush().await;
         }
-        let shutdown = Box::pin(tokio::time::timeout(
-            Duration::from_secs(1),
-            self.w.shutdown(),
-        ));
-        let _ = shutdown.await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.w.shutdown()).await;
     }
 }
 

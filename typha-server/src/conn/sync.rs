@@ -199,17 +199,7 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     let Some(next) = cache.get(Seq(cursor.seq.0 + 1)) else {
         // Fell out of the window: resnapshot (the client replaces its state). Boxed: rare, and
         // not worth room in every streaming connection's future.
-        let snap = Box::pin(ctx.snapshots.full(cache, v)).await;
-        for f in &snap.frames {
-            out.queue(f.clone())?;
-            if out.pending_len >= ctx.cfg.max_write * 4 {
-                out.flush().await?;
-            }
-        }
-        *cursor = snap.crumb.clone();
-        out.queue(fanout::status_frame(cursor.status))?;
-        *sent_status = cursor.status;
-        return Ok(());
+        return Box::pin(resnapshot(ctx, cursor, sent_status, v, out)).await;
     };
     let now = Instant::now();
     let in_grace = now < follow.grace_until;
@@ -281,6 +271,27 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
             break;
         }
     }
+    Ok(())
+}
+
+/// A fresh snapshot in-band, for a client whose position left the window.
+async fn resnapshot<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    cursor: &mut Arc<Breadcrumb>,
+    sent_status: &mut SyncStatus,
+    v: Variant,
+    out: &mut Out<W>,
+) -> Result<(), ConnError> {
+    let snap = ctx.snapshots.full(&ctx.cache, v).await;
+    for f in &snap.frames {
+        out.queue(f.clone())?;
+        if out.pending_len >= ctx.cfg.max_write * 4 {
+            out.flush().await?;
+        }
+    }
+    *cursor = snap.crumb.clone();
+    out.queue(fanout::status_frame(cursor.status))?;
+    *sent_status = cursor.status;
     Ok(())
 }
 

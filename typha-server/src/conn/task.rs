@@ -3,11 +3,13 @@
 //! either side closes or a limit is hit. The outcome is logged once, at the task's boundary.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tracing::{debug, info};
@@ -24,21 +26,9 @@ use crate::fanout::{Variant, encode};
 use crate::metrics::DropReason;
 use crate::syncer::freshness::Published;
 
-/// Serves one connection until it ends, reporting what it does in `info`; logs the outcome
-/// once. `prefix`: bytes already read from the stream (to tell its protocol).
-pub async fn serve<S>(
-    stream: S,
-    peer: SocketAddr,
-    accepted: Instant,
-    ctx: Arc<Ctx>,
-    close: oneshot::Receiver<Close>,
-    info: &ConnInfo,
-    prefix: BytesMut,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let m = ctx.cache.metrics.clone();
-    match run(stream, accepted, ctx, close, info, prefix).await {
+/// Logs how a connection served by [`run`] ended, once, and counts a drop by its reason.
+pub fn ended(peer: SocketAddr, ctx: &Ctx, result: Result<(), ConnError>) {
+    match result {
         Ok(()) | Err(ConnError::PeerClosed) => debug!(%peer, "connection closed"),
         // Sent away on purpose (a drain, a balancing move): expected, counted, not logged.
         Err(e @ ConnError::Closed(GoodbyeReason::Shutdown | GoodbyeReason::Rebalance)) => {
@@ -58,143 +48,210 @@ pub async fn serve<S>(
                 _ => None,
             };
             if let Some(r) = reason {
-                m.dropped(r);
+                ctx.cache.metrics.dropped(r);
             }
             info!(%peer, error = %e, "connection ended");
         }
     }
 }
 
-async fn run<S>(
+/// Serves one connection of our protocol until it ends (then [`ended`] tells how).
+/// `prefix`: bytes already read from the stream (to tell its protocol). Its future is the
+/// stream loop's state, kept for the connection's life: the connection's task holds it
+/// inline, and what only the start needs is boxed.
+pub fn run<'a, S>(
     stream: S,
-    accepted: Instant,
-    ctx: Arc<Ctx>,
-    mut close: oneshot::Receiver<Close>,
-    info: &ConnInfo,
+    ctx: &'a Arc<Ctx>,
+    close: oneshot::Receiver<Close>,
+    info: &'a ConnInfo,
     prefix: BytesMut,
-) -> Result<(), ConnError>
+) -> impl Future<Output = Result<(), ConnError>> + Send + 'a
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (r, w) = tokio::io::split(stream);
-    let mut out = Out::new(w, ctx.clone());
-    // The handshake and the initial sync in an allocation of their own, freed before the
-    // stream loop: their futures, and what they hold (the hello; a resuming client's 8 KiB
-    // digest), are not kept for the life of the connection.
-    let Started {
-        mut r,
-        mut dec,
-        mut rbuf,
-        session,
-        mut cursor,
-        mut staleness,
-        tells_staleness,
-    } = Box::pin(start(r, accepted, &ctx, &mut close, info, prefix, &mut out)).await?;
-    let variant = Variant::of(&session);
-    let m = &ctx.cache.metrics;
-    let mut follow = Following::new(Instant::now() + ctx.cfg.new_client_grace);
-    m.connections_streaming.inc();
-    let _streaming = scopeguard(|| {
-        ctx.cache.metrics.connections_streaming.dec();
-    });
-
-    let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
-    let mut sent_status = cursor.status;
-    // One timer for the whole stream, moved after each ping: a fresh one per turn of the
-    // loop (per breadcrumb) would be registered and cancelled thousands of times a second
-    // across the connections.
-    let ping_timer = sleep_until(Instant::now() + jitter(ctx.cfg.ping_interval));
-    tokio::pin!(ping_timer);
-    let mut last_heard = Instant::now();
-    let mut ping_sent: Option<(u64, Instant)> = None;
-    // The client is alive if it answers pings or acknowledges what it applied (acks come while
-    // it works through a long catch-up, when our pings wait behind the data). The clock stops
-    // while we are writing to it: a client that reads slowly but steadily is the write
-    // timeout's business, not the pong timeout's.
-    let mut writing_seen = out.writing;
-
-    loop {
-        // First time round this also sends breadcrumbs published while the initial sync was
-        // being written (they came before the subscription and would not wake us).
-        catch_up(
-            &ctx,
-            &mut cursor,
-            &mut sent_status,
+    // One stream, read and written in turn (never at once): no split halves. The handshake
+    // and the initial sync in an allocation of their own, freed before the stream loop: their
+    // futures, and what they hold (the hello; a resuming client's 8 KiB digest), are not kept
+    // for the life of the connection. Made here, so the stream loop's future captures only
+    // it, not the stream and the bytes it takes (an async block keeps room for what it
+    // captures even once moved out).
+    let start = Box::pin(start_owned(
+        Out::new(stream, ctx.clone()),
+        close,
+        ctx,
+        info,
+        prefix,
+    ));
+    async move {
+        let Started {
+            mut out,
+            mut close,
+            mut dec,
+            mut rbuf,
+            may_receive,
             variant,
-            &mut follow,
-            &mut out,
-        )
-        .await?;
-        out.flush().await?;
-        info.sent(cursor.seq);
-        tokio::select! {
-            close = &mut close => {
-                let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
-                out.goodbye_to(close.reason, "server closing this connection", close.redirect).await;
-                return Err(ConnError::Closed(close.reason));
-            }
-            Ok(()) = staleness.changed(), if tells_staleness => {
-                let frame = staleness.borrow_and_update().frame.clone();
-                out.queue(frame)?;
-            }
-            changed = crumbs.changed() => {
-                if changed.is_err() {
-                    out.goodbye(GoodbyeReason::Shutdown, "cache closed").await;
-                    return Err(ConnError::Closed(GoodbyeReason::Shutdown));
+            mut cursor,
+            mut staleness,
+            tells_staleness,
+        } = start.await?;
+        let m = &ctx.cache.metrics;
+        let mut follow = Following::new(Instant::now() + ctx.cfg.new_client_grace);
+        m.connections_streaming.inc();
+        let _streaming = scopeguard(|| {
+            ctx.cache.metrics.connections_streaming.dec();
+        });
+
+        let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
+        let mut sent_status = cursor.status;
+        // One timer for the whole stream, moved after each ping: a fresh one per turn of the
+        // loop (per breadcrumb) would be registered and cancelled thousands of times a second
+        // across the connections.
+        let ping_timer = sleep_until(Instant::now() + jitter(ctx.cfg.ping_interval));
+        tokio::pin!(ping_timer);
+        let mut last_heard = Instant::now();
+        // The timestamp of the first ping not answered yet (when it was sent: from the
+        // timestamp).
+        let mut ping_sent: Option<u64> = None;
+        // The client is alive if it answers pings or acknowledges what it applied (acks come while
+        // it works through a long catch-up, when our pings wait behind the data). The clock stops
+        // while we are writing to it: a client that reads slowly but steadily is the write
+        // timeout's business, not the pong timeout's.
+        let mut writing_seen = out.writing;
+
+        loop {
+            // First time round this also sends breadcrumbs published while the initial sync was
+            // being written (they came before the subscription and would not wake us).
+            catch_up(
+                ctx,
+                &mut cursor,
+                &mut sent_status,
+                variant,
+                &mut follow,
+                &mut out,
+            )
+            .await?;
+            out.flush().await?;
+            info.sent(cursor.seq);
+            tokio::select! {
+                close = &mut close => {
+                    let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
+                    out.goodbye_to(close.reason, "server closing this connection", close.redirect).await;
+                    return Err(ConnError::Closed(close.reason));
                 }
-            }
-            n = r.read_buf(&mut rbuf) => {
-                match n {
-                    Ok(0) => return Err(ConnError::PeerClosed),
-                    Ok(_) => {}
-                    Err(e) => return Err(e.into()),
+                Ok(()) = staleness.changed(), if tells_staleness => {
+                    let frame = staleness.borrow_and_update().frame.clone();
+                    out.queue(frame)?;
                 }
-                inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
-            }
-            () = &mut ping_timer => {
-                let paused = out.writing.saturating_sub(writing_seen);
-                writing_seen = out.writing;
-                last_heard = (last_heard + paused).min(Instant::now());
-                if last_heard.elapsed() > ctx.cfg.pong_timeout {
-                    // While a long write to this client was in progress nothing was read: its
-                    // pongs may be waiting in the socket. Judge only after reading them.
-                    // (Bounded: a client that keeps sending cannot keep us here. Boxed: rare, and
-                    // not worth room in the connection's future for its life.)
-                    Box::pin(async {
-                        for _ in 0..64 {
-                            let Ok(n) = tokio::time::timeout(Duration::ZERO, r.read_buf(&mut rbuf)).await else {
-                                break;
-                            };
-                            match n {
-                                Ok(0) => return Err(ConnError::PeerClosed),
-                                Ok(_) => {}
-                                Err(e) => return Err(e.into()),
+                changed = crumbs.changed() => {
+                    if changed.is_err() {
+                        out.goodbye(GoodbyeReason::Shutdown, "cache closed").await;
+                        return Err(ConnError::Closed(GoodbyeReason::Shutdown));
+                    }
+                }
+                n = read_some(out.io(), &mut rbuf) => {
+                    match n {
+                        Ok(0) => return Err(ConnError::PeerClosed),
+                        Ok(_) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    if let Err(e) = inbound(ctx, may_receive, &mut dec, &mut rbuf, &mut last_heard, &mut ping_sent, info) {
+                        return Err(Box::pin(refuse(&mut out, e)).await);
+                    }
+                }
+                () = &mut ping_timer => {
+                    let paused = out.writing.saturating_sub(writing_seen);
+                    writing_seen = out.writing;
+                    last_heard = (last_heard + paused).min(Instant::now());
+                    if last_heard.elapsed() > ctx.cfg.pong_timeout {
+                        // While a long write to this client was in progress nothing was read: its
+                        // pongs may be waiting in the socket. Judge only after reading them.
+                        // (Bounded: a client that keeps sending cannot keep us here. Boxed: rare, and
+                        // not worth room in the connection's future for its life.)
+                        Box::pin(async {
+                            for _ in 0..64 {
+                                let Ok(n) = tokio::time::timeout(Duration::ZERO, read_some(out.io(), &mut rbuf)).await else {
+                                    break;
+                                };
+                                match n {
+                                    Ok(0) => return Err(ConnError::PeerClosed),
+                                    Ok(_) => {}
+                                    Err(e) => return Err(e.into()),
+                                }
+                                if let Err(e) = inbound(ctx, may_receive, &mut dec, &mut rbuf, &mut last_heard, &mut ping_sent, info) {
+                                    return Err(Box::pin(refuse(&mut out, e)).await);
+                                }
                             }
-                            inbound(&ctx, &session, &mut dec, &mut rbuf, &mut out, &mut last_heard, &mut ping_sent, info).await?;
-                        }
-                        Ok(())
-                    })
-                    .await?;
+                            Ok(())
+                        })
+                        .await?;
+                    }
+                    let now = Instant::now();
+                    if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
+                        out.goodbye(GoodbyeReason::PingTimeout, "no pong in time").await;
+                        return Err(ConnError::Closed(GoodbyeReason::PingTimeout));
+                    }
+                    let ts = u64::try_from(now.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
+                    out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
+                    if ping_sent.is_none() {
+                        ping_sent = Some(ts);
+                    }
+                    ping_timer.as_mut().reset(now + jitter(ctx.cfg.ping_interval));
                 }
-                let now = Instant::now();
-                if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
-                    out.goodbye(GoodbyeReason::PingTimeout, "no pong in time").await;
-                    return Err(ConnError::Closed(GoodbyeReason::PingTimeout));
-                }
-                let ts = u64::try_from(now.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
-                out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
-                if ping_sent.is_none() {
-                    ping_sent = Some((ts, now));
-                }
-                ping_timer.as_mut().reset(now + jitter(ctx.cfg.ping_interval));
             }
         }
     }
 }
 
 /// What the handshake and the initial sync leave to the stream loop.
-struct Started<R> {
-    r: R,
+struct Started<S> {
+    out: Out<S>,
+    close: oneshot::Receiver<Close>,
+    dec: FrameDecoder,
+    rbuf: BytesMut,
+    /// What the client may send: a [`bit`] per message type (the session's 48 bytes would be
+    /// kept for this alone).
+    may_receive: u32,
+    variant: Variant,
+    cursor: Arc<Breadcrumb>,
+    staleness: watch::Receiver<Published>,
+    tells_staleness: bool,
+}
+
+/// [`start`], owning what the stream loop takes over.
+async fn start_owned<S>(
+    mut out: Out<S>,
+    mut close: oneshot::Receiver<Close>,
+    ctx: &Arc<Ctx>,
+    info: &ConnInfo,
+    prefix: BytesMut,
+) -> Result<Started<S>, ConnError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let s = start(ctx, &mut close, info, prefix, &mut out).await?;
+    Ok(Started {
+        out,
+        close,
+        dec: s.dec,
+        rbuf: s.rbuf,
+        may_receive: MessageType::ALL
+            .iter()
+            .filter(|t| s.session.may_receive(**t))
+            .fold(0, |mask, t| mask | bit(*t)),
+        variant: Variant::of(&s.session),
+        cursor: s.cursor,
+        staleness: s.staleness,
+        tells_staleness: s.tells_staleness,
+    })
+}
+
+/// A message type's bit in [`Started::may_receive`] (the types are numbered 1 to 12).
+fn bit(t: MessageType) -> u32 {
+    1 << (t as u32)
+}
+
+/// What [`start`] leaves.
+struct Begun {
     dec: FrameDecoder,
     rbuf: BytesMut,
     session: Session,
@@ -205,19 +262,17 @@ struct Started<R> {
 
 /// The hello (within the deadline, counted from accept, so TLS and hello share it), then the
 /// initial sync, written and flushed.
-async fn start<R, W>(
-    mut r: R,
-    accepted: Instant,
+async fn start<S>(
     ctx: &Arc<Ctx>,
     close: &mut oneshot::Receiver<Close>,
     info: &ConnInfo,
     prefix: BytesMut,
-    out: &mut Out<W>,
-) -> Result<Started<R>, ConnError>
+    out: &mut Out<S>,
+) -> Result<Begun, ConnError>
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
+    let accepted = info.accepted();
     let mut dec = FrameDecoder::new(Limits::SERVER_INBOUND);
     // The bytes read to tell the protocol are the start of the hello.
     let mut rbuf = prefix;
@@ -235,7 +290,7 @@ where
                 return Err(ConnError::HandshakeFrame(e));
             }
         }
-        match timeout_at(deadline, r.read_buf(&mut rbuf)).await {
+        match timeout_at(deadline, out.io().read_buf(&mut rbuf)).await {
             Ok(Ok(0)) => return Err(ConnError::PeerClosed),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e.into()),
@@ -245,7 +300,9 @@ where
                     .as_ref()
                     .map_or_else(|| "handshake timed out".into(), |r| r.to_string());
                 out.goodbye(GoodbyeReason::HandshakeTimeout, &msg).await;
-                return Err(rej.map_or(ConnError::HandshakeTimeout, ConnError::Handshake));
+                return Err(rej.map_or(ConnError::HandshakeTimeout, |r| {
+                    ConnError::Handshake(Box::new(r))
+                }));
             }
         }
     };
@@ -255,7 +312,7 @@ where
             if let Some(g) = &rej.goodbye {
                 out.goodbye(g.reason, &g.message).await;
             }
-            return Err(ConnError::Handshake(rej));
+            return Err(ConnError::Handshake(Box::new(rej)));
         }
     };
     let session = accepted_hello.session;
@@ -299,8 +356,7 @@ where
     info.synced(resumed, cursor.seq);
     m.client_snapshot_send_secs
         .observe(sync_started.elapsed().as_secs_f64());
-    Ok(Started {
-        r,
+    Ok(Begun {
         dec,
         rbuf,
         session,
@@ -311,35 +367,38 @@ where
 }
 
 /// Handles every complete message in `rbuf`: pongs and acks; a goodbye or anything a client
-/// may not send ends the connection.
-#[allow(clippy::too_many_arguments)]
-async fn inbound<W: AsyncWrite + Unpin>(
-    ctx: &Arc<Ctx>,
-    session: &Session,
+/// may not send ends the connection ([`refuse`] says why to the client). Not async: the
+/// stream loop's state keeps no room for it.
+fn inbound(
+    ctx: &Ctx,
+    may_receive: u32,
     dec: &mut FrameDecoder,
     rbuf: &mut BytesMut,
-    out: &mut Out<W>,
     last_heard: &mut Instant,
-    ping_sent: &mut Option<(u64, Instant)>,
+    ping_sent: &mut Option<u64>,
     info: &ConnInfo,
 ) -> Result<(), ConnError> {
     loop {
         let msg = match dec.decode(rbuf) {
             Ok(Some(msg)) => msg,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
-                    .await;
-                return Err(ConnError::Frame(e));
+            Ok(None) => {
+                // Nothing left over (the usual case, between pongs): an idle connection keeps
+                // no read buffer.
+                if rbuf.is_empty() {
+                    *rbuf = BytesMut::new();
+                }
+                return Ok(());
             }
+            Err(e) => return Err(ConnError::Frame(e)),
         };
-        if !session.may_receive(msg.message_type()) {
-            return Err(unexpected(out, msg.message_type()).await);
+        if may_receive & bit(msg.message_type()) == 0 {
+            return Err(ConnError::Unexpected(msg.message_type()));
         }
         match msg {
             Message::Pong(p) => {
                 *last_heard = Instant::now();
-                if let Some((_, at)) = ping_sent.take_if(|(ts, _)| *ts == p.ping_timestamp_micros) {
+                if let Some(ts) = ping_sent.take_if(|ts| *ts == p.ping_timestamp_micros) {
+                    let at = ctx.started + Duration::from_micros(ts);
                     ctx.cache
                         .metrics
                         .ping_latency
@@ -361,18 +420,53 @@ async fn inbound<W: AsyncWrite + Unpin>(
                 debug!(reason = %g.reason, message = %g.message, "client said goodbye");
                 return Err(ConnError::PeerClosed);
             }
-            other => return Err(unexpected(out, other.message_type()).await),
+            other => return Err(ConnError::Unexpected(other.message_type())),
         }
     }
 }
 
-/// A message a client may not send: a Goodbye saying so, and the error.
-async fn unexpected<W: AsyncWrite + Unpin>(out: &mut Out<W>, ty: MessageType) -> ConnError {
-    let e = ConnError::Unexpected(ty);
-    out.goodbye(
-        GoodbyeReason::ProtocolError,
-        &format!("unexpected {ty} from a client"),
-    )
-    .await;
+/// Ends a connection for what [`inbound`] found: a frame that does not decode or a message a
+/// client may not send gets a Goodbye saying so; returns the error. (Boxed where it is called:
+/// once per connection at most.)
+async fn refuse<W: AsyncWrite + Unpin>(out: &mut Out<W>, e: ConnError) -> ConnError {
+    let message = match &e {
+        ConnError::Frame(f) => Some(f.to_string()),
+        ConnError::Unexpected(ty) => Some(format!("unexpected {ty} from a client")),
+        _ => None,
+    };
+    if let Some(message) = message {
+        out.goodbye(GoodbyeReason::ProtocolError, &message).await;
+    }
     e
+}
+
+/// Reads what the client sent, appending it to `rbuf`; 0: the client closed the connection.
+/// Through a buffer on the stack, there only while polled: a connection waiting for its
+/// client keeps no read buffer (the stream loop's `rbuf` holds only a partial frame).
+fn read_some<'a, S: AsyncRead + Unpin>(
+    s: &'a mut S,
+    rbuf: &'a mut BytesMut,
+) -> impl Future<Output = std::io::Result<usize>> + 'a {
+    std::future::poll_fn(move |cx| {
+        let mut tmp = [0u8; 1024];
+        let mut b = ReadBuf::new(&mut tmp);
+        std::task::ready!(Pin::new(&mut *s).poll_read(cx, &mut b))?;
+        rbuf.extend_from_slice(b.filled());
+        Poll::Ready(Ok(b.filled().len()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_type_has_a_bit_of_its_own() {
+        let mut seen = 0u32;
+        for t in MessageType::ALL {
+            assert!((t as u8) < 32, "{t} does not fit the mask");
+            assert_eq!(seen & bit(t), 0, "{t} shares a bit");
+            seen |= bit(t);
+        }
+    }
 }
