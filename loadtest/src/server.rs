@@ -422,30 +422,7 @@ impl Server {
     /// `TYPHA_SHUTDOWNTIMEOUTSECS`, then exits), checks that it exited cleanly, and starts it
     /// again as [`Server::kill_and_restart`] does.
     pub(crate) async fn term_and_restart(&mut self) -> anyhow::Result<()> {
-        if let Some(mut p) = self.proc.take() {
-            if let Some(pid) = p.id() {
-                Command::new("kill")
-                    .args(["-TERM", &pid.to_string()])
-                    .status()
-                    .await
-                    .context("running kill")?;
-            }
-            match tokio::time::timeout(Duration::from_secs(60), p.wait()).await {
-                Ok(status) => {
-                    let status = status?;
-                    anyhow::ensure!(
-                        status.success(),
-                        "{} exited with {status} after SIGTERM{}",
-                        self.name,
-                        self.log_tail()
-                    );
-                }
-                Err(_) => {
-                    let _ = p.kill().await;
-                    bail!("{} did not exit within 60 s of SIGTERM; killed", self.name)
-                }
-            }
-        }
+        self.terminate().await?;
         self.respawn().await
     }
 
@@ -475,6 +452,12 @@ impl Server {
 
     /// Stops it as an orchestrator would (SIGTERM) and checks that it exits cleanly.
     pub(crate) async fn quit(mut self) -> anyhow::Result<()> {
+        self.terminate().await
+    }
+
+    /// Sends SIGTERM and waits (60 s at most, then SIGKILL) for a clean exit; its process is
+    /// gone afterwards either way.
+    async fn terminate(&mut self) -> anyhow::Result<()> {
         let Some(mut p) = self.proc.take() else {
             return Ok(());
         };
