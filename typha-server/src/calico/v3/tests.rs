@@ -309,7 +309,10 @@ fn names_the_kubernetes_api_would_refuse_are_refused() {
         let doc = serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "NetworkSet",
             "metadata": {"name": name, "namespace": ns}, "spec": {"nets": ["10.0.0.0/8"]}});
         let e = Resource::from_json(doc).unwrap_err();
-        assert!(matches!(e, ParseError::BadName { .. }), "{name:?} {ns:?}: {e}");
+        assert!(
+            matches!(e, ParseError::BadName { .. }),
+            "{name:?} {ns:?}: {e}"
+        );
     }
     let fine = serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "NetworkSet",
         "metadata": {"name": "a.b-c", "namespace": "web"}, "spec": {"nets": ["10.0.0.0/8"]}});
