@@ -331,7 +331,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
 
     // Quiescent: every replica reaches the same state, then every node must hold it.
     let settle = Instant::now();
-    let digest = loop {
+    let (digest, replicas_agree) = loop {
         let mut digests = Vec::new();
         for s in &mut servers {
             digests.push(
@@ -344,18 +344,17 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         if digests.windows(2).all(|w| w.first() == w.last())
             && harness::sum(&swarms, "in_sync") >= n
         {
-            break Some(digests.swap_remove(0));
+            break (digests.swap_remove(0), true);
         }
         if settle.elapsed() > converge {
             eprintln!("chaos: the replicas still disagree after {converge:?}: {digests:?}");
-            break digests.first().cloned();
+            break (digests.swap_remove(0), false);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let replicas_agree = settle.elapsed() <= converge;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let total = add(resumed(&swarms), retired);
-    let done = harness::finish(swarms, digest.as_deref().unwrap_or_default()).await?;
+    let done = harness::finish(swarms, &digest).await?;
     let kvs = servers.first().map_or(0, |s| s.kvs);
     for s in servers {
         s.quit().await?;
