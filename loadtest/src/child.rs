@@ -69,6 +69,15 @@ impl Child {
         Child::start(name, cmd)
     }
 
+    /// Starts this binary with `args` in the network namespace `netns` (`ip netns exec`,
+    /// which enters it and then runs the binary in its own place: the child is the binary).
+    pub(crate) fn spawn_in(netns: &str, name: &str, args: &[String]) -> anyhow::Result<Child> {
+        let exe = std::env::current_exe().context("finding this executable")?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", netns]).arg(exe).args(args);
+        Child::start(name, cmd)
+    }
+
     /// Starts `cmd` as a child speaking this module's line protocol.
     fn start(name: &str, mut cmd: Command) -> anyhow::Result<Child> {
         let mut proc = cmd

@@ -31,6 +31,14 @@ pub(crate) struct EtcdProc {
 impl EtcdProc {
     /// Starts etcd (`LOADTEST_ETCD` or `etcd` on the PATH) with its data under `dir`.
     pub(crate) async fn start(dir: &Path) -> anyhow::Result<EtcdProc> {
+        Self::start_with(dir, false).await
+    }
+
+    /// [`start`](Self::start); with `every_address`, its client port listens on every
+    /// address, so that each of several clients can reach it at a loopback address of its
+    /// own ([`endpoint_at`](Self::endpoint_at)) and be cut off from it alone (chaos, in a
+    /// network namespace of its own).
+    pub(crate) async fn start_with(dir: &Path, every_address: bool) -> anyhow::Result<EtcdProc> {
         let bin = std::env::var("LOADTEST_ETCD").unwrap_or_else(|_| "etcd".into());
         let (client, peer) = (free_port()?, free_port()?);
         let endpoint = format!("http://127.0.0.1:{client}");
@@ -40,7 +48,11 @@ impl EtcdProc {
         let mut cmd = std::process::Command::new(&bin);
         cmd.arg("--name=loadtest")
             .arg(format!("--data-dir={}", data.display()))
-            .arg(format!("--listen-client-urls={endpoint}"))
+            .arg(if every_address {
+                format!("--listen-client-urls=http://0.0.0.0:{client}")
+            } else {
+                format!("--listen-client-urls={endpoint}")
+            })
             .arg(format!("--advertise-client-urls={endpoint}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
             .arg(format!("--initial-advertise-peer-urls={peer_url}"))
@@ -126,6 +138,17 @@ impl EtcdProc {
     /// Its process id.
     pub(crate) fn pid(&self) -> u32 {
         self.proc.id().unwrap_or(0)
+    }
+
+    /// Its client port.
+    pub(crate) fn port(&self) -> &str {
+        self.endpoint.rsplit_once(':').map_or("", |(_, p)| p)
+    }
+
+    /// Its client URL at the loopback address `ip` (any of 127.0.0.0/8, when started with
+    /// `every_address`).
+    pub(crate) fn endpoint_at(&self, ip: &str) -> String {
+        format!("http://{ip}:{}", self.port())
     }
 }
 

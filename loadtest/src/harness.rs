@@ -68,6 +68,8 @@ pub(crate) struct Workdir {
     cluster_nodes: usize,
     pods: usize,
     server_bin: Option<PathBuf>,
+    /// Where started servers' sync ports listen (`TYPHA_SERVERHOST`).
+    listen: &'static str,
 }
 
 impl Workdir {
@@ -83,6 +85,7 @@ impl Workdir {
             cluster_nodes,
             pods,
             server_bin: None,
+            listen: "127.0.0.1",
         };
         write_cluster(&wd.manifests, cluster_nodes, pods)
             .context("writing the cluster manifests")?;
@@ -133,6 +136,7 @@ impl Workdir {
             backend: &Backend::Embedded,
             calico_typha: None,
             env,
+            host: self.listen,
         })
         .await
     }
@@ -148,6 +152,7 @@ impl Workdir {
             backend,
             calico_typha: None,
             env: &[],
+            host: self.listen,
         })
         .await
     }
@@ -169,6 +174,7 @@ impl Workdir {
             backend,
             calico_typha: Some(bin),
             env: &[],
+            host: self.listen,
         })
         .await
     }
@@ -185,6 +191,14 @@ impl Workdir {
         if let Some(t) = &c.server.tls_dir {
             self.tls = Some(t.clone());
         }
+        self
+    }
+
+    /// Servers started from now on listen on every address, not only the loopback: for a run
+    /// in a network namespace of its own whose nodes reach the servers from namespaces of
+    /// theirs (chaos).
+    pub(crate) fn listening_on_all(mut self) -> Self {
+        self.listen = "0.0.0.0";
         self
     }
 
@@ -221,28 +235,60 @@ impl Workdir {
             let n = c.nodes_per_swarm.max(1).min(nodes - at);
             // This swarm's share of the sample, rounded up.
             let sample = (c.sample_nodes.saturating_mul(n)).div_ceil(nodes).min(n);
-            let mut args = vec![
-                "__swarm".to_owned(),
-                "--server".into(),
-                servers.join(","),
-                "--nodes".into(),
-                n.to_string(),
-                "--first".into(),
-                (first + at).to_string(),
-                "--full-nodes".into(),
-                c.full_nodes.to_string(),
-                "--sample".into(),
-                sample.to_string(),
-            ];
-            if let Some(t) = tls {
-                args.extend(["--tls-dir".into(), t.display().to_string()]);
-            }
-            args.extend(extra.iter().cloned());
+            let args = swarm_args(servers, n, first + at, sample, c, extra, tls);
             out.push(Child::spawn(&format!("swarm {}", first + at), &args)?);
             at += n;
         }
         Ok(out)
     }
+
+    /// One swarm of `nodes` nodes (numbered from `first`, `sample` of them real
+    /// typha-clients), in the network namespace `netns` if given, against `servers` as
+    /// addressed from there.
+    pub(crate) fn swarm_in(
+        &self,
+        netns: Option<&str>,
+        servers: &[&str],
+        (nodes, first, sample): (usize, usize, usize),
+        c: &Common,
+        extra: &[String],
+    ) -> anyhow::Result<Child> {
+        let args = swarm_args(servers, nodes, first, sample, c, extra, self.tls.as_deref());
+        match netns {
+            Some(ns) => Child::spawn_in(ns, &format!("swarm {first} (in {ns})"), &args),
+            None => Child::spawn(&format!("swarm {first}"), &args),
+        }
+    }
+}
+
+/// A swarm's arguments.
+fn swarm_args(
+    servers: &[&str],
+    nodes: usize,
+    first: usize,
+    sample: usize,
+    c: &Common,
+    extra: &[String],
+    tls: Option<&Path>,
+) -> Vec<String> {
+    let mut args = vec![
+        "__swarm".to_owned(),
+        "--server".into(),
+        servers.join(","),
+        "--nodes".into(),
+        nodes.to_string(),
+        "--first".into(),
+        first.to_string(),
+        "--full-nodes".into(),
+        c.full_nodes.to_string(),
+        "--sample".into(),
+        sample.to_string(),
+    ];
+    if let Some(t) = tls {
+        args.extend(["--tls-dir".into(), t.display().to_string()]);
+    }
+    args.extend(extra.iter().cloned());
+    args
 }
 
 /// Swarms without TLS, even if the work dir has a bundle.

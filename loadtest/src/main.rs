@@ -101,6 +101,15 @@ fn main() -> ExitCode {
     } else {
         Cli::parse()
     };
+    // Chaos's network faults need the run in a network namespace of its own, entered before
+    // any thread starts (a namespace is a thread's, and threads inherit it when they start).
+    if let Cmd::Chaos(a) = &cli.cmd
+        && !a.no_net
+        && let Err(e) = chaos::net::isolate()
+    {
+        eprintln!("loadtest: {e:#}");
+        return ExitCode::FAILURE;
+    }
     // kube's client logs every 5xx at error; waiting for a starting kube-apiserver's /readyz
     // makes dozens, none of them news.
     let filter = std::env::var("LOADTEST_LOG").unwrap_or_else(|_| "warn,kube_client=off".into());

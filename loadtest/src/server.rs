@@ -121,6 +121,9 @@ pub(crate) struct Spawn<'a> {
     /// Settings for this server only, over the caller's environment (e.g. a fixed batch
     /// window); never one of the settings loadtest owns.
     pub(crate) env: &'a [(&'a str, String)],
+    /// The address its sync port listens on (`TYPHA_SERVERHOST`): the loopback, or every
+    /// address where nodes reach it from network namespaces of their own (chaos).
+    pub(crate) host: &'a str,
 }
 
 /// A copy of a command: its program, arguments, environment and directory (the standard
@@ -231,7 +234,7 @@ impl Server {
         } else {
             http_port
         };
-        cmd.env("TYPHA_SERVERHOST", "127.0.0.1")
+        cmd.env("TYPHA_SERVERHOST", s.host)
             .env("TYPHA_SERVERPORT", port.to_string())
             .env("TYPHA_HEALTHHOST", "127.0.0.1")
             .env("TYPHA_HEALTHPORT", http_port.to_string())
@@ -340,6 +343,11 @@ impl Server {
         format!("; its log ({}) ends:\n{}", log.display(), tail.join("\n"))
     }
 
+    /// Its sync port.
+    pub(crate) fn port(&self) -> &str {
+        self.addr.rsplit_once(':').map_or("", |(_, p)| p)
+    }
+
     /// Its process id (0 for an external server).
     pub(crate) fn pid(&self) -> u32 {
         self.proc.as_ref().and_then(|p| p.id()).unwrap_or(0)
@@ -381,6 +389,19 @@ impl Server {
             }
         }
         Ok(v)
+    }
+
+    /// The names of the nodes connected to it (`/status?nodes=true`).
+    pub(crate) async fn node_names(&mut self) -> anyhow::Result<Vec<String>> {
+        let v = self.http.get_json("/status?nodes=true").await?;
+        Ok(v["nodes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     /// Connections it has closed, by reason (`typha_connections_dropped_total{reason}`, the

@@ -26,6 +26,7 @@ use serde_json::json;
 use typha_client::metrics::ClientMetrics;
 use typha_client::tls::ClientTls;
 use typha_client::{ClientConfig, Discovery, ResumeKind, SyncClient, SyncerCallbacks};
+use typha_protocol::message::Staleness;
 use typha_protocol::model::{KeyType, SyncStatus, Update};
 
 use crate::raw::RawCounters;
@@ -88,12 +89,17 @@ struct Node {
     shared: Arc<Shared>,
     shard: usize,
     in_sync: bool,
+    stale: bool,
 }
 
 impl SyncerCallbacks for Node {
     fn on_status_updated(&mut self, s: SyncStatus) {
         self.shared
             .set_in_sync(&mut self.in_sync, s == SyncStatus::InSync);
+    }
+
+    fn on_staleness(&mut self, s: &Staleness) {
+        self.shared.set_stale(&mut self.stale, s.stale);
     }
 
     fn on_updates(&mut self, updates: Vec<Update>) {
@@ -125,6 +131,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         .context("histogram")?;
     let shared = Arc::new(Shared {
         in_sync: AtomicUsize::new(0),
+        stale: AtomicUsize::new(0),
         direct_connected: AtomicU64::new(0),
         updates: AtomicU64::new(0),
         churn_updates: AtomicU64::new(0),
@@ -288,6 +295,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             shared: shared.clone(),
             shard: i % SHARDS,
             in_sync: false,
+            stale: false,
         };
         tasks.push(tokio::spawn(client.run(node, stop(stop_rx.clone()))));
     }
@@ -318,6 +326,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                             "resynced": resynced,
                             "connected": metrics.connected.get() + shared.direct_connected.load(Ordering::Relaxed) as i64,
                             "in_sync": shared.in_sync.load(Ordering::Relaxed),
+                            "stale": shared.stale.load(Ordering::Relaxed),
                             "updates": shared.updates.load(Ordering::Relaxed),
                             "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
                             "churn_frames": shared.churn_frames.load(Ordering::Relaxed),

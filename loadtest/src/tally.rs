@@ -10,6 +10,8 @@ use hdrhistogram::Histogram;
 /// What a swarm's nodes count together.
 pub(crate) struct Shared {
     pub(crate) in_sync: AtomicUsize,
+    /// Typha-client nodes whose server said, last, that its view of the datastore is stale.
+    pub(crate) stale: AtomicUsize,
     /// Direct (etcd or Kubernetes) or Calico-protocol nodes connected.
     pub(crate) direct_connected: AtomicU64,
     pub(crate) updates: AtomicU64,
@@ -31,14 +33,12 @@ pub(crate) struct Shared {
 impl Shared {
     /// Moves one node's in-sync flag (`was`) to `now`, keeping the count of nodes in sync.
     pub(crate) fn set_in_sync(&self, was: &mut bool, now: bool) {
-        if now != *was {
-            *was = now;
-            if now {
-                self.in_sync.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.in_sync.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+        flip(&self.in_sync, was, now);
+    }
+
+    /// Moves one node's stale flag (`was`) to `now`, keeping the count of stale nodes.
+    pub(crate) fn set_stale(&self, was: &mut bool, now: bool) {
+        flip(&self.stale, was, now);
     }
 
     /// Counts one frame's churn updates and records their latencies (µs).
@@ -59,6 +59,18 @@ impl Shared {
 }
 
 /// Nanoseconds since the Unix epoch (0 if the clock is before it).
+/// Moves a flag (`was`) to `now`, keeping `count` of the flags set.
+fn flip(count: &AtomicUsize, was: &mut bool, now: bool) {
+    if now != *was {
+        *was = now;
+        if now {
+            count.fetch_add(1, Ordering::Relaxed);
+        } else {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 pub(crate) fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -115,21 +115,27 @@ fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
         "30",
         "--pods-per-node",
         "3",
+        // Long enough for one fault of each kind: a partition outlasts the nodes' 30 s
+        // read timeout, and a half-open connection is noticed at it.
         "--secs",
-        "70",
+        "160",
         "--rate",
         "20",
         "--fault-every",
         "3",
         "--seed",
         "19",
-        // Two swarms: restarting one is a burst of 15 fresh nodes.
-        "--nodes-per-swarm",
-        "15",
+        // Two groups of 15 nodes, each in a network namespace of its own: restarting half
+        // the nodes is a burst of 15 fresh ones, a network fault cuts 15 off.
+        "--groups",
+        "2",
+        "--lossy-secs",
+        "5",
         "--full-nodes",
         "1",
+        // Two thirds typha-clients (they hear a replica say it is stale), a third lean.
         "--sample-nodes",
-        "10",
+        "20",
     ]);
     let faults = r["faults"].as_array().unwrap();
     let kinds: std::collections::BTreeSet<String> = faults
@@ -139,7 +145,8 @@ fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
             v => v.as_str().unwrap().to_owned(),
         })
         .collect();
-    assert_eq!(kinds.len(), 6, "every kind of fault, once at least: {r}");
+    assert_eq!(kinds.len(), 10, "every kind of fault, once at least: {r}");
+    assert_eq!(r["network_faults"], true, "{r}");
     assert_eq!(r["replicas_agree"], true, "{r}");
     assert_eq!(r["nodes_exact"], 30, "{r}");
     assert_eq!(r["full_nodes_exact"], 2, "{r}");

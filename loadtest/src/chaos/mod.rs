@@ -1,28 +1,40 @@
-//! The `chaos` scenario (issue 19, its first part): replicas of our server over a real etcd,
-//! nodes spread over all of them, steady churn, and a seeded schedule of faults: a replica
-//! killed (SIGKILL) and restarted, a replica stopped as an orchestrator stops it (SIGTERM,
-//! drain) and restarted, every replica restarted one after another, etcd killed and
-//! restarted, etcd's history compacted while the replicas watch it, a group of nodes
-//! restarted at once (their swarm process killed and started again: a reconnect burst). After each fault it waits
-//! until every node is in sync again and records how long that took; at the end, with the
-//! churn over, every replica must hold the same state and every node exactly that state.
+//! The `chaos` scenario (issue 19): replicas of our server over a real etcd, nodes spread
+//! over all of them, steady churn, and a seeded schedule of faults:
+//! - a replica killed (SIGKILL) and restarted; a replica stopped as an orchestrator stops it
+//!   (SIGTERM, drain) and restarted; every replica restarted one after another;
+//! - etcd killed and restarted; etcd's history compacted while the replicas watch it;
+//! - half the nodes restarted at once (their swarm processes killed and started again: a
+//!   reconnect burst);
+//! - network faults (see `net`): a group of nodes behind a lossy link, cut off longer than the
+//!   nodes' read timeout, or left holding half-open connections; a replica cut off from etcd
+//!   while its nodes still reach it, which must tell them that its view is stale.
+//!
+//! After each fault it waits until every node is in sync again (and none believes its server
+//! stale) and records how long that took; at the end, with the churn over, every replica must
+//! hold the same state and every node exactly that state. The memory of every process is
+//! sampled throughout.
 //!
 //! The same seed gives the same schedule (`--seed`; a run without one draws a seed and prints
-//! it), so a failure can be run again. The first six faults are one of each kind, in an order
-//! the seed shuffles, so even a short run meets every kind; the rest are drawn at random. What it does not inject yet: network faults for groups
-//! of nodes (delay, loss, partitions, half-open connections: `tc netem` in network
-//! namespaces), a replica cut off from etcd while its nodes stay connected; nor does it check, while the faults go on, that no node applies an
-//! older value after a newer one or deletes a key that still exists (only the end state is
-//! checked). See docs/loadtest.md.
+//! it), so a failure can be run again. The first faults are one of each kind, in an order
+//! the seed shuffles, so even a short run meets every kind; the rest are drawn at random.
+//! Network faults need root (the run enters a network namespace of its own); `--no-net`
+//! runs without them. See docs/loadtest.md.
 
+pub(crate) mod net;
+
+mod memory;
+
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde::Serialize;
 
+use crate::child::Child;
 use crate::etcd::{self, EtcdProc};
 use crate::harness::{self, Common, Outcome, Timeline, Workdir, mib};
-use crate::procstat::usage;
 use crate::server::{Backend, Server};
+use memory::{Memory, Role};
 
 /// Settings of a chaos run.
 #[derive(Debug, Clone, clap::Args)]
@@ -51,6 +63,23 @@ pub(crate) struct ChaosArgs {
     /// Longest a fault may take to recover from (every node in sync again), seconds.
     #[arg(long, default_value_t = 180)]
     pub(crate) converge_within: u64,
+    /// Groups of nodes: each is one swarm process in a network namespace of its own behind a
+    /// link of its own, and a network fault hits one group.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) groups: usize,
+    /// No network namespaces and no network faults (a run without root); swarms are split by
+    /// `--nodes-per-swarm` instead of `--groups`.
+    #[arg(long)]
+    pub(crate) no_net: bool,
+    /// How long a group stays cut off, seconds: longer than the nodes' read timeout (30 s).
+    #[arg(long, default_value_t = 35)]
+    pub(crate) partition_secs: u64,
+    /// How long a lossy link lasts, seconds.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) lossy_secs: u64,
+    /// The share of packets a lossy link drops, each way, percent.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) loss_percent: u32,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -69,9 +98,20 @@ enum Fault {
     KillEtcd,
     /// etcd's history compacted to its current revision while the replicas watch it.
     CompactEtcd,
-    /// A group of nodes restarted at once: one swarm process SIGKILLed and started again, so
-    /// its nodes (up to `--nodes-per-swarm`) come back fresh and connect in the same moment.
+    /// Half the nodes restarted at once, from this swarm on: their swarm processes SIGKILLed
+    /// and started again, so they come back fresh and connect in the same moment. (With
+    /// `--no-net`, one swarm: up to `--nodes-per-swarm` nodes.)
     RestartNodes(usize),
+    /// A group's link drops `--loss-percent` of the packets each way, for `--lossy-secs`.
+    Lossy(usize),
+    /// A group cut off (every packet dropped, both ways) for `--partition-secs`.
+    Partition(usize),
+    /// A group's connections made half-open: the servers' end destroyed while the group's
+    /// packets are dropped, so the reset never arrives.
+    HalfOpen(usize),
+    /// A replica cut off from etcd while its nodes still reach it, until it has told them that
+    /// its view is stale.
+    CutFromEtcd(usize),
 }
 
 /// The schedule's generator (splitmix64: small, and the same everywhere).
@@ -98,13 +138,18 @@ impl Rng {
             2 => Fault::RollingRestart,
             3 => Fault::KillEtcd,
             4 => Fault::CompactEtcd,
-            _ => Fault::RestartNodes(self.below(swarms)),
+            5 => Fault::RestartNodes(self.below(swarms)),
+            6 => Fault::Lossy(self.below(swarms)),
+            7 => Fault::Partition(self.below(swarms)),
+            8 => Fault::HalfOpen(self.below(swarms)),
+            _ => Fault::CutFromEtcd(self.below(replicas)),
         }
     }
 }
 
-/// Kinds of fault.
-const KINDS: usize = 6;
+/// Kinds of fault: the first [`PROCESS_KINDS`] need no network namespaces.
+const KINDS: usize = 10;
+const PROCESS_KINDS: usize = 6;
 
 /// The schedule: every kind once, in an order the seed shuffles (so a short run covers them
 /// all), then kinds drawn at random, weighted towards the common ones (replicas crashing and
@@ -114,12 +159,14 @@ struct Schedule {
     first: Vec<usize>,
     replicas: usize,
     swarms: usize,
+    kinds: usize,
 }
 
 impl Schedule {
-    fn new(seed: u64, replicas: usize, swarms: usize) -> Self {
+    /// A schedule over the first `kinds` kinds.
+    fn new(seed: u64, replicas: usize, swarms: usize, kinds: usize) -> Self {
         let mut rng = Rng(seed);
-        let mut first: Vec<usize> = (0..KINDS).collect();
+        let mut first: Vec<usize> = (0..kinds).collect();
         for i in (1..first.len()).rev() {
             first.swap(i, rng.below(i + 1));
         }
@@ -129,12 +176,25 @@ impl Schedule {
             first,
             replicas,
             swarms,
+            kinds,
         }
     }
 
     fn next(&mut self) -> Fault {
         let k = match self.first.pop() {
             Some(k) => k,
+            None if self.kinds > PROCESS_KINDS => match self.rng.below(16) {
+                0..=2 => 0,
+                3..=4 => 1,
+                5 => 2,
+                6..=7 => 3,
+                8 => 4,
+                9..=10 => 5,
+                11 => 6,
+                12 => 7,
+                13 => 8,
+                _ => 9,
+            },
             None => match self.rng.below(12) {
                 0..=2 => 0,
                 3..=4 => 1,
@@ -158,6 +218,9 @@ struct Injected {
     converged_secs: f64,
     /// Nodes that resumed by deltas, by digest buckets, by a full snapshot meanwhile.
     resumed: [u64; 3],
+    /// What the fault did, where there is more to say (connections cut, time until stale).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    detail: String,
 }
 
 /// What a chaos run found.
@@ -183,11 +246,18 @@ pub(crate) struct ChaosResult {
     /// Largest RSS any replica reached, bytes, and the largest after the first sync.
     pub(crate) replica_peak_rss: u64,
     pub(crate) replica_rss_synced: u64,
+    /// The same for the swarm processes (each a group of nodes) and for etcd.
+    pub(crate) swarm_peak_rss: u64,
+    pub(crate) swarm_rss_synced: u64,
+    pub(crate) etcd_peak_rss: u64,
+    pub(crate) etcd_rss_synced: u64,
+    /// Whether the network faults were on (the run in a network namespace of its own).
+    pub(crate) network_faults: bool,
     #[serde(flatten)]
     pub(crate) exact: harness::Exactness,
 }
 
-fn resumed(swarms: &[crate::child::Child]) -> [u64; 3] {
+fn resumed(swarms: &[Child]) -> [u64; 3] {
     [
         harness::sum(swarms, "resumed_deltas"),
         harness::sum(swarms, "resumed_digest"),
@@ -199,120 +269,206 @@ fn add(a: [u64; 3], b: [u64; 3]) -> [u64; 3] {
     [a[0] + b[0], a[1] + b[1], a[2] + b[2]]
 }
 
+/// One swarm's nodes: the first one's number, how many, and how many of them (the first
+/// ones) are real typha-clients.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    first: usize,
+    nodes: usize,
+    sample: usize,
+}
+
+/// `nodes` split into swarms of at most `per`, each with its share of `sample_nodes`.
+fn layout(nodes: usize, per: usize, sample_nodes: usize) -> Vec<Slot> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    while first < nodes {
+        let n = per.max(1).min(nodes - first);
+        let sample = sample_nodes.saturating_mul(n).div_ceil(nodes).min(n);
+        out.push(Slot {
+            first,
+            nodes: n,
+            sample,
+        });
+        first += n;
+    }
+    out
+}
+
+/// The run's processes and network.
+struct Cluster {
+    wd: Workdir,
+    etcd: EtcdProc,
+    servers: Vec<Server>,
+    swarms: Vec<Child>,
+    slots: Vec<Slot>,
+    /// Each swarm's group (none with `--no-net`).
+    groups: Vec<net::Group>,
+    /// The servers' addresses as the swarms reach them.
+    addrs: Vec<String>,
+    common: Common,
+    memory: Memory,
+}
+
+impl Cluster {
+    /// Starts (again) swarm `i` in its group.
+    fn start_swarm(&self, i: usize) -> anyhow::Result<Child> {
+        let slot = self.slots.get(i).context("no such swarm")?;
+        let addrs: Vec<&str> = self.addrs.iter().map(String::as_str).collect();
+        self.wd.swarm_in(
+            self.groups.get(i).map(|g| g.netns.as_str()),
+            &addrs,
+            (slot.nodes, slot.first, slot.sample),
+            &self.common,
+            &[],
+        )
+    }
+
+    /// Tells the memory sampler which processes there are now.
+    fn watch(&self) {
+        self.memory.watch(
+            self.servers
+                .iter()
+                .map(|s| (Role::Replica, s.pid()))
+                .chain(self.swarms.iter().map(|s| (Role::Swarm, s.pid())))
+                .chain([(Role::Etcd, self.etcd.pid())]),
+        );
+    }
+}
+
 pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     a.common.own_server_only("chaos")?;
     anyhow::ensure!(a.replicas >= 2, "chaos needs at least two replicas");
+    let with_net = !a.no_net;
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
     eprintln!("chaos: seed {seed} (run it again with --seed {seed})");
+    let fail = |what: String| anyhow::anyhow!("chaos (seed {seed}): {what}");
 
-    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
+    let mut wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
+    if with_net {
+        wd = wd.listening_on_all();
+    }
     let timeline = Timeline::start();
-    let mut etcd = EtcdProc::start(wd.path()).await?;
+    let etcd = EtcdProc::start_with(wd.path(), with_net).await?;
     etcd::seed(&etcd, wd.shape()).await?;
-    let backend = Backend::Etcd(etcd.endpoint.clone());
     let mut servers: Vec<Server> = Vec::new();
     for i in 0..a.replicas {
-        let s = wd.server_on(&format!("replica {i}"), &backend).await?;
+        // Each replica reaches etcd at an address of its own, to be cut off alone.
+        let endpoint = if with_net {
+            etcd.endpoint_at(&net::replica_etcd_ip(i))
+        } else {
+            etcd.endpoint.clone()
+        };
+        let s = wd
+            .server_on(&format!("replica {i}"), &Backend::Etcd(endpoint))
+            .await?;
         timeline.add_server(s.pid());
         servers.push(s);
     }
-    let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
-    let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
-    let mut swarms = wd.swarms(&addr_refs, a.nodes, 0, &a.common, &[])?;
-    timeline.add_swarms(&swarms);
-    let per_swarm = a.common.nodes_per_swarm.max(1);
-    let mut schedule = Schedule::new(seed, a.replicas, swarms.len());
+    let per = if with_net {
+        a.nodes.div_ceil(a.groups.max(1))
+    } else {
+        a.common.nodes_per_swarm
+    };
+    let slots = layout(a.nodes, per, a.common.sample_nodes);
+    let groups = if with_net {
+        (0..slots.len())
+            .map(net::Group::new)
+            .collect::<anyhow::Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    let addrs = servers
+        .iter()
+        .map(|s| {
+            if with_net {
+                format!("{}:{}", net::SERVICE, s.port())
+            } else {
+                s.addr.clone()
+            }
+        })
+        .collect();
+    // The typha-client nodes: those that hear when a server's view is stale.
+    let told: HashSet<String> = slots
+        .iter()
+        .flat_map(|s| (s.first..s.first + s.sample).map(|k| format!("sim-{k}")))
+        .collect();
+    let mut c = Cluster {
+        wd,
+        etcd,
+        servers,
+        swarms: Vec::new(),
+        slots,
+        groups,
+        addrs,
+        common: a.common.clone(),
+        memory: Memory::start(),
+    };
+    for i in 0..c.slots.len() {
+        let s = c.start_swarm(i)?;
+        c.swarms.push(s);
+    }
+    timeline.add_swarms(&c.swarms);
+    c.watch();
+    let kinds = if with_net { KINDS } else { PROCESS_KINDS };
+    let mut schedule = Schedule::new(seed, a.replicas, c.swarms.len(), kinds);
     // Resumes counted by swarm processes since replaced (a restarted swarm counts afresh).
     let mut retired = [0u64; 3];
     let n = a.nodes as u64;
     let converge = Duration::from_secs(a.converge_within);
-    harness::wait_for(&swarms, "in_sync", n, "in sync", Duration::from_secs(1800)).await?;
-    let rss = |servers: &[Server]| {
-        servers
-            .iter()
-            .map(|s| usage(s.pid()).map(|u| u.rss).unwrap_or(0))
-            .max()
-            .unwrap_or(0)
-    };
-    let rss_synced = rss(&servers);
-    let mut peak = rss_synced;
+    harness::wait_for(
+        &c.swarms,
+        "in_sync",
+        n,
+        "in sync",
+        Duration::from_secs(1800),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let synced = c.memory.now();
 
-    let churn = etcd::churn(etcd.endpoint.clone(), wd.shape(), a.rate, a.secs as f64);
+    let churn = etcd::churn(c.etcd.endpoint.clone(), c.wd.shape(), a.rate, a.secs as f64);
     let started = Instant::now();
     let mut faults = Vec::new();
-    let fail = |what: String| anyhow::anyhow!("chaos (seed {seed}): {what}");
     while started.elapsed() + Duration::from_secs(a.fault_every) < Duration::from_secs(a.secs) {
         tokio::time::sleep(Duration::from_secs(a.fault_every)).await;
         let fault = schedule.next();
         let at = started.elapsed().as_secs_f64();
-        let before = add(resumed(&swarms), retired);
+        let before = add(resumed(&c.swarms), retired);
         let t0 = Instant::now();
         eprintln!("chaos: {at:.0} s: {fault:?}");
-        let applied = match fault {
-            Fault::KillReplica(i) => match servers.get_mut(i) {
-                Some(s) => s.kill_and_restart().await,
-                None => Ok(()),
-            },
-            Fault::TermReplica(i) => match servers.get_mut(i) {
-                Some(s) => s.term_and_restart().await,
-                None => Ok(()),
-            },
-            Fault::RollingRestart => {
-                let mut r = Ok(());
-                for s in &mut servers {
-                    r = s.term_and_restart().await;
-                    if r.is_err() {
-                        break;
-                    }
-                }
-                r
-            }
-            Fault::KillEtcd => etcd.kill_and_restart().await,
-            Fault::CompactEtcd => etcd.compact().await.map(|_| ()),
-            Fault::RestartNodes(i) => {
-                let first = i * per_swarm;
-                let count = per_swarm.min(a.nodes.saturating_sub(first));
-                match wd.swarms(&addr_refs, count, first, &a.common, &[]) {
-                    Ok(mut fresh) => {
-                        if let (Some(slot), Some(new)) = (swarms.get_mut(i), fresh.pop()) {
-                            retired = add(retired, resumed(std::slice::from_ref(slot)));
-                            timeline.add_swarms(std::slice::from_ref(&new));
-                            // Dropping the old process kills it (SIGKILL).
-                            drop(std::mem::replace(slot, new));
-                        }
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-        };
-        applied.map_err(|e| fail(format!("injecting {fault:?}: {e:#}")))?;
-        for s in &servers {
+        let detail = inject(&mut c, fault, &a, &told, &mut retired, &timeline)
+            .await
+            .map_err(|e| fail(format!("{fault:?} at {at:.0} s: {e:#}")))?;
+        for s in &c.servers {
             timeline.add_server(s.pid());
         }
-        // Give the nodes a moment to notice, then wait until every one is in sync again.
+        c.watch();
+        // Give the nodes a moment to notice, then wait until every one is in sync again and
+        // none believes its server's view stale.
         tokio::time::sleep(Duration::from_secs(1)).await;
         loop {
-            peak = peak.max(rss(&servers));
-            if let Some(gone) = harness::gone(&swarms) {
+            if let Some(gone) = harness::gone(&c.swarms) {
                 return Err(fail(format!("a swarm ended: {gone}")));
             }
-            if harness::sum(&swarms, "in_sync") >= n {
+            let in_sync = harness::sum(&c.swarms, "in_sync");
+            let stale = harness::sum(&c.swarms, "stale");
+            if in_sync >= n && stale == 0 {
                 break;
             }
             if t0.elapsed() > converge {
                 return Err(fail(format!(
-                    "after {fault:?} at {at:.0} s only {} of {n} nodes were in sync within {converge:?}",
-                    harness::sum(&swarms, "in_sync")
+                    "after {fault:?} at {at:.0} s only {in_sync} of {n} nodes were in sync \
+                     ({stale} told their server is stale) within {converge:?}"
                 )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let after = add(resumed(&swarms), retired);
+        let after = add(resumed(&c.swarms), retired);
         faults.push(Injected {
             at_secs: at,
             fault,
@@ -322,6 +478,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
                 after[1].saturating_sub(before[1]),
                 after[2].saturating_sub(before[2]),
             ],
+            detail,
         });
     }
     let written = churn
@@ -333,7 +490,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     let settle = Instant::now();
     let (digest, replicas_agree) = loop {
         let mut digests = Vec::new();
-        for s in &mut servers {
+        for s in &mut c.servers {
             digests.push(
                 s.state().await?["digest"]
                     .as_str()
@@ -342,7 +499,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
             );
         }
         if digests.windows(2).all(|w| w.first() == w.last())
-            && harness::sum(&swarms, "in_sync") >= n
+            && harness::sum(&c.swarms, "in_sync") >= n
         {
             break (digests.swap_remove(0), true);
         }
@@ -353,10 +510,11 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let total = add(resumed(&swarms), retired);
-    let done = harness::finish(swarms, &digest).await?;
-    let kvs = servers.first().map_or(0, |s| s.kvs);
-    for s in servers {
+    let total = add(resumed(&c.swarms), retired);
+    let peaks = c.memory.peaks();
+    let done = harness::finish(std::mem::take(&mut c.swarms), &digest).await?;
+    let kvs = c.servers.first().map_or(0, |s| s.kvs);
+    for s in std::mem::take(&mut c.servers) {
         s.quit().await?;
     }
 
@@ -373,25 +531,46 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         resumed_digest: total[1],
         resumed_snapshot: total[2],
         replicas_agree,
-        replica_peak_rss: peak,
-        replica_rss_synced: rss_synced,
+        replica_peak_rss: peaks.replica,
+        replica_rss_synced: synced.replica,
+        swarm_peak_rss: peaks.swarm,
+        swarm_rss_synced: synced.swarm,
+        etcd_peak_rss: peaks.etcd,
+        etcd_rss_synced: synced.etcd,
+        network_faults: with_net,
         exact: done.exactness(),
     };
-    // Memory stays bounded: no replica grows past three times what it held once synced.
-    let bounded = r.replica_peak_rss <= r.replica_rss_synced.saturating_mul(3);
-    let ok = done.all_exact(a.nodes) && replicas_agree && bounded;
+    // Memory stays bounded: no replica and no swarm grows past three times what it held once
+    // synced. etcd is reported, not judged: it keeps the churn's history between compactions.
+    let bounded = |peak: u64, synced: u64| peak <= synced.saturating_mul(3);
+    let replicas_bounded = bounded(r.replica_peak_rss, r.replica_rss_synced);
+    let swarms_bounded = bounded(r.swarm_peak_rss, r.swarm_rss_synced);
+    let ok = done.all_exact(a.nodes) && replicas_agree && replicas_bounded && swarms_bounded;
     let mut table = format!(
-        "chaos: {} nodes over {} replicas on etcd, {} KVs, {} s of churn at {}/s, seed {}\n\
-         | fault | at | every node in sync again after | resumed by deltas / digest / snapshot |\n\
-         |---|---|---|---|\n",
-        r.nodes, r.replicas, r.kvs, r.secs, a.rate, r.seed
+        "chaos: {} nodes over {} replicas on etcd, {} KVs, {} s of churn at {}/s, seed {}{}\n\
+         | fault | at | every node in sync again after | resumed by deltas / digest / snapshot | detail |\n\
+         |---|---|---|---|---|\n",
+        r.nodes,
+        r.replicas,
+        r.kvs,
+        r.secs,
+        a.rate,
+        r.seed,
+        if with_net { "" } else { " (no network faults)" },
     );
     for f in &r.faults {
         table.push_str(&format!(
-            "| {:?} | {:.0} s | {:.1} s | {} / {} / {} |\n",
-            f.fault, f.at_secs, f.converged_secs, f.resumed[0], f.resumed[1], f.resumed[2]
+            "| {:?} | {:.0} s | {:.1} s | {} / {} / {} | {} |\n",
+            f.fault,
+            f.at_secs,
+            f.converged_secs,
+            f.resumed[0],
+            f.resumed[1],
+            f.resumed[2],
+            f.detail
         ));
     }
+    let verdict = |b: bool| if b { "bounded" } else { "GREW past 3x" };
     table.push_str(&format!(
         "\n| check | result |\n|---|---|\n\
          | faults injected | {} |\n\
@@ -400,6 +579,8 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
          | resumes by deltas / digest / snapshot | {} / {} / {} |\n\
          | replicas agree at the end | {} |\n\
          | replica RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
+         | swarm RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
+         | etcd RSS synced / peak | {:.1} / {:.1} MiB |\n\
          {}\n{}",
         r.faults.len(),
         r.updates_written,
@@ -410,7 +591,12 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         if r.replicas_agree { "yes" } else { "NO" },
         mib(r.replica_rss_synced),
         mib(r.replica_peak_rss),
-        if bounded { "bounded" } else { "GREW past 3x" },
+        verdict(replicas_bounded),
+        mib(r.swarm_rss_synced),
+        mib(r.swarm_peak_rss),
+        verdict(swarms_bounded),
+        mib(r.etcd_rss_synced),
+        mib(r.etcd_peak_rss),
         done.verdict(a.nodes),
         if ok {
             "nothing lost".to_owned()
@@ -428,6 +614,161 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     })
 }
 
+/// Injects one fault and, for those that last a while, lifts it again; says what it did
+/// where there is more to say than its name.
+async fn inject(
+    c: &mut Cluster,
+    fault: Fault,
+    a: &ChaosArgs,
+    told: &HashSet<String>,
+    retired: &mut [u64; 3],
+    timeline: &Timeline,
+) -> anyhow::Result<String> {
+    let mut detail = String::new();
+    match fault {
+        Fault::KillReplica(i) => replica(c, i)?.kill_and_restart().await?,
+        Fault::TermReplica(i) => replica(c, i)?.term_and_restart().await?,
+        Fault::RollingRestart => {
+            for s in &mut c.servers {
+                s.term_and_restart().await?;
+            }
+        }
+        Fault::KillEtcd => c.etcd.kill_and_restart().await?,
+        Fault::CompactEtcd => {
+            let rev = c.etcd.compact().await?;
+            detail = format!("to revision {rev}");
+        }
+        Fault::RestartNodes(i) => {
+            // Half the groups (with --no-net, one swarm), from this one on.
+            let count = if c.groups.is_empty() {
+                1
+            } else {
+                c.swarms.len().div_ceil(2)
+            };
+            let mut nodes = 0;
+            for k in 0..count {
+                let j = (i + k) % c.swarms.len().max(1);
+                let fresh = c.start_swarm(j)?;
+                timeline.add_swarms(std::slice::from_ref(&fresh));
+                if let Some(slot) = c.swarms.get_mut(j) {
+                    *retired = add(*retired, resumed(std::slice::from_ref(slot)));
+                    // Dropping the old process kills it (SIGKILL).
+                    drop(std::mem::replace(slot, fresh));
+                }
+                nodes += c.slots.get(j).map_or(0, |s| s.nodes);
+            }
+            detail = format!("{nodes} nodes");
+        }
+        Fault::Lossy(g) => {
+            group(c, g)?.lossy(Some(a.loss_percent))?;
+            tokio::time::sleep(Duration::from_secs(a.lossy_secs)).await;
+            group(c, g)?.lossy(None)?;
+            detail = format!("{} % each way for {} s", a.loss_percent, a.lossy_secs);
+        }
+        Fault::Partition(g) => {
+            group(c, g)?.partition(true)?;
+            tokio::time::sleep(Duration::from_secs(a.partition_secs)).await;
+            group(c, g)?.partition(false)?;
+            detail = format!("{} s", a.partition_secs);
+        }
+        Fault::HalfOpen(g) => {
+            // The nodes believe they are connected and in sync: what shows that they noticed
+            // is the servers holding as many connections again as before.
+            let before = connections(c).await?;
+            let cut = group(c, g)?.half_open()?;
+            let t0 = Instant::now();
+            let within = Duration::from_secs(a.converge_within);
+            loop {
+                let now = connections(c).await?;
+                if now >= before {
+                    break;
+                }
+                anyhow::ensure!(
+                    t0.elapsed() < within,
+                    "{cut} connections made half-open; the servers hold {now} of {before} \
+                     again after {within:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            detail = format!(
+                "{cut} connections gone from the servers; their nodes back after {:.1} s",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+        Fault::CutFromEtcd(i) => detail = cut_from_etcd(c, i, told, a).await?,
+    }
+    Ok(detail)
+}
+
+/// The connections the replicas hold, together.
+async fn connections(c: &mut Cluster) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for s in &mut c.servers {
+        total += s.state().await?["connections"].as_u64().unwrap_or(0);
+    }
+    Ok(total)
+}
+
+fn replica(c: &mut Cluster, i: usize) -> anyhow::Result<&mut Server> {
+    c.servers.get_mut(i).context("no such replica")
+}
+
+fn group(c: &mut Cluster, g: usize) -> anyhow::Result<&mut net::Group> {
+    c.groups.get_mut(g).context("no such group")
+}
+
+/// Cuts replica `i` off from etcd until it says its view is stale and every typha-client
+/// node connected to it has been told so; then lets it reach etcd again.
+async fn cut_from_etcd(
+    c: &mut Cluster,
+    i: usize,
+    told: &HashSet<String>,
+    a: &ChaosArgs,
+) -> anyhow::Result<String> {
+    let within = Duration::from_secs(a.converge_within);
+    let port = c.etcd.port().to_owned();
+    let cut = net::EtcdCut::new(i, &port)?;
+    let t0 = Instant::now();
+    let s = replica(c, i)?;
+    loop {
+        if s.state().await?["datastore"]["stale"] == true {
+            break;
+        }
+        anyhow::ensure!(
+            t0.elapsed() < within,
+            "replica {i}, cut off from etcd, did not say its view is stale within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stale_after = t0.elapsed();
+    let on_it = s
+        .node_names()
+        .await?
+        .iter()
+        .filter(|n| told.contains(*n))
+        .count() as u64;
+    let t1 = Instant::now();
+    loop {
+        let stale = harness::sum(&c.swarms, "stale");
+        if stale >= on_it {
+            break;
+        }
+        anyhow::ensure!(
+            t1.elapsed() < Duration::from_secs(30),
+            "replica {i} is stale, but only {stale} of the {on_it} typha-client nodes on it \
+             were told within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let told_after = t0.elapsed();
+    drop(cut);
+    Ok(format!(
+        "stale after {:.1} s; its {on_it} typha-client nodes told after {:.1} s",
+        stale_after.as_secs_f64(),
+        told_after.as_secs_f64()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,7 +776,7 @@ mod tests {
     #[test]
     fn a_schedule_starts_with_every_kind_and_repeats_with_its_seed() {
         let kinds = |seed| {
-            let mut s = Schedule::new(seed, 3, 2);
+            let mut s = Schedule::new(seed, 3, 2, KINDS);
             (0..40).map(|_| s.next()).collect::<Vec<_>>()
         };
         let a = kinds(7);
@@ -454,8 +795,9 @@ mod tests {
             .collect();
         assert_eq!(first.len(), KINDS, "{a:?}");
         assert!(a.iter().all(|f| match f {
-            Fault::KillReplica(i) | Fault::TermReplica(i) => *i < 3,
-            Fault::RestartNodes(i) => *i < 2,
+            Fault::KillReplica(i) | Fault::TermReplica(i) | Fault::CutFromEtcd(i) => *i < 3,
+            Fault::RestartNodes(i) | Fault::Lossy(i) | Fault::Partition(i) | Fault::HalfOpen(i) =>
+                *i < 2,
             _ => true,
         }));
     }

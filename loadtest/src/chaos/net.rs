@@ -1,0 +1,240 @@
+//! The network under `chaos`: the run moves into a network namespace of its own before it
+//! starts anything, so its servers and etcd listen there and every rule it adds goes when it
+//! does. Each group of nodes (one swarm process) lives in a namespace of its own behind a veth
+//! pair, as a rack behind one link, and reaches the servers at [`SERVICE`].
+//!
+//! The faults are the kernel's own: iptables rules in the run's namespace drop a group's
+//! packets (all of them: a partition; a random share: a lossy link), the servers' end of a
+//! group's connections is destroyed while its packets are dropped (`ss -K`: the reset never
+//! arrives, so the nodes hold half-open connections), and a replica's own loopback address
+//! to etcd is cut (a replica partitioned from its datastore while its nodes still reach it).
+//! Added delay needs `tc netem`, which this machine's kernel does not have
+//! (`CONFIG_NET_SCH_NETEM` is not set): see docs/loadtest.md.
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The servers' address as the groups reach it: on the run namespace's loopback, routed to
+/// over each group's link.
+pub(crate) const SERVICE: &str = "10.77.0.1";
+
+/// Namespace names start with this, then the run's process id.
+const PREFIX: &str = "typha-chaos-";
+
+/// Runs a command, failing with what it printed.
+fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program} (Debian packages iproute2, iptables)"))?;
+    if !out.status.success() {
+        bail!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Moves this process into a new network namespace with its loopback up and [`SERVICE`] on
+/// it. Call it before any thread starts: a namespace belongs to the thread that enters it,
+/// and threads started later inherit it.
+pub(crate) fn isolate() -> anyhow::Result<()> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).context(
+        "entering a network namespace of its own (unshare): chaos needs root for its network \
+         faults; --no-net runs without them",
+    )?;
+    run("ip", &["link", "set", "lo", "up"])?;
+    run(
+        "ip",
+        &["addr", "add", &format!("{SERVICE}/32"), "dev", "lo"],
+    )?;
+    remove_leftovers();
+    Ok(())
+}
+
+/// Deletes the group namespaces of earlier runs that are gone (a killed run leaves them).
+fn remove_leftovers() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = run("ip", &["netns", "del", &name]);
+        }
+    }
+}
+
+/// A group of nodes' namespace and link; deleted when dropped.
+pub(crate) struct Group {
+    /// The namespace's name (`ip netns`).
+    pub(crate) netns: String,
+    /// The group's address, as the servers see its connections.
+    addr: String,
+    /// The rules in force against it, to take out again.
+    rules: Vec<Vec<String>>,
+}
+
+impl Group {
+    /// Group `g` (below 250): namespace, veth pair, addresses `10.78.g.1` (this side) and
+    /// `10.78.g.2` (the group's), and the group's default route over it.
+    pub(crate) fn new(g: usize) -> anyhow::Result<Group> {
+        anyhow::ensure!(g < 250, "at most 250 groups of nodes");
+        let netns = format!("{PREFIX}{}-{g}", std::process::id());
+        let _ = run("ip", &["netns", "del", &netns]);
+        run("ip", &["netns", "add", &netns])?;
+        let group = Group {
+            addr: format!("10.78.{g}.2"),
+            netns,
+            rules: Vec::new(),
+        };
+        let here = format!("cg{g}");
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                &here,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                &group.netns,
+            ],
+        )?;
+        run(
+            "ip",
+            &["addr", "add", &format!("10.78.{g}.1/24"), "dev", &here],
+        )?;
+        run("ip", &["link", "set", &here, "up"])?;
+        let inside = |args: &[&str]| {
+            let mut a = vec!["netns", "exec", &group.netns, "ip"];
+            a.extend_from_slice(args);
+            run("ip", &a)
+        };
+        inside(&["addr", "add", &format!("{}/24", group.addr), "dev", "eth0"])?;
+        inside(&["link", "set", "eth0", "up"])?;
+        inside(&["link", "set", "lo", "up"])?;
+        inside(&["route", "add", "default", "via", &format!("10.78.{g}.1")])?;
+        Ok(group)
+    }
+
+    /// Drops every packet to and from the group (`on`), or lets them through again.
+    pub(crate) fn partition(&mut self, on: bool) -> anyhow::Result<()> {
+        self.set(on.then_some(100))
+    }
+
+    /// Drops this share of the packets each way, at random (`Some(percent)`), or none.
+    pub(crate) fn lossy(&mut self, percent: Option<u32>) -> anyhow::Result<()> {
+        self.set(percent)
+    }
+
+    fn set(&mut self, percent: Option<u32>) -> anyhow::Result<()> {
+        for rule in std::mem::take(&mut self.rules) {
+            iptables("-D", &rule)?;
+        }
+        let Some(p) = percent else {
+            return Ok(());
+        };
+        for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
+            let mut rule: Vec<String> = vec![chain.into(), dir.into(), self.addr.clone()];
+            if p < 100 {
+                rule.extend(
+                    [
+                        "-m",
+                        "statistic",
+                        "--mode",
+                        "random",
+                        "--probability",
+                        &format!("{:.2}", f64::from(p) / 100.0),
+                    ]
+                    .map(String::from),
+                );
+            }
+            rule.extend(["-j", "DROP"].map(String::from));
+            iptables("-I", &rule)?;
+            self.rules.push(rule);
+        }
+        Ok(())
+    }
+
+    /// Makes every connection from the group half-open: while its packets are dropped, the
+    /// servers' end of each is destroyed (`ss -K`, which sends a reset the drop swallows);
+    /// when the packets flow again the nodes still hold connections the servers no longer
+    /// know. Returns how many the servers held.
+    pub(crate) fn half_open(&mut self) -> anyhow::Result<usize> {
+        self.partition(true)?;
+        let filter = ["-Htn", "state", "established", "dst", self.addr.as_str()];
+        let held = run("ss", &filter).map(|o| o.lines().count());
+        let killed = held.and_then(|n| {
+            let mut a = vec!["-K"];
+            a.extend_from_slice(&filter);
+            run("ss", &a).map(|_| n)
+        });
+        // Let the packets through again whatever happened.
+        self.partition(false)?;
+        killed
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = self.set(None);
+        // Deleting the namespace deletes its end of the link, and with it this one.
+        let _ = run("ip", &["netns", "del", &self.netns]);
+    }
+}
+
+fn iptables(op: &str, rule: &[String]) -> anyhow::Result<()> {
+    let mut a = vec!["-w", op];
+    a.extend(rule.iter().map(String::as_str));
+    run("iptables", &a).map(|_| ())
+}
+
+/// The loopback address replica `i` reaches etcd at: one of its own, so that it alone can be
+/// cut off ([`EtcdCut`]).
+pub(crate) fn replica_etcd_ip(i: usize) -> String {
+    format!("127.0.1.{}", i + 1)
+}
+
+/// A replica cut off from etcd: every packet to and from etcd's client port at the replica's
+/// own address dropped, while its nodes still reach it. Lifted when dropped.
+pub(crate) struct EtcdCut {
+    rules: Vec<Vec<String>>,
+}
+
+impl EtcdCut {
+    /// Cuts replica `i` off from etcd listening on `port`.
+    pub(crate) fn new(i: usize, port: &str) -> anyhow::Result<EtcdCut> {
+        let ip = replica_etcd_ip(i);
+        let mut cut = EtcdCut { rules: Vec::new() };
+        for (dir, pdir) in [("-d", "--dport"), ("-s", "--sport")] {
+            let rule: Vec<String> = ["INPUT", dir, &ip, "-p", "tcp", pdir, port, "-j", "DROP"]
+                .map(String::from)
+                .to_vec();
+            iptables("-I", &rule)?;
+            cut.rules.push(rule);
+        }
+        Ok(cut)
+    }
+}
+
+impl Drop for EtcdCut {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            let _ = iptables("-D", rule);
+        }
+    }
+}
