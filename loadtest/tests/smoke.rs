@@ -129,7 +129,7 @@ fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
         // the nodes is a burst of 15 fresh ones, a network fault cuts 15 off.
         "--groups",
         "2",
-        "--lossy-secs",
+        "--degraded-secs",
         "5",
         "--full-nodes",
         "1",

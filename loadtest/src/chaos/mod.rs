@@ -5,7 +5,7 @@
 //! - etcd killed and restarted; etcd's history compacted while the replicas watch it;
 //! - half the nodes restarted at once (their swarm processes killed and started again: a
 //!   reconnect burst);
-//! - network faults (see `net`): a group of nodes behind a lossy link, cut off longer than the
+//! - network faults (see `net`): a group of nodes behind a slow, lossy link, cut off longer than the
 //!   nodes' read timeout, or left holding half-open connections; a replica cut off from etcd
 //!   while its nodes still reach it, which must tell them that its view is stale.
 //!
@@ -74,12 +74,20 @@ pub(crate) struct ChaosArgs {
     /// How long a group stays cut off, seconds: longer than the nodes' read timeout (30 s).
     #[arg(long, default_value_t = 35)]
     pub(crate) partition_secs: u64,
-    /// How long a lossy link lasts, seconds.
+    /// How long a degraded link lasts, seconds.
     #[arg(long, default_value_t = 20)]
-    pub(crate) lossy_secs: u64,
-    /// The share of packets a lossy link drops, each way, percent.
-    #[arg(long, default_value_t = 10)]
+    pub(crate) degraded_secs: u64,
+    /// The delay a degraded link adds, each way, milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) delay_ms: u64,
+    /// The share of packets a degraded link drops, each way, percent.
+    #[arg(long, default_value_t = 5)]
     pub(crate) loss_percent: u32,
+    /// Only these kinds of fault (default: every kind): kill_replica, term_replica,
+    /// rolling_restart, kill_etcd, compact_etcd, restart_nodes, degraded, partition,
+    /// half_open, cut_from_etcd.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) kinds: Vec<String>,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -102,8 +110,9 @@ enum Fault {
     /// and started again, so they come back fresh and connect in the same moment. (With
     /// `--no-net`, one swarm: up to `--nodes-per-swarm` nodes.)
     RestartNodes(usize),
-    /// A group's link drops `--loss-percent` of the packets each way, for `--lossy-secs`.
-    Lossy(usize),
+    /// A group's link delays every packet by `--delay-ms` and drops `--loss-percent` of
+    /// them, each way, for `--degraded-secs`.
+    Degraded(usize),
     /// A group cut off (every packet dropped, both ways) for `--partition-secs`.
     Partition(usize),
     /// A group's connections made half-open: the servers' end destroyed while the group's
@@ -139,7 +148,7 @@ impl Rng {
             3 => Fault::KillEtcd,
             4 => Fault::CompactEtcd,
             5 => Fault::RestartNodes(self.below(swarms)),
-            6 => Fault::Lossy(self.below(swarms)),
+            6 => Fault::Degraded(self.below(swarms)),
             7 => Fault::Partition(self.below(swarms)),
             8 => Fault::HalfOpen(self.below(swarms)),
             _ => Fault::CutFromEtcd(self.below(replicas)),
@@ -159,14 +168,33 @@ struct Schedule {
     first: Vec<usize>,
     replicas: usize,
     swarms: usize,
-    kinds: usize,
+    /// The kinds it draws from.
+    kinds: Vec<usize>,
 }
 
+/// How often each kind is drawn once every kind has come once, out of their sum: replicas
+/// crashing and etcd going away most, as in a cluster.
+const WEIGHTS: [usize; KINDS] = [3, 2, 1, 2, 1, 2, 1, 1, 1, 2];
+
+/// The names of the kinds, as `--kinds` takes them.
+const NAMES: [&str; KINDS] = [
+    "kill_replica",
+    "term_replica",
+    "rolling_restart",
+    "kill_etcd",
+    "compact_etcd",
+    "restart_nodes",
+    "degraded",
+    "partition",
+    "half_open",
+    "cut_from_etcd",
+];
+
 impl Schedule {
-    /// A schedule over the first `kinds` kinds.
-    fn new(seed: u64, replicas: usize, swarms: usize, kinds: usize) -> Self {
+    /// A schedule over these kinds (numbers below [`KINDS`]).
+    fn new(seed: u64, replicas: usize, swarms: usize, kinds: Vec<usize>) -> Self {
         let mut rng = Rng(seed);
-        let mut first: Vec<usize> = (0..kinds).collect();
+        let mut first = kinds.clone();
         for i in (1..first.len()).rev() {
             first.swap(i, rng.below(i + 1));
         }
@@ -183,29 +211,42 @@ impl Schedule {
     fn next(&mut self) -> Fault {
         let k = match self.first.pop() {
             Some(k) => k,
-            None if self.kinds > PROCESS_KINDS => match self.rng.below(16) {
-                0..=2 => 0,
-                3..=4 => 1,
-                5 => 2,
-                6..=7 => 3,
-                8 => 4,
-                9..=10 => 5,
-                11 => 6,
-                12 => 7,
-                13 => 8,
-                _ => 9,
-            },
-            None => match self.rng.below(12) {
-                0..=2 => 0,
-                3..=4 => 1,
-                5 => 2,
-                6..=7 => 3,
-                8..=9 => 4,
-                _ => 5,
-            },
+            None => {
+                let weight = |k: &usize| WEIGHTS.get(*k).copied().unwrap_or(1);
+                let mut at = self.rng.below(self.kinds.iter().map(weight).sum());
+                let mut chosen = 0;
+                for k in &self.kinds {
+                    if at < weight(k) {
+                        chosen = *k;
+                        break;
+                    }
+                    at -= weight(k);
+                }
+                chosen
+            }
         };
         self.rng.of_kind(k, self.replicas, self.swarms)
     }
+}
+
+/// The kinds a run draws from: those named (all by default), less the network faults
+/// without network namespaces.
+fn kinds_of(names: &[String], with_net: bool) -> anyhow::Result<Vec<usize>> {
+    let mut kinds = Vec::new();
+    for (k, name) in NAMES.iter().enumerate() {
+        if (names.is_empty() || names.iter().any(|n| n == name)) && (with_net || k < PROCESS_KINDS)
+        {
+            kinds.push(k);
+        }
+    }
+    if let Some(bad) = names.iter().find(|n| !NAMES.contains(&n.as_str())) {
+        anyhow::bail!("no fault kind {bad:?}; the kinds: {}", NAMES.join(", "));
+    }
+    anyhow::ensure!(
+        !kinds.is_empty(),
+        "none of the kinds asked for can run without network namespaces (--no-net)"
+    );
+    Ok(kinds)
 }
 
 /// One fault and what recovering from it took.
@@ -347,6 +388,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     });
     eprintln!("chaos: seed {seed} (run it again with --seed {seed})");
     let fail = |what: String| anyhow::anyhow!("chaos (seed {seed}): {what}");
+    let kinds = kinds_of(&a.kinds, with_net)?;
 
     let mut wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
     if with_net {
@@ -414,7 +456,6 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     }
     timeline.add_swarms(&c.swarms);
     c.watch();
-    let kinds = if with_net { KINDS } else { PROCESS_KINDS };
     let mut schedule = Schedule::new(seed, a.replicas, c.swarms.len(), kinds);
     // Resumes counted by swarm processes since replaced (a restarted swarm counts afresh).
     let mut retired = [0u64; 3];
@@ -659,11 +700,16 @@ async fn inject(
             }
             detail = format!("{nodes} nodes");
         }
-        Fault::Lossy(g) => {
+        Fault::Degraded(g) => {
+            let delay = group(c, g)?.delayed(Duration::from_millis(a.delay_ms))?;
             group(c, g)?.lossy(Some(a.loss_percent))?;
-            tokio::time::sleep(Duration::from_secs(a.lossy_secs)).await;
+            tokio::time::sleep(Duration::from_secs(a.degraded_secs)).await;
             group(c, g)?.lossy(None)?;
-            detail = format!("{} % each way for {} s", a.loss_percent, a.lossy_secs);
+            let held = delay.lift()?;
+            detail = format!(
+                "+{} ms and {} % lost each way for {} s ({held} packets held)",
+                a.delay_ms, a.loss_percent, a.degraded_secs
+            );
         }
         Fault::Partition(g) => {
             group(c, g)?.partition(true)?;
@@ -776,7 +822,7 @@ mod tests {
     #[test]
     fn a_schedule_starts_with_every_kind_and_repeats_with_its_seed() {
         let kinds = |seed| {
-            let mut s = Schedule::new(seed, 3, 2, KINDS);
+            let mut s = Schedule::new(seed, 3, 2, (0..KINDS).collect());
             (0..40).map(|_| s.next()).collect::<Vec<_>>()
         };
         let a = kinds(7);
@@ -796,9 +842,34 @@ mod tests {
         assert_eq!(first.len(), KINDS, "{a:?}");
         assert!(a.iter().all(|f| match f {
             Fault::KillReplica(i) | Fault::TermReplica(i) | Fault::CutFromEtcd(i) => *i < 3,
-            Fault::RestartNodes(i) | Fault::Lossy(i) | Fault::Partition(i) | Fault::HalfOpen(i) =>
-                *i < 2,
+            Fault::RestartNodes(i)
+            | Fault::Degraded(i)
+            | Fault::Partition(i)
+            | Fault::HalfOpen(i) => *i < 2,
             _ => true,
         }));
+    }
+
+    #[test]
+    fn kinds_are_named_as_the_report_names_them_and_chosen_by_name() {
+        let mut rng = Rng(3);
+        for (k, name) in NAMES.iter().enumerate() {
+            let v = serde_json::to_value(rng.of_kind(k, 3, 2)).unwrap();
+            let named = match &v {
+                serde_json::Value::Object(o) => o.keys().next().unwrap().clone(),
+                v => v.as_str().unwrap().to_owned(),
+            };
+            assert_eq!(&named, name);
+        }
+        assert_eq!(kinds_of(&[], true).unwrap(), (0..KINDS).collect::<Vec<_>>());
+        assert_eq!(kinds_of(&[], false).unwrap().len(), PROCESS_KINDS);
+        let some = ["partition".to_owned(), "kill_etcd".to_owned()];
+        assert_eq!(kinds_of(&some, true).unwrap(), vec![3, 7]);
+        assert_eq!(kinds_of(&some, false).unwrap(), vec![3]);
+        assert!(kinds_of(&["partition".to_owned()], false).is_err());
+        assert!(kinds_of(&["meteor".to_owned()], true).is_err());
+        // Drawn from the kinds asked for only.
+        let mut s = Schedule::new(9, 3, 2, vec![3, 7]);
+        assert!((0..50).all(|_| matches!(s.next(), Fault::KillEtcd | Fault::Partition(_))));
     }
 }

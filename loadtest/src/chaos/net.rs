@@ -8,10 +8,15 @@
 //! group's connections is destroyed while its packets are dropped (`ss -K`: the reset never
 //! arrives, so the nodes hold half-open connections), and a replica's own loopback address
 //! to etcd is cut (a replica partitioned from its datastore while its nodes still reach it).
-//! Added delay needs `tc netem`, which this machine's kernel does not have
-//! (`CONFIG_NET_SCH_NETEM` is not set): see docs/loadtest.md.
+//! Added delay would be `tc netem`'s, but this machine's kernel has no netem
+//! (`CONFIG_NET_SCH_NETEM` is not set): a group's packets go through Netfilter's queue to a
+//! thread of this process that holds each for the delay and then lets it go ([`Delay`]).
 
+use std::collections::VecDeque;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
@@ -81,6 +86,8 @@ pub(crate) struct Group {
     pub(crate) netns: String,
     /// The group's address, as the servers see its connections.
     addr: String,
+    /// Its number: its Netfilter queue's is one more.
+    index: usize,
     /// The rules in force against it, to take out again.
     rules: Vec<Vec<String>>,
 }
@@ -96,6 +103,7 @@ impl Group {
         let group = Group {
             addr: format!("10.78.{g}.2"),
             netns,
+            index: g,
             rules: Vec::new(),
         };
         let here = format!("cg{g}");
@@ -170,6 +178,50 @@ impl Group {
         Ok(())
     }
 
+    /// Holds every packet to and from the group for `by` (so a round trip takes `2 × by`
+    /// longer) until the returned [`Delay`] is dropped. Rules added later (a lossy link) come
+    /// before it, so a packet they drop is not held first.
+    pub(crate) fn delayed(&self, by: Duration) -> anyhow::Result<Delay> {
+        let queue = u16::try_from(self.index + 1).context("queue number")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let s2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("delay-{}", self.index))
+            .spawn(move || hold(queue, by, &s2, &ready_tx))
+            .context("starting the delay thread")?;
+        let mut delay = Delay {
+            rules: Vec::new(),
+            stop,
+            thread: Some(thread),
+        };
+        // The queue is bound before any packet goes to it (and `--queue-bypass` lets packets
+        // through whenever nothing is bound).
+        match ready_rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => bail!("binding Netfilter queue {queue}: {e}"),
+            Err(_) => bail!("the delay thread did not bind Netfilter queue {queue}"),
+        }
+        let q = queue.to_string();
+        for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
+            let rule: Vec<String> = [
+                chain,
+                dir,
+                &self.addr,
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                &q,
+                "--queue-bypass",
+            ]
+            .map(String::from)
+            .to_vec();
+            iptables("-I", &rule)?;
+            delay.rules.push(rule);
+        }
+        Ok(delay)
+    }
+
     /// Makes every connection from the group half-open: while its packets are dropped, the
     /// servers' end of each is destroyed (`ss -K`, which sends a reset the drop swallows);
     /// when the packets flow again the nodes still hold connections the servers no longer
@@ -194,6 +246,100 @@ impl Drop for Group {
         let _ = self.set(None);
         // Deleting the namespace deletes its end of the link, and with it this one.
         let _ = run("ip", &["netns", "del", &self.netns]);
+    }
+}
+
+/// A group's packets held in user space; lifted (every held packet let go) when dropped.
+pub(crate) struct Delay {
+    rules: Vec<Vec<String>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<u64>>>,
+}
+
+impl Delay {
+    /// Lifts it; returns how many packets it held.
+    pub(crate) fn lift(mut self) -> anyhow::Result<u64> {
+        self.stop_now()
+    }
+
+    fn stop_now(&mut self) -> anyhow::Result<u64> {
+        for rule in std::mem::take(&mut self.rules) {
+            iptables("-D", &rule)?;
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => bail!("the delay thread panicked"),
+            None => Ok(0),
+        }
+    }
+}
+
+impl Drop for Delay {
+    fn drop(&mut self) {
+        let _ = self.stop_now();
+    }
+}
+
+/// The delay thread: binds Netfilter queue `queue`, says so on `ready`, then holds every
+/// packet it is given for `by` and accepts it, in order, until `stop`; then lets every held
+/// packet go. Returns how many it held.
+fn hold(
+    queue: u16,
+    by: Duration,
+    stop: &AtomicBool,
+    ready: &std::sync::mpsc::Sender<std::io::Result<()>>,
+) -> anyhow::Result<u64> {
+    let bound: std::io::Result<nfq::Queue> = (|| {
+        let mut q = nfq::Queue::open()?;
+        q.bind(queue)?;
+        // The packets' metadata only: the kernel keeps each packet until its verdict.
+        q.set_copy_range(queue, 0)?;
+        q.set_queue_max_len(queue, 1 << 16)?;
+        q.set_fail_open(queue, true)?;
+        q.set_nonblocking(true);
+        Ok(q)
+    })();
+    let mut q = match bound {
+        Ok(q) => {
+            let _ = ready.send(Ok(()));
+            q
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            let _ = ready.send(Err(e));
+            bail!("{msg}");
+        }
+    };
+    let mut held: VecDeque<(Instant, nfq::Message)> = VecDeque::new();
+    let mut count = 0u64;
+    loop {
+        loop {
+            match q.recv() {
+                Ok(mut m) => {
+                    m.set_verdict(nfq::Verdict::Accept);
+                    held.push_back((Instant::now() + by, m));
+                    count += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e).context("reading Netfilter queue"),
+            }
+        }
+        let stopping = stop.load(Ordering::Relaxed);
+        let now = Instant::now();
+        while let Some((due, _)) = held.front() {
+            if *due > now && !stopping {
+                break;
+            }
+            if let Some((_, m)) = held.pop_front() {
+                q.verdict(m).context("letting a held packet go")?;
+            }
+        }
+        if stopping {
+            let _ = q.unbind(queue);
+            return Ok(count);
+        }
+        std::thread::sleep(Duration::from_micros(500));
     }
 }
 
@@ -236,5 +382,61 @@ impl Drop for EtcdCut {
         for rule in &self.rules {
             let _ = iptables("-D", rule);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seconds a TCP connect from the group to `port` on [`SERVICE`] takes (one round trip),
+    /// or `None` if it does not connect within a second.
+    fn connect_secs(g: &Group, port: u16) -> Option<f64> {
+        let script = format!(
+            "import socket,time\nt=time.time()\ntry:\n socket.create_connection(('{SERVICE}',{port}),timeout=1)\n print(time.time()-t)\nexcept OSError:\n print('none')"
+        );
+        let out = run("ip", &["netns", "exec", &g.netns, "python3", "-c", &script]).unwrap();
+        out.trim().parse().ok()
+    }
+
+    /// The faults do what they say, in namespaces of their own: this test's thread enters
+    /// one (a namespace is a thread's), and its group's is deleted at the end.
+    #[test]
+    fn a_group_is_reached_delayed_and_cut_off() {
+        isolate().unwrap();
+        let listener = std::net::TcpListener::bind((SERVICE, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut g = Group::new(249).unwrap();
+        assert!(
+            connect_secs(&g, port).is_some(),
+            "the group reaches the service"
+        );
+
+        let delay = g.delayed(Duration::from_millis(60)).unwrap();
+        let took = connect_secs(&g, port).unwrap();
+        // A lower bound only: the delay adds at least this much to a round trip.
+        assert!(
+            took >= 0.12,
+            "a round trip took {took} s under a 60 ms delay each way"
+        );
+        assert!(
+            delay.lift().unwrap() >= 2,
+            "the SYN and its answer were held"
+        );
+
+        g.partition(true).unwrap();
+        assert_eq!(connect_secs(&g, port), None, "cut off");
+        g.partition(false).unwrap();
+        assert!(connect_secs(&g, port).is_some(), "reached again");
+
+        g.lossy(Some(50)).unwrap();
+        g.lossy(None).unwrap();
+        assert!(
+            connect_secs(&g, port).is_some(),
+            "lifting a lossy link lets all through"
+        );
+        let ns = g.netns.clone();
+        drop(g);
+        assert!(!std::path::Path::new(&format!("/run/netns/{ns}")).exists());
     }
 }
