@@ -29,16 +29,12 @@ pub(crate) struct EtcdProc {
 }
 
 impl EtcdProc {
-    /// Starts etcd (`LOADTEST_ETCD` or `etcd` on the PATH) with its data under `dir`.
-    pub(crate) async fn start(dir: &Path) -> anyhow::Result<EtcdProc> {
-        Self::start_with(dir, false).await
-    }
-
-    /// [`start`](Self::start); with `every_address`, its client port listens on every
-    /// address, so that each of several clients can reach it at a loopback address of its
-    /// own ([`endpoint_at`](Self::endpoint_at)) and be cut off from it alone (chaos, in a
-    /// network namespace of its own).
-    pub(crate) async fn start_with(dir: &Path, every_address: bool) -> anyhow::Result<EtcdProc> {
+    /// Starts etcd (`LOADTEST_ETCD` or `etcd` on the PATH) with its data under `dir`. With
+    /// `every_address`, its client port listens on every address, so that each of several
+    /// clients can reach it at a loopback address of its own
+    /// ([`endpoint_at`](Self::endpoint_at)) and be cut off from it alone (chaos, in a network
+    /// namespace of its own).
+    pub(crate) async fn start(dir: &Path, every_address: bool) -> anyhow::Result<EtcdProc> {
         let bin = std::env::var("LOADTEST_ETCD").unwrap_or_else(|_| "etcd".into());
         let (client, peer) = (free_port()?, free_port()?);
         let endpoint = format!("http://127.0.0.1:{client}");

@@ -39,16 +39,23 @@ pub(crate) struct KubeCluster {
     pub(crate) typha_kubeconfig: PathBuf,
     /// The nodes' token (ServiceAccount `kube-system/calico-node`), granted the same reads.
     pub(crate) node_token: String,
+    /// typha-server's token.
+    typha_token: String,
 }
 
 impl KubeCluster {
     /// Starts etcd and kube-apiserver with their files under `dir`, applies Calico's CRDs, and
     /// grants both identities get, list and watch on what the backend reads.
-    pub(crate) async fn start(dir: &Path) -> anyhow::Result<Self> {
+    ///
+    /// With `every_address`, the API server serves on every address and each server replica
+    /// can reach it at a loopback address of its own
+    /// ([`typha_kubeconfig_at`](Self::typha_kubeconfig_at)).
+    pub(crate) async fn start(dir: &Path, every_address: bool) -> anyhow::Result<Self> {
         let cp = ControlPlane::start(Options {
             dir: Some(dir.join("control-plane")),
             // Room for 1,000 nodes' pods and the churn's history.
             etcd_quota_bytes: Some(8 << 30),
+            every_address,
             ..Options::default()
         })
         .await
@@ -74,7 +81,38 @@ impl KubeCluster {
             cp,
             typha_kubeconfig,
             node_token,
+            typha_token,
         })
+    }
+
+    /// typha-server's kubeconfig, reaching the API server at the loopback address `ip`;
+    /// written under the control plane's directory as `<name>.kubeconfig`.
+    pub(crate) fn typha_kubeconfig_at(&self, name: &str, ip: &str) -> anyhow::Result<PathBuf> {
+        let path = self.cp.dir().join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, self.cp.kubeconfig_at(ip, &self.typha_token))
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// The API server's port.
+    pub(crate) fn port(&self) -> u16 {
+        self.cp.port()
+    }
+
+    /// Kills the API server (SIGKILL) and starts it again on its port; returns when it is
+    /// ready.
+    pub(crate) async fn kill_and_restart_apiserver(&mut self) -> anyhow::Result<()> {
+        self.cp.kill_apiserver();
+        self.cp
+            .start_apiserver()
+            .await
+            .context("restarting kube-apiserver")
+    }
+
+    /// Compacts the history of the etcd under the API server to its current revision; that
+    /// revision.
+    pub(crate) async fn compact(&self) -> anyhow::Result<i64> {
+        self.cp.compact_etcd().await.context("compacting etcd")
     }
 
     /// kube-apiserver's process id.
@@ -276,10 +314,24 @@ pub(crate) fn churn(
             };
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &res);
             let patch = json!({"metadata": {"labels": {SENT_LABEL: now_ns().to_string()}}});
-            let o = api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .with_context(|| format!("relabelling pod {ns}/{name}"))?;
+            // The API server may be down for a while (the chaos scenario restarts it): retry
+            // as a controller would, for up to a minute, then give up.
+            let failing = tokio::time::Instant::now();
+            let o = loop {
+                match api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(o) => break o,
+                    Err(e) if failing.elapsed() < Duration::from_secs(60) => {
+                        tracing::debug!(error = %e, "churn write failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => {
+                        return Err(e).with_context(|| format!("relabelling pod {ns}/{name}"));
+                    }
+                }
+            };
             let rv = o
                 .metadata
                 .resource_version

@@ -43,14 +43,24 @@ impl Store {
     /// Starts the datastore under the work directory and writes the generated cluster into it;
     /// with how many resources (etcd) or objects (Kubernetes).
     pub(crate) async fn start(kind: StoreKind, wd: &Workdir) -> anyhow::Result<(Store, usize)> {
+        Self::start_with(kind, wd, false).await
+    }
+
+    /// [`start`](Self::start); with `every_address`, each server replica can reach it at a
+    /// loopback address of its own ([`backend_at`](Self::backend_at)), to be cut off alone.
+    pub(crate) async fn start_with(
+        kind: StoreKind,
+        wd: &Workdir,
+        every_address: bool,
+    ) -> anyhow::Result<(Store, usize)> {
         Ok(match kind {
             StoreKind::Etcd => {
-                let e = EtcdProc::start(wd.path()).await?;
+                let e = EtcdProc::start(wd.path(), every_address).await?;
                 let n = etcd::seed(&e, wd.shape()).await?;
                 (Store::Etcd(e), n)
             }
             StoreKind::Kubernetes => {
-                let k = KubeCluster::start(wd.path()).await?;
+                let k = KubeCluster::start(wd.path(), every_address).await?;
                 let seeding = std::time::Instant::now();
                 let n = crate::kube::seed(&k, wd.shape()).await?;
                 eprintln!(
@@ -139,6 +149,41 @@ impl Store {
             Store::Kube(k, _) if admin => Backend::Kube(k.admin_kubeconfig()?),
             Store::Kube(k, _) => Backend::Kube(k.typha_kubeconfig.clone()),
         })
+    }
+
+    /// [`backend`](Self::backend) (ours), reaching it at the loopback address `ip`; `name`
+    /// names the replica's kubeconfig.
+    pub(crate) fn backend_at(&self, name: &str, ip: &str) -> anyhow::Result<Backend> {
+        Ok(match self {
+            Store::Etcd(e) => Backend::Etcd(e.endpoint_at(ip)),
+            Store::Kube(k, _) => Backend::Kube(k.typha_kubeconfig_at(name, ip)?),
+        })
+    }
+
+    /// The port servers reach it at.
+    pub(crate) fn port(&self) -> String {
+        match self {
+            Store::Etcd(e) => e.port().to_owned(),
+            Store::Kube(k, _) => k.port().to_string(),
+        }
+    }
+
+    /// Kills what servers talk to (etcd, or kube-apiserver) with SIGKILL and starts it again;
+    /// returns when it answers.
+    pub(crate) async fn kill_and_restart(&mut self) -> anyhow::Result<()> {
+        match self {
+            Store::Etcd(e) => e.kill_and_restart().await,
+            Store::Kube(k, _) => k.kill_and_restart_apiserver().await,
+        }
+    }
+
+    /// Compacts etcd's history (under the API server, for Kubernetes) to its current
+    /// revision; that revision.
+    pub(crate) async fn compact(&self) -> anyhow::Result<i64> {
+        match self {
+            Store::Etcd(e) => e.compact().await,
+            Store::Kube(k, _) => k.compact().await,
+        }
     }
 
     /// Our server in front of it, ready with the whole datastore in its cache.

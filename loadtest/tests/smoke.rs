@@ -154,6 +154,42 @@ fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
 }
 
 #[test]
+fn a_short_chaos_run_over_the_api_server_loses_nothing() {
+    // The faults that differ over Kubernetes: the API server killed, etcd under it compacted,
+    // a replica cut off from the API server (it must tell its nodes it is stale).
+    let r = run(&[
+        "chaos",
+        "--datastore",
+        "kubernetes",
+        "--nodes",
+        "20",
+        "--pods-per-node",
+        "3",
+        "--secs",
+        "45",
+        "--rate",
+        "10",
+        "--fault-every",
+        "3",
+        "--seed",
+        "4",
+        "--groups",
+        "2",
+        "--full-nodes",
+        "1",
+        "--sample-nodes",
+        "20",
+        "--kinds",
+        "kill_datastore,compact_etcd,cut_from_datastore,kill_replica",
+    ]);
+    let faults = r["faults"].as_array().unwrap();
+    assert!(faults.len() >= 4, "{r}");
+    assert_eq!(r["datastore"], "kubernetes", "{r}");
+    assert_eq!(r["replicas_agree"], true, "{r}");
+    assert_eq!(r["nodes_exact"], 20, "{r}");
+}
+
+#[test]
 fn a_small_failover_moves_the_killed_servers_nodes() {
     let r = run(&[
         "failover",

@@ -11,7 +11,7 @@ use crate::procstat::usage;
 pub(super) enum Role {
     Replica,
     Swarm,
-    Etcd,
+    Datastore,
 }
 
 /// The largest RSS one process of each role reached, bytes.
@@ -19,7 +19,7 @@ pub(super) enum Role {
 pub(super) struct Peaks {
     pub(super) replica: u64,
     pub(super) swarm: u64,
-    pub(super) etcd: u64,
+    pub(super) datastore: u64,
 }
 
 impl Peaks {
@@ -27,7 +27,7 @@ impl Peaks {
         match role {
             Role::Replica => &mut self.replica,
             Role::Swarm => &mut self.swarm,
-            Role::Etcd => &mut self.etcd,
+            Role::Datastore => &mut self.datastore,
         }
     }
 }

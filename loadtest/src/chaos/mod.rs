@@ -31,9 +31,9 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::child::Child;
-use crate::etcd::{self, EtcdProc};
 use crate::harness::{self, Common, Outcome, Timeline, Workdir, mib};
-use crate::server::{Backend, Server};
+use crate::server::Server;
+use crate::store::{Store, StoreKind};
 use memory::{Memory, Role};
 
 /// Settings of a chaos run.
@@ -88,6 +88,9 @@ pub(crate) struct ChaosArgs {
     /// half_open, cut_from_etcd.
     #[arg(long, value_delimiter = ',')]
     pub(crate) kinds: Vec<String>,
+    /// The datastore: etcd, or a real kube-apiserver over etcd (peers/build).
+    #[arg(long, value_enum, default_value = "etcd")]
+    pub(crate) datastore: StoreKind,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -102,9 +105,11 @@ enum Fault {
     TermReplica(usize),
     /// Every replica stopped with SIGTERM and started again, one after another.
     RollingRestart,
-    /// etcd killed (SIGKILL) and started again on its data: the replicas' watches break.
-    KillEtcd,
-    /// etcd's history compacted to its current revision while the replicas watch it.
+    /// The datastore the replicas talk to (etcd, or kube-apiserver) killed (SIGKILL) and
+    /// started again: the replicas' watches break.
+    KillDatastore,
+    /// etcd's history (under the API server, for Kubernetes) compacted to its current
+    /// revision while the replicas watch it.
     CompactEtcd,
     /// Half the nodes restarted at once, from this swarm on: their swarm processes SIGKILLed
     /// and started again, so they come back fresh and connect in the same moment. (With
@@ -118,9 +123,9 @@ enum Fault {
     /// A group's connections made half-open: the servers' end destroyed while the group's
     /// packets are dropped, so the reset never arrives.
     HalfOpen(usize),
-    /// A replica cut off from etcd while its nodes still reach it, until it has told them that
-    /// its view is stale.
-    CutFromEtcd(usize),
+    /// A replica cut off from the datastore while its nodes still reach it, until it has told
+    /// them that its view is stale.
+    CutFromDatastore(usize),
 }
 
 /// The schedule's generator (splitmix64: small, and the same everywhere).
@@ -145,13 +150,13 @@ impl Rng {
             0 => Fault::KillReplica(self.below(replicas)),
             1 => Fault::TermReplica(self.below(replicas)),
             2 => Fault::RollingRestart,
-            3 => Fault::KillEtcd,
+            3 => Fault::KillDatastore,
             4 => Fault::CompactEtcd,
             5 => Fault::RestartNodes(self.below(swarms)),
             6 => Fault::Degraded(self.below(swarms)),
             7 => Fault::Partition(self.below(swarms)),
             8 => Fault::HalfOpen(self.below(swarms)),
-            _ => Fault::CutFromEtcd(self.below(replicas)),
+            _ => Fault::CutFromDatastore(self.below(replicas)),
         }
     }
 }
@@ -181,13 +186,13 @@ const NAMES: [&str; KINDS] = [
     "kill_replica",
     "term_replica",
     "rolling_restart",
-    "kill_etcd",
+    "kill_datastore",
     "compact_etcd",
     "restart_nodes",
     "degraded",
     "partition",
     "half_open",
-    "cut_from_etcd",
+    "cut_from_datastore",
 ];
 
 impl Schedule {
@@ -287,11 +292,14 @@ pub(crate) struct ChaosResult {
     /// Largest RSS any replica reached, bytes, and the largest after the first sync.
     pub(crate) replica_peak_rss: u64,
     pub(crate) replica_rss_synced: u64,
-    /// The same for the swarm processes (each a group of nodes) and for etcd.
+    /// The same for the swarm processes (each a group of nodes) and for the datastore's
+    /// processes (etcd; kube-apiserver and its etcd).
     pub(crate) swarm_peak_rss: u64,
     pub(crate) swarm_rss_synced: u64,
-    pub(crate) etcd_peak_rss: u64,
-    pub(crate) etcd_rss_synced: u64,
+    pub(crate) datastore_peak_rss: u64,
+    pub(crate) datastore_rss_synced: u64,
+    /// etcd, or kubernetes.
+    pub(crate) datastore: StoreKind,
     /// Whether the network faults were on (the run in a network namespace of its own).
     pub(crate) network_faults: bool,
     #[serde(flatten)]
@@ -339,7 +347,7 @@ fn layout(nodes: usize, per: usize, sample_nodes: usize) -> Vec<Slot> {
 /// The run's processes and network.
 struct Cluster {
     wd: Workdir,
-    etcd: EtcdProc,
+    store: Store,
     servers: Vec<Server>,
     swarms: Vec<Child>,
     slots: Vec<Slot>,
@@ -367,12 +375,18 @@ impl Cluster {
 
     /// Tells the memory sampler which processes there are now.
     fn watch(&self) {
+        let w = self.store.watched();
         self.memory.watch(
             self.servers
                 .iter()
                 .map(|s| (Role::Replica, s.pid()))
                 .chain(self.swarms.iter().map(|s| (Role::Swarm, s.pid())))
-                .chain([(Role::Etcd, self.etcd.pid())]),
+                .chain(
+                    [Some(w.datastore), w.etcd_under]
+                        .into_iter()
+                        .flatten()
+                        .map(|p| (Role::Datastore, p)),
+                ),
         );
     }
 }
@@ -395,19 +409,16 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         wd = wd.listening_on_all();
     }
     let timeline = Timeline::start();
-    let etcd = EtcdProc::start_with(wd.path(), with_net).await?;
-    etcd::seed(&etcd, wd.shape()).await?;
+    let (store, _) = Store::start_with(a.datastore, &wd, with_net).await?;
     let mut servers: Vec<Server> = Vec::new();
     for i in 0..a.replicas {
-        // Each replica reaches etcd at an address of its own, to be cut off alone.
-        let endpoint = if with_net {
-            etcd.endpoint_at(&net::replica_etcd_ip(i))
+        // Each replica reaches the datastore at an address of its own, to be cut off alone.
+        let backend = if with_net {
+            store.backend_at(&format!("replica-{i}"), &net::replica_ip(i))?
         } else {
-            etcd.endpoint.clone()
+            store.backend(false)?
         };
-        let s = wd
-            .server_on(&format!("replica {i}"), &Backend::Etcd(endpoint))
-            .await?;
+        let s = wd.server_on(&format!("replica {i}"), &backend).await?;
         timeline.add_server(s.pid());
         servers.push(s);
     }
@@ -441,7 +452,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         .collect();
     let mut c = Cluster {
         wd,
-        etcd,
+        store,
         servers,
         swarms: Vec::new(),
         slots,
@@ -472,7 +483,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let synced = c.memory.now();
 
-    let churn = etcd::churn(c.etcd.endpoint.clone(), c.wd.shape(), a.rate, a.secs as f64);
+    let churn = c.store.churn(&c.wd, a.rate, a.secs as f64)?;
     let started = Instant::now();
     let mut faults = Vec::new();
     while started.elapsed() + Duration::from_secs(a.fault_every) < Duration::from_secs(a.secs) {
@@ -576,23 +587,26 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         replica_rss_synced: synced.replica,
         swarm_peak_rss: peaks.swarm,
         swarm_rss_synced: synced.swarm,
-        etcd_peak_rss: peaks.etcd,
-        etcd_rss_synced: synced.etcd,
+        datastore_peak_rss: peaks.datastore,
+        datastore_rss_synced: synced.datastore,
+        datastore: a.datastore,
         network_faults: with_net,
         exact: done.exactness(),
     };
     // Memory stays bounded: no replica and no swarm grows past three times what it held once
-    // synced. etcd is reported, not judged: it keeps the churn's history between compactions.
+    // synced. The datastore is reported, not judged: it keeps the churn's history between
+    // compactions.
     let bounded = |peak: u64, synced: u64| peak <= synced.saturating_mul(3);
     let replicas_bounded = bounded(r.replica_peak_rss, r.replica_rss_synced);
     let swarms_bounded = bounded(r.swarm_peak_rss, r.swarm_rss_synced);
     let ok = done.all_exact(a.nodes) && replicas_agree && replicas_bounded && swarms_bounded;
     let mut table = format!(
-        "chaos: {} nodes over {} replicas on etcd, {} KVs, {} s of churn at {}/s, seed {}{}\n\
+        "chaos: {} nodes over {} replicas on {}, {} KVs, {} s of churn at {}/s, seed {}{}\n\
          | fault | at | every node in sync again after | resumed by deltas / digest / snapshot | detail |\n\
          |---|---|---|---|---|\n",
         r.nodes,
         r.replicas,
+        c.store.names().1,
         r.kvs,
         r.secs,
         a.rate,
@@ -621,7 +635,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
          | replicas agree at the end | {} |\n\
          | replica RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
          | swarm RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
-         | etcd RSS synced / peak | {:.1} / {:.1} MiB |\n\
+         | datastore RSS synced / peak (largest process) | {:.1} / {:.1} MiB |\n\
          {}\n{}",
         r.faults.len(),
         r.updates_written,
@@ -636,8 +650,8 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         mib(r.swarm_rss_synced),
         mib(r.swarm_peak_rss),
         verdict(swarms_bounded),
-        mib(r.etcd_rss_synced),
-        mib(r.etcd_peak_rss),
+        mib(r.datastore_rss_synced),
+        mib(r.datastore_peak_rss),
         done.verdict(a.nodes),
         if ok {
             "nothing lost".to_owned()
@@ -674,9 +688,9 @@ async fn inject(
                 s.term_and_restart().await?;
             }
         }
-        Fault::KillEtcd => c.etcd.kill_and_restart().await?,
+        Fault::KillDatastore => c.store.kill_and_restart().await?,
         Fault::CompactEtcd => {
-            let rev = c.etcd.compact().await?;
+            let rev = c.store.compact().await?;
             detail = format!("to revision {rev}");
         }
         Fault::RestartNodes(i) => {
@@ -741,7 +755,7 @@ async fn inject(
                 t0.elapsed().as_secs_f64()
             );
         }
-        Fault::CutFromEtcd(i) => detail = cut_from_etcd(c, i, told, a).await?,
+        Fault::CutFromDatastore(i) => detail = cut_off(c, i, told, a).await?,
     }
     Ok(detail)
 }
@@ -763,17 +777,16 @@ fn group(c: &mut Cluster, g: usize) -> anyhow::Result<&mut net::Group> {
     c.groups.get_mut(g).context("no such group")
 }
 
-/// Cuts replica `i` off from etcd until it says its view is stale and every typha-client
-/// node connected to it has been told so; then lets it reach etcd again.
-async fn cut_from_etcd(
+/// Cuts replica `i` off from the datastore until it says its view is stale and every
+/// typha-client node connected to it has been told so; then lets it reach it again.
+async fn cut_off(
     c: &mut Cluster,
     i: usize,
     told: &HashSet<String>,
     a: &ChaosArgs,
 ) -> anyhow::Result<String> {
     let within = Duration::from_secs(a.converge_within);
-    let port = c.etcd.port().to_owned();
-    let cut = net::EtcdCut::new(i, &port)?;
+    let cut = net::Cut::new(i, &c.store.port())?;
     let t0 = Instant::now();
     let s = replica(c, i)?;
     loop {
@@ -782,7 +795,8 @@ async fn cut_from_etcd(
         }
         anyhow::ensure!(
             t0.elapsed() < within,
-            "replica {i}, cut off from etcd, did not say its view is stale within {within:?}"
+            "replica {i}, cut off from the datastore, did not say its view is stale within \
+             {within:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -841,7 +855,7 @@ mod tests {
             .collect();
         assert_eq!(first.len(), KINDS, "{a:?}");
         assert!(a.iter().all(|f| match f {
-            Fault::KillReplica(i) | Fault::TermReplica(i) | Fault::CutFromEtcd(i) => *i < 3,
+            Fault::KillReplica(i) | Fault::TermReplica(i) | Fault::CutFromDatastore(i) => *i < 3,
             Fault::RestartNodes(i)
             | Fault::Degraded(i)
             | Fault::Partition(i)
@@ -863,13 +877,13 @@ mod tests {
         }
         assert_eq!(kinds_of(&[], true).unwrap(), (0..KINDS).collect::<Vec<_>>());
         assert_eq!(kinds_of(&[], false).unwrap().len(), PROCESS_KINDS);
-        let some = ["partition".to_owned(), "kill_etcd".to_owned()];
+        let some = ["partition".to_owned(), "kill_datastore".to_owned()];
         assert_eq!(kinds_of(&some, true).unwrap(), vec![3, 7]);
         assert_eq!(kinds_of(&some, false).unwrap(), vec![3]);
         assert!(kinds_of(&["partition".to_owned()], false).is_err());
         assert!(kinds_of(&["meteor".to_owned()], true).is_err());
         // Drawn from the kinds asked for only.
         let mut s = Schedule::new(9, 3, 2, vec![3, 7]);
-        assert!((0..50).all(|_| matches!(s.next(), Fault::KillEtcd | Fault::Partition(_))));
+        assert!((0..50).all(|_| matches!(s.next(), Fault::KillDatastore | Fault::Partition(_))));
     }
 }

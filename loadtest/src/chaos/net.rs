@@ -7,7 +7,8 @@
 //! packets (all of them: a partition; a random share: a lossy link), the servers' end of a
 //! group's connections is destroyed while its packets are dropped (`ss -K`: the reset never
 //! arrives, so the nodes hold half-open connections), and a replica's own loopback address
-//! to etcd is cut (a replica partitioned from its datastore while its nodes still reach it).
+//! to the datastore is cut (a replica partitioned from its datastore while its nodes still
+//! reach it).
 //! Added delay would be `tc netem`'s, but this machine's kernel has no netem
 //! (`CONFIG_NET_SCH_NETEM` is not set): a group's packets go through Netfilter's queue to a
 //! thread of this process that holds each for the delay and then lets it go ([`Delay`]).
@@ -349,23 +350,23 @@ fn iptables(op: &str, rule: &[String]) -> anyhow::Result<()> {
     run("iptables", &a).map(|_| ())
 }
 
-/// The loopback address replica `i` reaches etcd at: one of its own, so that it alone can be
-/// cut off ([`EtcdCut`]).
-pub(crate) fn replica_etcd_ip(i: usize) -> String {
+/// The loopback address replica `i` reaches the datastore at: one of its own, so that it
+/// alone can be cut off ([`Cut`]).
+pub(crate) fn replica_ip(i: usize) -> String {
     format!("127.0.1.{}", i + 1)
 }
 
-/// A replica cut off from etcd: every packet to and from etcd's client port at the replica's
-/// own address dropped, while its nodes still reach it. Lifted when dropped.
-pub(crate) struct EtcdCut {
+/// A replica cut off from the datastore: every packet to and from the datastore's port at the
+/// replica's own address dropped, while its nodes still reach it. Lifted when dropped.
+pub(crate) struct Cut {
     rules: Vec<Vec<String>>,
 }
 
-impl EtcdCut {
-    /// Cuts replica `i` off from etcd listening on `port`.
-    pub(crate) fn new(i: usize, port: &str) -> anyhow::Result<EtcdCut> {
-        let ip = replica_etcd_ip(i);
-        let mut cut = EtcdCut { rules: Vec::new() };
+impl Cut {
+    /// Cuts replica `i` off from the datastore listening on `port`.
+    pub(crate) fn new(i: usize, port: &str) -> anyhow::Result<Cut> {
+        let ip = replica_ip(i);
+        let mut cut = Cut { rules: Vec::new() };
         for (dir, pdir) in [("-d", "--dport"), ("-s", "--sport")] {
             let rule: Vec<String> = ["INPUT", dir, &ip, "-p", "tcp", pdir, port, "-j", "DROP"]
                 .map(String::from)
@@ -377,7 +378,7 @@ impl EtcdCut {
     }
 }
 
-impl Drop for EtcdCut {
+impl Drop for Cut {
     fn drop(&mut self) {
         for rule in &self.rules {
             let _ = iptables("-D", rule);

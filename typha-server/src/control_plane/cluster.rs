@@ -32,6 +32,11 @@ pub struct Options {
     pub calico_crds: bool,
     /// etcd's `--quota-backend-bytes` (its default, 2 GiB, is too small for big loadtests).
     pub etcd_quota_bytes: Option<u64>,
+    /// Serve on every address (`--bind-address=0.0.0.0`) with a certificate for the loopback
+    /// aliases [`ControlPlane::LOOPBACK_ALIASES`] too, so that each client can reach it at an
+    /// address of its own ([`ControlPlane::kubeconfig_at`]) and be cut off alone (loadtest's
+    /// chaos, inside a network namespace of its own).
+    pub every_address: bool,
 }
 
 impl Default for Options {
@@ -41,6 +46,7 @@ impl Default for Options {
             watch_cache: true,
             calico_crds: true,
             etcd_quota_bytes: None,
+            every_address: false,
         }
     }
 }
@@ -80,7 +86,12 @@ impl ControlPlane {
         };
         std::fs::create_dir_all(&dir).map_err(ControlPlaneError::io(dir.display().to_string()))?;
         let ca = crate::pki::Ca::new("typha-test-kube-ca")?;
-        let serving = ca.server("kube-apiserver", &["127.0.0.1", "localhost"])?;
+        let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+        if opts.every_address {
+            names.extend((1..=Self::LOOPBACK_ALIASES).map(|i| format!("127.0.1.{i}")));
+        }
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let serving = ca.server("kube-apiserver", &names)?;
         let signing = ca.client("service-account-signer", None)?;
         let write = |name: &str, body: &str| {
             let path = dir.join(name);
@@ -118,9 +129,18 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// With [`Options::every_address`], the API server's certificate also names
+    /// `127.0.1.1` to `127.0.1.<this>`.
+    pub const LOOPBACK_ALIASES: usize = 16;
+
     /// The API server's URL.
     pub fn url(&self) -> String {
         format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The API server's port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// etcd's client URL.
@@ -181,10 +201,19 @@ impl ControlPlane {
     /// A kubeconfig (YAML) for the API server that authenticates with `token`: what a program
     /// under test reads through `$KUBECONFIG`.
     pub fn kubeconfig(&self, token: &str) -> String {
+        self.kubeconfig_for(&self.url(), token)
+    }
+
+    /// [`ControlPlane::kubeconfig`], reaching the API server at the loopback address `ip`
+    /// (with [`Options::every_address`]).
+    pub fn kubeconfig_at(&self, ip: &str, token: &str) -> String {
+        self.kubeconfig_for(&format!("https://{ip}:{}", self.port), token)
+    }
+
+    fn kubeconfig_for(&self, server: &str, token: &str) -> String {
         let ca = self.ca_file();
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: test\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\n",
-            self.url(),
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: test\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: test\ncurrent-context: test\n",
             ca.display()
         )
     }
@@ -356,7 +385,11 @@ impl ControlPlane {
         let d = |name: &str| self.dir.join(name).display().to_string();
         let args = vec![
             format!("--etcd-servers={}", self.etcd_endpoint()),
-            "--bind-address=127.0.0.1".to_owned(),
+            if self.opts.every_address {
+                "--bind-address=0.0.0.0".to_owned()
+            } else {
+                "--bind-address=127.0.0.1".to_owned()
+            },
             "--advertise-address=127.0.0.1".to_owned(),
             format!("--secure-port={}", self.port),
             format!("--tls-cert-file={}", d("apiserver.crt")),
