@@ -18,9 +18,10 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::message::{
-    ClientHello, CompressionSet, Direction, Epoch, Features, Goodbye, GoodbyeReason, Message,
-    MessageType, ProtocolVersion, Resume, ServerHello, SyncerType,
+    ClientHello, CompressionSet, Direction, Epoch, Extension, Features, Goodbye, GoodbyeReason,
+    Message, MessageType, ProtocolVersion, Resume, ServerHello, SyncerType,
 };
+use crate::model::Revision;
 
 /// Calico Typha's default: TLS and hello must complete within 10 s.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -194,6 +195,8 @@ pub struct Accepted {
     pub client_info: String,
     /// The client's resume offer, if any.
     pub resume: Option<Resume>,
+    /// The resuming client's revision floor ([`Extension::REVISION_FLOOR`]), if it sent one.
+    pub revision_floor: Option<Revision>,
 }
 
 /// The server's side of the handshake.
@@ -307,6 +310,10 @@ impl ServerHandshake {
             reply,
             hostname: hello.hostname,
             client_info: hello.info,
+            revision_floor: hello
+                .resume
+                .as_ref()
+                .and(Extension::find_revision_floor(&hello.extensions)),
             resume: hello.resume,
         })
     }
@@ -347,6 +354,9 @@ pub struct ClientOffer {
     pub compression: CompressionSet,
     /// Where the client was, if reconnecting.
     pub resume: Option<Resume>,
+    /// With a resume, the highest datastore revision among the changes the client has
+    /// applied ([`Extension::REVISION_FLOOR`]).
+    pub revision_floor: Option<Revision>,
     /// How long to wait for the server's answer.
     pub timeout: Duration,
 }
@@ -362,6 +372,7 @@ impl ClientOffer {
             features: Features::ALL,
             compression: CompressionSet::ZSTD,
             resume: None,
+            revision_floor: None,
             timeout: DEFAULT_HANDSHAKE_TIMEOUT,
         }
     }
@@ -396,7 +407,14 @@ impl ClientHandshake {
             compression: self.offer.compression,
             features: self.offer.features,
             resume: self.offer.resume.clone(),
-            extensions: Vec::new(),
+            extensions: self
+                .offer
+                .resume
+                .as_ref()
+                .and(self.offer.revision_floor)
+                .map(Extension::revision_floor)
+                .into_iter()
+                .collect(),
         }
     }
 

@@ -16,7 +16,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::digest::{BucketSet, StateDigest};
-use crate::model::{SyncStatus, Update};
+use crate::model::{Revision, SyncStatus, Update};
 
 /// A protocol version number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -250,6 +250,36 @@ pub struct Extension {
     /// Extension payload, meaning defined by the id.
     #[serde(with = "byte_vec")]
     pub data: Vec<u8>,
+}
+
+impl Extension {
+    /// A resuming client's revision floor (client hello; 8 bytes, a `u64` little-endian):
+    /// the highest datastore revision among the changes it has applied. Replicas watch the
+    /// datastore independently, so the one a client moves to may be behind the one it left
+    /// (a restarted replica reports in sync once its listing is loaded, before its watch has
+    /// replayed what was written meanwhile); resumed from such a replica the client would be
+    /// sent older values than it has. A server whose replicas share the datastore's revisions
+    /// (etcd, Kubernetes) holds such a client until its cache has reached the floor, for a
+    /// bounded time.
+    pub const REVISION_FLOOR: u16 = 1;
+
+    /// The revision floor extension.
+    pub fn revision_floor(r: Revision) -> Extension {
+        Extension {
+            id: Self::REVISION_FLOOR,
+            data: r.0.to_le_bytes().to_vec(),
+        }
+    }
+
+    /// The revision floor among `extensions`, if one is there and well formed (a malformed
+    /// one is ignored, as an unknown extension is).
+    pub fn find_revision_floor(extensions: &[Extension]) -> Option<Revision> {
+        extensions
+            .iter()
+            .filter(|e| e.id == Self::REVISION_FLOOR)
+            .find_map(|e| <[u8; 8]>::try_from(e.data.as_slice()).ok())
+            .map(|b| Revision(u64::from_le_bytes(b)))
+    }
 }
 
 /// The first message of a connection, client to server.

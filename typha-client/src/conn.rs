@@ -276,6 +276,7 @@ async fn run(
         info: cfg.info.clone(),
         syncer_type: cfg.syncer_type.clone(),
         resume: store.resume(),
+        revision_floor: store.revision_floor(),
         timeout: cfg.dial_timeout,
         ..ClientOffer::new(cfg.hostname.clone())
     };

@@ -185,6 +185,8 @@ pub struct Store {
     /// Light mode: a chunk of this snapshot went by undecoded, so its KVs cannot be counted.
     light_skipped: bool,
     announced: u64,
+    /// The highest datastore revision among the changes applied (0: none yet).
+    high_water: Revision,
 }
 
 impl Default for Store {
@@ -194,6 +196,19 @@ impl Default for Store {
 }
 
 impl Store {
+    /// The highest datastore revision among the changes applied so far, if any: offered as
+    /// the resume's revision floor, so that a server behind it does not send older values
+    /// ([`typha_protocol::message::Extension::REVISION_FLOOR`]).
+    pub fn revision_floor(&self) -> Option<Revision> {
+        (self.high_water > Revision(0)).then_some(self.high_water)
+    }
+
+    fn saw(&mut self, updates: &[Update]) {
+        if let Some(r) = updates.iter().map(|u| u.revision).max() {
+            self.high_water = self.high_water.max(r);
+        }
+    }
+
     /// An empty store.
     pub fn new() -> Self {
         Self {
@@ -211,6 +226,7 @@ impl Store {
             light_seen: 0,
             light_skipped: false,
             announced: 0,
+            high_water: Revision(0),
         }
     }
 
@@ -487,6 +503,7 @@ impl Store {
                 if self.marks.is_none() {
                     return Err(StoreError::Unexpected(Unexpected::ChunkOutsideSnapshot));
                 }
+                self.saw(&c.updates);
                 if self.light {
                     self.light_seen += c.updates.len() as u64;
                     cb.on_updates(c.updates);
@@ -573,6 +590,7 @@ impl Store {
                         from: d.from_seq,
                     });
                 }
+                self.saw(&d.updates);
                 let out: Vec<Update> = if self.light {
                     d.updates
                 } else {

@@ -76,6 +76,7 @@ const OURS: &[(&str, &str)] = &[
     ("typha_frames_encoded_total", "counter"),
     ("typha_resumes_total", "counter"),
     ("typha_resume_bytes_total", "counter"),
+    ("typha_resume_floor_waits_total", "counter"),
     ("typha_connections_dropped_total", "counter"),
     ("typha_updates_invalid_total", "counter"),
     ("typha_bytes_sent_total", "counter"),

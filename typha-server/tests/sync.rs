@@ -13,7 +13,9 @@ use std::time::Duration;
 use common::{Peer, cluster, eventually, expected_digest, server, settle};
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
-use typha_protocol::model::SyncStatus;
+use typha_protocol::handshake::ClientOffer;
+use typha_protocol::message::Message;
+use typha_protocol::model::{Revision, SyncStatus};
 use typha_server::config::Config;
 use typha_server::datastore::embedded::{DirSource, Embedded};
 use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
@@ -196,6 +198,95 @@ async fn resume_by_deltas_sends_only_what_was_missed() {
     assert_eq!(q.updates_seen.len(), 5, "only the five missed updates");
     assert_eq!(q.digest.combined(), expected_digest(&store).0);
     assert_eq!(srv.metrics.resume_count(ResumeKind::deltas), 1);
+    srv.shutdown().await;
+}
+
+/// A client that has seen a newer datastore revision than this server's cache (it comes
+/// from a replica that is ahead of this one) is held, pinged, until the cache reaches it:
+/// resumed from behind, it would be sent older values than it has. Past the wait it is
+/// served what the cache has.
+#[tokio::test]
+async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revision() {
+    let mut cfg = Config::for_tests();
+    cfg.conn.resume_floor_wait = Duration::from_secs(20);
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(5, 10));
+    let spec = typha_server::sample::Spec {
+        nodes: 5,
+        pods_per_node: 10,
+        ..Default::default()
+    };
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("n", None)).await.unwrap();
+    p.sync_to(&srv).await;
+    let (state, digest, seq) = (p.state.clone(), p.digest.clone(), p.seq);
+    let resume = p.resume();
+    drop(p);
+    let now = srv.cache.latest().revision;
+    let resume_at = |floor: u64| {
+        let (state, digest, resume) = (state.clone(), digest.clone(), resume.clone());
+        let srv_addr = srv.addr;
+        async move {
+            let mut q = Peer::connect(srv_addr).await;
+            q.state = state;
+            q.digest = digest;
+            q.seq = seq;
+            q.hello(ClientOffer {
+                revision_floor: Some(Revision(floor)),
+                ..Peer::offer("n", Some(resume))
+            })
+            .await
+            .unwrap();
+            q
+        }
+    };
+
+    let mut q = resume_at(now.0 + 2).await;
+    // Held: nothing but how current the view is, and pings.
+    loop {
+        match q.recv_within(Duration::from_millis(800)).await {
+            Ok(m @ (Message::Staleness(_) | Message::Ping(_))) => q.apply(m).await.unwrap(),
+            Ok(m) => panic!("a client from ahead was sent {m:?} before the cache reached it"),
+            Err(e) => {
+                assert_eq!(e, "timeout");
+                break;
+            }
+        }
+    }
+    for g in 1..=2u64 {
+        store.put(spec.workload_endpoint(1, g as usize, g));
+    }
+    q.sync_to(&srv).await;
+    assert_eq!(q.first_after_hello, Some("deltas"));
+    assert_eq!(q.digest.combined(), expected_digest(&store).0);
+    let [reached, timed_out] = &srv.metrics.resume_floor_waits;
+    assert_eq!((reached.get(), timed_out.get()), (1, 0));
+
+    // At or below the cache's revision: not held at all.
+    let mut q = resume_at(srv.cache.latest().revision.0).await;
+    q.sync_to(&srv).await;
+    assert_eq!((reached.get(), timed_out.get()), (1, 0));
+    srv.shutdown().await;
+
+    // A revision the cache never reaches (the datastore went back): served after the wait.
+    let mut cfg = Config::for_tests();
+    cfg.conn.resume_floor_wait = Duration::from_millis(300);
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(5, 10));
+    let mut q = Peer::connect(srv.addr).await;
+    // The state the resume's digest describes (the same cluster as the first server's).
+    q.state = state.clone();
+    q.digest = digest.clone();
+    q.hello(ClientOffer {
+        revision_floor: Some(Revision(u64::MAX)),
+        ..Peer::offer("n", Some(resume.clone()))
+    })
+    .await
+    .unwrap();
+    q.sync_to(&srv).await;
+    assert_eq!(q.digest.combined(), expected_digest(&store).0);
+    let [reached, timed_out] = &srv.metrics.resume_floor_waits;
+    assert_eq!((reached.get(), timed_out.get()), (0, 1));
     srv.shutdown().await;
 }
 

@@ -167,3 +167,44 @@ fn messages_are_sent_only_when_negotiated() {
     assert!(accepted.unwrap().session.may_send(&buckets));
     assert!(!client.may_receive(MessageType::Pong));
 }
+
+#[test]
+fn a_revision_floor_travels_with_a_resume_only_and_a_malformed_one_is_ignored() {
+    let resume = Resume {
+        cursor: None,
+        digest: None,
+    };
+    let with = |resume: Option<Resume>, floor: Option<u64>| ClientOffer {
+        resume,
+        revision_floor: floor.map(Revision),
+        ..ClientOffer::new("n")
+    };
+    let floor_of = |offer: ClientOffer| {
+        pair(offer, ServerOffer::new(EPOCH))
+            .1
+            .unwrap()
+            .revision_floor
+    };
+    assert_eq!(
+        floor_of(with(Some(resume.clone()), Some(4242))),
+        Some(Revision(4242))
+    );
+    // A fresh client has nothing to be older than.
+    assert_eq!(floor_of(with(None, Some(4242))), None);
+    assert_eq!(floor_of(with(Some(resume.clone()), None)), None);
+    // On the wire: one extension, eight bytes; a short one means nothing.
+    let hello = ClientHandshake::new(with(Some(resume), Some(7)), Instant::now()).hello();
+    assert_eq!(
+        hello.extensions,
+        vec![Extension::revision_floor(Revision(7))]
+    );
+    let bad = Extension {
+        id: Extension::REVISION_FLOOR,
+        data: vec![1, 2, 3],
+    };
+    assert_eq!(Extension::find_revision_floor(std::slice::from_ref(&bad)), None);
+    assert_eq!(
+        Extension::find_revision_floor(&[bad, Extension::revision_floor(Revision(9))]),
+        Some(Revision(9))
+    );
+}

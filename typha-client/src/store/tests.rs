@@ -424,3 +424,37 @@ fn keys_of_unknown_kinds_count_in_the_digest_but_are_never_delivered() {
     assert!(rec.updates.is_empty(), "{:?}", rec.updates);
     assert_eq!((s.len(), s.opaque_len()), (1, 0));
 }
+
+#[test]
+fn the_revision_floor_is_the_highest_revision_applied() {
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    assert_eq!(s.revision_floor(), None, "nothing applied yet");
+    s.start(&mut rec);
+    s.connected(&session(1), &mut rec);
+    snapshot(&mut s, &mut rec, 5, &[(7, "a"), (3, "b")]);
+    assert_eq!(s.revision_floor(), Some(Revision(7)));
+    // A deletion carries the revision it happened at: it counts too.
+    s.apply(
+        Message::Deltas(Deltas {
+            from_seq: Seq(5),
+            seq: Seq(6),
+            digest: digest(&[(7, "a")]),
+            updates: vec![Update::delete(key(3), Revision(12))],
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    assert_eq!(s.revision_floor(), Some(Revision(12)));
+    // A frame that does not follow on is refused, and its revisions do not count.
+    let gap = s.apply(
+        Message::Deltas(Deltas {
+            from_seq: Seq(9),
+            seq: Seq(10),
+            digest: 0,
+            updates: vec![put(40, "x")],
+        }),
+        &mut rec,
+    );
+    assert!(gap.is_err());
+    assert_eq!(s.revision_floor(), Some(Revision(12)));
+}

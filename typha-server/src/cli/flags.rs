@@ -136,6 +136,11 @@ pub struct Cli {
     /// Most initial syncs written at once; the others wait their turn (0: no limit).
     #[arg(long, env = "TYPHA_MAXCONCURRENTSYNCS", default_value_t = 64)]
     pub max_concurrent_syncs: usize,
+    /// Longest a resuming client that has seen a newer datastore revision than the cache is
+    /// held, waiting for the cache to reach it, before it is served what the cache has (0:
+    /// never held; the embedded datastore never holds, its revisions being each server's own).
+    #[arg(long, env = "TYPHA_RESUMEREVISIONWAITSECS", default_value_t = 10.0)]
+    pub resume_revision_wait_secs: f64,
     /// Most KVs per snapshot chunk (chunks are encoded once for every joining client).
     #[arg(long, env = "TYPHA_SNAPSHOTCHUNKKVS", default_value_t = crate::cache::snapshot::CHUNK_KVS)]
     pub snapshot_chunk_kvs: usize,

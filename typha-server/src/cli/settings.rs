@@ -127,6 +127,14 @@ impl Cli {
             )?,
             max_concurrent_syncs: self.max_concurrent_syncs,
             snapshot: self.snapshot()?,
+            resume_floor_wait: if matches!(datastore, DatastoreConfig::Embedded { .. }) {
+                Duration::ZERO
+            } else {
+                secs(
+                    "TYPHA_RESUMEREVISIONWAITSECS",
+                    self.resume_revision_wait_secs,
+                )?
+            },
             ..ConnConfig::default()
         };
         let pinned_max_age = conn.max_fall_behind + conn.new_client_grace;

@@ -69,6 +69,11 @@ pub struct ConnConfig {
     /// How snapshot chunks are cut and compressed (TYPHA_SNAPSHOTCHUNKKVS,
     /// TYPHA_SNAPSHOTCHUNKKIB, TYPHA_SNAPSHOTZSTDLEVEL; [`SnapshotConfig::default`]).
     pub snapshot: SnapshotConfig,
+    /// Longest a resuming client whose revision floor the cache has not reached is held
+    /// before it is served what the cache has (TYPHA_RESUMEREVISIONWAITSECS, 10 s; zero, and
+    /// always zero over the embedded datastore, whose revisions are each server's own: not
+    /// held). See [`typha_protocol::message::Extension::REVISION_FLOOR`].
+    pub resume_floor_wait: Duration,
 }
 
 impl Default for ConnConfig {
@@ -83,6 +88,7 @@ impl Default for ConnConfig {
             max_write: 16 << 10,
             max_concurrent_syncs: 64,
             snapshot: SnapshotConfig::default(),
+            resume_floor_wait: Duration::from_secs(10),
         }
     }
 }

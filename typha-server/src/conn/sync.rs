@@ -12,7 +12,7 @@ use tokio::time::{Instant, sleep_until};
 use typha_protocol::digest::BUCKETS;
 use typha_protocol::handshake::Session;
 use typha_protocol::message::{Deltas, Features, GoodbyeReason, Message, Ping, Resume, Seq};
-use typha_protocol::model::SyncStatus;
+use typha_protocol::model::{Revision, SyncStatus};
 
 use super::out::{Out, jitter, scopeguard};
 use super::{Close, ConnError, Ctx};
@@ -89,6 +89,31 @@ pub(super) async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
     } else {
         Err(ConnError::Closed(GoodbyeReason::Shutdown))
     }
+}
+
+/// Holds a resuming client whose revision floor the cache has not reached (pinging it
+/// meanwhile) until it does, or [`ConnConfig::resume_floor_wait`] runs out: resumed from a
+/// replica that is behind the one it left, it would be sent older values than it has.
+/// Whether the cache reached it.
+///
+/// [`ConnConfig::resume_floor_wait`]: super::ConnConfig::resume_floor_wait
+pub(super) async fn wait_for_revision<W: AsyncWrite + Unpin>(
+    ctx: &Arc<Ctx>,
+    out: &mut Out<W>,
+    close: &mut oneshot::Receiver<Close>,
+    floor: Revision,
+) -> Result<bool, ConnError> {
+    let mut crumbs = ctx.cache.subscribe();
+    let reached = async {
+        while ctx.cache.latest().revision < floor {
+            if crumbs.changed().await.is_err() {
+                return false;
+            }
+        }
+        true
+    };
+    let within = tokio::time::timeout(ctx.cfg.resume_floor_wait, reached);
+    Ok(matches!(pinging(ctx, out, close, within).await?, Ok(true)))
 }
 
 /// Brings a newly connected client to a position in the cache: by deltas, by digest buckets,

@@ -12,14 +12,16 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, sleep_until, timeout_at};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 use typha_protocol::frame::{FrameDecoder, Limits};
 use typha_protocol::handshake::{ServerHandshake, Session};
 use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Ping};
 
 use super::info::{ConnInfo, Phase};
 use super::out::{Out, jitter, scopeguard};
-use super::sync::{Following, catch_up, initial_sync, wait_for_first_sync, wait_for_sync_slot};
+use super::sync::{
+    Following, catch_up, initial_sync, wait_for_first_sync, wait_for_revision, wait_for_sync_slot,
+};
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::fanout::{Variant, encode};
@@ -342,6 +344,20 @@ where
         // cache is complete; a new client has nothing to lose and gets the partial state.
         out.flush().await?;
         wait_for_first_sync(ctx, out, close).await?;
+    }
+    if let Some(floor) = accepted_hello.revision_floor
+        && !ctx.cfg.resume_floor_wait.is_zero()
+        && ctx.cache.latest().revision < floor
+    {
+        out.flush().await?;
+        let reached = wait_for_revision(ctx, out, close, floor).await?;
+        let [yes, no] = &ctx.cache.metrics.resume_floor_waits;
+        if reached {
+            yes.inc();
+        } else {
+            no.inc();
+            warn!(host = %accepted_hello.hostname, floor = floor.0, cache = ctx.cache.latest().revision.0, "a resuming client has seen newer datastore revisions than this cache reached within TYPHA_RESUMEREVISIONWAITSECS; serving what it has");
+        }
     }
     let slot = wait_for_sync_slot(ctx, out, close).await?;
     let sync_started = Instant::now();

@@ -118,6 +118,10 @@ pub struct Metrics {
     resumes: [IntCounter; 3],
     /// `typha_resume_bytes_total{kind}`, indexed by [`ResumeKind`]: bytes of initial syncs.
     resume_bytes: [IntCounter; 3],
+    /// `typha_resume_floor_waits_total{result}`: resuming clients held until the cache
+    /// reached their revision floor (`reached`), or served what it had when the wait ran out
+    /// (`timed_out`).
+    pub resume_floor_waits: [IntCounter; 2],
     /// `typha_connections_dropped_total{reason}`, indexed by [`DropReason`].
     drops: [IntCounter; 9],
     /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
@@ -329,6 +333,14 @@ impl Metrics {
                 "How connecting clients were brought up to date.",
                 "kind",
                 ResumeKind::ALL.map(ResumeKind::label),
+            ),
+            resume_floor_waits: counters(
+                r,
+                "typha_resume_floor_waits_total",
+                "Resuming clients that had seen newer datastore revisions than the cache, held \
+                 until it reached them or the wait ran out.",
+                "result",
+                ["reached", "timed_out"],
             ),
             resume_bytes: counters(
                 r,
