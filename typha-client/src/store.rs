@@ -20,6 +20,7 @@
 //! offers its digest, and the server resends only the buckets that differ.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use typha_protocol::digest::{KeyHash, StateDigest};
 use typha_protocol::handshake::Session;
@@ -29,6 +30,8 @@ use typha_protocol::message::{
 use typha_protocol::model::{
     EncodedValue, KeyPath, KeyType, Revision, SyncStatus, Update, UpdateKind,
 };
+
+use crate::position::Position;
 
 #[cfg(doc)]
 use typha_protocol::model::Key;
@@ -185,6 +188,8 @@ pub struct Store {
     /// Light mode: a chunk of this snapshot went by undecoded, so its KVs cannot be counted.
     light_skipped: bool,
     announced: u64,
+    /// Where each whole frame applied is published, if anyone asked (see [`Position`]).
+    position: Option<Arc<Position>>,
 }
 
 impl Default for Store {
@@ -211,6 +216,7 @@ impl Store {
             light_seen: 0,
             light_skipped: false,
             announced: 0,
+            position: None,
         }
     }
 
@@ -235,6 +241,15 @@ impl Store {
             relay: true,
             ..Self::new()
         }
+    }
+
+    /// Publishes the state to `position` after every frame applied in full from now on (and
+    /// at once, if a frame has been applied already).
+    pub fn publish_to(&mut self, position: Arc<Position>) {
+        if let Some(c) = self.cursor {
+            position.publish(self.combined_digest(), c.seq);
+        }
+        self.position = Some(position);
     }
 
     /// Whether a session is established: [`connected`](Self::connected) was called and
@@ -454,6 +469,9 @@ impl Store {
     fn reach(&mut self, seq: Seq) {
         if let Some(epoch) = self.epoch {
             self.cursor = Some(Cursor { epoch, seq });
+        }
+        if let Some(p) = &self.position {
+            p.publish(self.combined_digest(), seq);
         }
     }
 
