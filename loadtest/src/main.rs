@@ -28,6 +28,7 @@ mod calico_node;
 mod ceiling;
 mod chaos;
 mod child;
+mod churn_plan;
 mod cluster;
 mod direct;
 mod etcd;
