@@ -37,6 +37,7 @@ mod harness;
 mod http;
 mod kube;
 mod lean;
+mod node_checks;
 mod procstat;
 mod raw;
 mod report;
