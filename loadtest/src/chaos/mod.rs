@@ -3,7 +3,8 @@
 //! killed (SIGKILL) and restarted, a replica stopped as an orchestrator stops it (SIGTERM,
 //! drain) and restarted, every replica restarted one after another, etcd killed and
 //! restarted, etcd's history compacted while the replicas watch it, a group of nodes
-//! restarted at once (their swarm process killed and started again: a reconnect burst). After each fault it waits
+//! restarted at once (their swarm process killed and started again: a reconnect burst). The
+//! churn is of every kind (`churn_plan`'s mixed plan). After each fault it waits
 //! until every node is in sync again and records how long that took; at the end, with the
 //! churn over, every replica must hold the same state and every node exactly that state.
 //!
@@ -11,9 +12,12 @@
 //! it), so a failure can be run again. The first six faults are one of each kind, in an order
 //! the seed shuffles, so even a short run meets every kind; the rest are drawn at random. What it does not inject yet: network faults for groups
 //! of nodes (delay, loss, partitions, half-open connections: `tc netem` in network
-//! namespaces), a replica cut off from etcd while its nodes stay connected; nor does it check, while the faults go on, that no node applies an
-//! older value after a newer one or deletes a key that still exists (only the end state is
-//! checked). See docs/loadtest.md.
+//! namespaces), a replica cut off from etcd while its nodes stay connected. While the faults
+//! go on, `checks` checks that no node deletes a key that still exists or applies an older
+//! value after a newer one, and at quiescent checkpoints that every replica and node holds
+//! etcd's state. See docs/loadtest.md.
+
+mod checks;
 
 use std::time::{Duration, Instant};
 
@@ -51,6 +55,10 @@ pub(crate) struct ChaosArgs {
     /// Longest a fault may take to recover from (every node in sync again), seconds.
     #[arg(long, default_value_t = 180)]
     pub(crate) converge_within: u64,
+    /// A quiescent checkpoint (see `checks`) after every this many faults' recoveries (0:
+    /// only at the end).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) checkpoint_every: usize,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -185,6 +193,8 @@ pub(crate) struct ChaosResult {
     pub(crate) replica_rss_synced: u64,
     #[serde(flatten)]
     pub(crate) exact: harness::Exactness,
+    /// The checks made while the faults went on.
+    checks: checks::Report,
 }
 
 fn resumed(swarms: &[crate::child::Child]) -> [u64; 3] {
@@ -222,7 +232,9 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     }
     let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
     let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
-    let mut swarms = wd.swarms(&addr_refs, a.nodes, 0, &a.common, &[])?;
+    // Every typha-client node checks what it is told (see `checks`).
+    let check_args = ["--checks".to_owned()];
+    let mut swarms = wd.swarms(&addr_refs, a.nodes, 0, &a.common, &check_args)?;
     timeline.add_swarms(&swarms);
     let per_swarm = a.common.nodes_per_swarm.max(1);
     let mut schedule = Schedule::new(seed, a.replicas, swarms.len());
@@ -241,7 +253,14 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     let rss_synced = rss(&servers);
     let mut peak = rss_synced;
 
-    let churn = etcd::churn(etcd.endpoint.clone(), wd.shape(), a.rate, a.secs as f64);
+    let (mut checks, churn) = checks::Checks::start(
+        seed,
+        &etcd.endpoint,
+        wd.shape(),
+        (a.rate, a.secs as f64),
+        a.nodes,
+        a.checkpoint_every,
+    );
     let started = Instant::now();
     let mut faults = Vec::new();
     let fail = |what: String| anyhow::anyhow!("chaos (seed {seed}): {what}");
@@ -276,10 +295,11 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
             Fault::RestartNodes(i) => {
                 let first = i * per_swarm;
                 let count = per_swarm.min(a.nodes.saturating_sub(first));
-                match wd.swarms(&addr_refs, count, first, &a.common, &[]) {
+                match wd.swarms(&addr_refs, count, first, &a.common, &check_args) {
                     Ok(mut fresh) => {
                         if let (Some(slot), Some(new)) = (swarms.get_mut(i), fresh.pop()) {
                             retired = add(retired, resumed(std::slice::from_ref(slot)));
+                            checks.retire(slot).await;
                             timeline.add_swarms(std::slice::from_ref(&new));
                             // Dropping the old process kills it (SIGKILL).
                             drop(std::mem::replace(slot, new));
@@ -323,11 +343,17 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
                 after[2].saturating_sub(before[2]),
             ],
         });
+        checks
+            .after_fault(&mut swarms, &mut servers, converge)
+            .await?;
     }
     let written = churn
         .wait(Duration::from_secs(a.secs + 600))
         .await
         .map_err(|e| fail(format!("the churn: {e:#}")))?;
+    checks
+        .checkpoint(&mut swarms, &mut servers, converge)
+        .await?;
 
     // Quiescent: every replica reaches the same state, then every node must hold it.
     let settle = Instant::now();
@@ -355,6 +381,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let total = add(resumed(&swarms), retired);
     let done = harness::finish(swarms, &digest).await?;
+    let checked = checks.report(done.checks)?;
     let kvs = servers.first().map_or(0, |s| s.kvs);
     for s in servers {
         s.quit().await?;
@@ -376,10 +403,11 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         replica_peak_rss: peak,
         replica_rss_synced: rss_synced,
         exact: done.exactness(),
+        checks: checked,
     };
     // Memory stays bounded: no replica grows past three times what it held once synced.
     let bounded = r.replica_peak_rss <= r.replica_rss_synced.saturating_mul(3);
-    let ok = done.all_exact(a.nodes) && replicas_agree && bounded;
+    let ok = done.all_exact(a.nodes) && replicas_agree && bounded && r.checks.passed();
     let mut table = format!(
         "chaos: {} nodes over {} replicas on etcd, {} KVs, {} s of churn at {}/s, seed {}\n\
          | fault | at | every node in sync again after | resumed by deltas / digest / snapshot |\n\
@@ -400,7 +428,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
          | resumes by deltas / digest / snapshot | {} / {} / {} |\n\
          | replicas agree at the end | {} |\n\
          | replica RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
-         {}\n{}",
+         {}{}\n{}",
         r.faults.len(),
         r.updates_written,
         r.worst_converge_secs,
@@ -411,6 +439,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         mib(r.replica_rss_synced),
         mib(r.replica_peak_rss),
         if bounded { "bounded" } else { "GREW past 3x" },
+        r.checks.rows(),
         done.verdict(a.nodes),
         if ok {
             "nothing lost".to_owned()
