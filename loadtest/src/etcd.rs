@@ -2,10 +2,11 @@
 //! its data in the run's work directory, seeded with the generated cluster in Calico's layout
 //! (v3 resources as JSON, IPAM blocks in Calico's IPAM model under `/calico/ipam/v2/`), and
 //! churned with stamped workload endpoints, the same churn the other scenarios write
-//! through the embedded store's API.
+//! through the embedded store's API (or, for `chaos`, the mixed churn of `churn_plan`).
 
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -13,6 +14,7 @@ use etcd_client::{Client, Txn, TxnOp};
 use tokio::process::Command;
 use typha_server::datastore::etcd::{key_of, key_value_of, watched_range};
 
+use crate::churn_plan::{ChurnKind, Gate, Plan, Written};
 use crate::server::{Churn, SENT_LABEL, free_port, now_ns};
 
 /// etcd's default limit on operations per transaction.
@@ -170,42 +172,94 @@ pub(crate) async fn seed(e: &EtcdProc, shape: (usize, usize)) -> anyhow::Result<
 /// Writes `rate` stamped workload-endpoint updates per second for `secs` seconds into etcd,
 /// each its own put (as an API server or calicoctl would), in order.
 pub(crate) fn churn(endpoint: String, shape: (usize, usize), rate: f64, secs: f64) -> Churn {
-    Churn::spawn(async move {
-        let mut c = Client::connect([endpoint.as_str()], None)
-            .await
-            .context("connecting to etcd")?;
-        let spec = crate::cluster::cluster_spec(shape.0, shape.1);
-        let total = (rate * secs).round() as u64;
-        let started = tokio::time::Instant::now();
-        let per = Duration::from_secs_f64(1.0 / rate.max(0.001));
-        for i in 0..total {
-            tokio::time::sleep_until(started + per.mul_f64(i as f64)).await;
-            let node = (i as usize) % spec.nodes;
-            let pod = (i as usize / spec.nodes) % spec.pods_per_node;
-            let mut r = spec.workload_endpoint(node, pod, i + 1);
-            r.metadata
+    let plan = Plan::labels(shape);
+    Churn::spawn(write_plan(
+        endpoint,
+        plan,
+        rate,
+        secs,
+        Gate::default(),
+        Arc::default(),
+    ))
+}
+
+/// The mixed churn (`churn_plan`: every kind of change, ephemeral pods created and deleted)
+/// at `rate` writes per second for `secs` seconds (plus the time it was paused through
+/// `gate`), counting what it wrote by kind into `written`.
+pub(crate) fn churn_mixed(
+    endpoint: String,
+    shape: (usize, usize),
+    rate: f64,
+    secs: f64,
+    gate: Gate,
+    written: Arc<Written>,
+) -> Churn {
+    let plan = Plan::mixed(shape);
+    Churn::spawn(write_plan(endpoint, plan, rate, secs, gate, written))
+}
+
+/// Writes `plan`'s steps into etcd, `rate` per second for `secs` seconds, one request each;
+/// the time spent paused through `gate` moves the schedule on.
+async fn write_plan(
+    endpoint: String,
+    plan: Plan,
+    rate: f64,
+    secs: f64,
+    gate: Gate,
+    written: Arc<Written>,
+) -> anyhow::Result<u64> {
+    let mut c = Client::connect([endpoint.as_str()], None)
+        .await
+        .context("connecting to etcd")?;
+    let total = (rate * secs).round() as u64;
+    let started = tokio::time::Instant::now();
+    let per = Duration::from_secs_f64(1.0 / rate.max(0.001));
+    let mut paused = Duration::ZERO;
+    for i in 0..total {
+        tokio::time::sleep_until(started + paused + per.mul_f64(i as f64)).await;
+        let _turn = match gate.try_turn() {
+            Some(t) => t,
+            None => {
+                let waited = tokio::time::Instant::now();
+                let t = gate.turn().await;
+                paused += waited.elapsed();
+                t
+            }
+        };
+        let mut w = plan.step(i)?;
+        if w.kind == ChurnKind::Labels {
+            w.resource
+                .metadata
                 .labels
                 .insert(SENT_LABEL.into(), now_ns().to_string());
-            let (key, value) = (key_of(&r.id()), serde_json::to_vec(&r.to_json())?);
-            // etcd may be down for a while (the chaos scenario restarts it): retry as a
-            // client of it would, for up to a minute, then give up.
-            let failing = tokio::time::Instant::now();
-            loop {
-                match c.put(key.clone(), value.clone(), None).await {
-                    Ok(_) => break,
-                    Err(e) if failing.elapsed() < Duration::from_secs(60) => {
-                        tracing::debug!(error = %e, "churn write failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        if let Ok(fresh) = Client::connect([endpoint.as_str()], None).await {
-                            c = fresh;
-                        }
+        }
+        let key = key_of(&w.resource.id());
+        let value = (!w.delete)
+            .then(|| serde_json::to_vec(&w.resource.to_json()))
+            .transpose()?;
+        // etcd may be down for a while (the chaos scenario restarts it): retry as a
+        // client of it would, for up to a minute, then give up.
+        let failing = tokio::time::Instant::now();
+        loop {
+            let r = match &value {
+                Some(v) => c.put(key.clone(), v.clone(), None).await.map(drop),
+                None => c.delete(key.clone(), None).await.map(drop),
+            };
+            match r {
+                Ok(()) => break,
+                Err(e) if failing.elapsed() < Duration::from_secs(60) => {
+                    tracing::debug!(error = %e, "churn write failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if let Ok(fresh) = Client::connect([endpoint.as_str()], None).await {
+                        c = fresh;
                     }
-                    Err(e) => return Err(e).context("writing churn to etcd"),
                 }
+                Err(e) => return Err(e).context("writing churn to etcd"),
             }
         }
-        Ok(total)
-    })
+        written.add(w.kind);
+    }
+    Ok(total)
 }
 
 /// The write time in a churned resource's JSON (`"loadtest.sent-unix-ns":"<digits>"`), found

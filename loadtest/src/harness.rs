@@ -555,6 +555,8 @@ pub(crate) struct Finished {
     pub(crate) sample_nodes: u64,
     /// Nodes that were lean readers.
     pub(crate) lean_nodes: u64,
+    /// What swarms run with `--checks` counted.
+    pub(crate) checks: crate::node_checks::CheckCounts,
 }
 
 /// Stops every swarm; compares each node's digest with `digest` (the server's).
@@ -569,6 +571,7 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
         inconsistent: 0,
         sample_nodes: 0,
         lean_nodes: 0,
+        checks: crate::node_checks::CheckCounts::default(),
     };
     let mut swarms = swarms;
     for s in &mut swarms {
@@ -580,6 +583,7 @@ pub(crate) async fn finish(swarms: Vec<Child>, digest: &str) -> anyhow::Result<F
         f.inconsistent += done["inconsistent"].as_u64().unwrap_or(0);
         f.sample_nodes += done["sample_nodes"].as_u64().unwrap_or(0);
         f.lean_nodes += done["lean_nodes"].as_u64().unwrap_or(0);
+        f.checks = f.checks.add(crate::node_checks::CheckCounts::of(&done));
         let count = |v: &serde_json::Value, exact: &mut usize, all: &mut usize| {
             if let Some(d) = v.as_object() {
                 *all += d.values().filter_map(|v| v.as_u64()).sum::<u64>() as usize;

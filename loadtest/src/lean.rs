@@ -15,7 +15,7 @@ pub(crate) mod facts;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -51,6 +51,30 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 const ACK_INTERVAL: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// A lean node's digest while it runs (the server's at its position; see
+/// [`Chain::digest`]), updated after every frame and session, for the swarm's `digests`.
+#[derive(Debug, Default)]
+pub(crate) struct Live {
+    digest: AtomicU64,
+    known: AtomicBool,
+}
+
+impl Live {
+    fn set(&self, d: Option<u64>) {
+        if let Some(d) = d {
+            self.digest.store(d, Ordering::Relaxed);
+        }
+        self.known.store(d.is_some(), Ordering::Release);
+    }
+
+    /// The digest now; `None` while the node has no position.
+    pub(crate) fn digest(&self) -> Option<u64> {
+        self.known
+            .load(Ordering::Acquire)
+            .then(|| self.digest.load(Ordering::Relaxed))
+    }
+}
 
 /// How a lean node ended: its chain (digest and position) and how many of its sessions found
 /// the stream inconsistent.
@@ -90,11 +114,13 @@ pub(crate) async fn node(
     ctx: Arc<Ctx>,
     hostname: String,
     index: usize,
+    live: Arc<Live>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> LeanEnd {
     let mut st = NodeState {
         chain: Chain::default(),
         in_sync: false,
+        live,
     };
     let mut inconsistent = 0;
     let mut rng = Rng::new(index as u64 + 1);
@@ -119,6 +145,7 @@ pub(crate) async fn node(
         let synced = st.in_sync;
         st.set_in_sync(&ctx, false);
         st.chain.disconnected();
+        st.live.set(st.chain.digest());
         if connected {
             let cause = match &end {
                 End::Inconsistent(_) => EndCause::Inconsistent,
@@ -131,6 +158,7 @@ pub(crate) async fn node(
                 inconsistent += 1;
                 tracing::warn!(node = %hostname, error = %e, "lean node: inconsistent stream; resyncing");
                 st.chain.reset();
+                st.live.set(None);
             }
             End::Other(e) => {
                 tracing::debug!(node = %hostname, error = %e, "lean node: session ended")
@@ -161,6 +189,7 @@ struct NodeState {
     chain: Chain,
     /// Counted in the swarm's in-sync nodes.
     in_sync: bool,
+    live: Arc<Live>,
 }
 
 impl NodeState {
@@ -309,6 +338,7 @@ async fn run(
                 unacked = st.chain.seq();
             }
             st.set_in_sync(ctx, st.chain.in_sync());
+            st.live.set(st.chain.digest());
         }
         if acks
             && last_ack.elapsed() >= ACK_INTERVAL

@@ -25,10 +25,11 @@ use hdrhistogram::serialization::{Serializer, V2Serializer};
 use serde_json::json;
 use typha_client::metrics::ClientMetrics;
 use typha_client::tls::ClientTls;
-use typha_client::{ClientConfig, Discovery, ResumeKind, SyncClient, SyncerCallbacks};
+use typha_client::{ClientConfig, Discovery, Position, ResumeKind, SyncClient, SyncerCallbacks};
 use typha_protocol::message::Staleness;
 use typha_protocol::model::{KeyType, SyncStatus, Update};
 
+use crate::node_checks::{NodeChecks, Violations};
 use crate::raw::RawCounters;
 use crate::tally::{Shared, now_ns};
 
@@ -81,6 +82,11 @@ pub(crate) struct SwarmArgs {
     /// (`felix`, `bgp`, `tunnel-ip-allocation`, `node-status`), not our own (see `calico_node`).
     #[arg(long, value_name = "SYNCER")]
     pub(crate) calico: Option<String>,
+    /// Typha-client nodes check what they are told (see `node_checks`: no deletion but of
+    /// ephemeral pods; on full-store nodes, no revision lower than the last for its key).
+    /// Sound only against the mixed churn, which deletes nothing else.
+    #[arg(long)]
+    pub(crate) checks: bool,
 }
 
 const SHARDS: usize = 16;
@@ -90,6 +96,7 @@ struct Node {
     shard: usize,
     in_sync: bool,
     stale: bool,
+    checks: Option<NodeChecks>,
 }
 
 impl SyncerCallbacks for Node {
@@ -106,6 +113,9 @@ impl SyncerCallbacks for Node {
         self.shared
             .updates
             .fetch_add(updates.len() as u64, Ordering::Relaxed);
+        if let Some(c) = &mut self.checks {
+            c.check(&updates);
+        }
         let received = now_ns();
         let mut lat = Vec::new();
         for u in &updates {
@@ -258,16 +268,24 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         None
     };
     let mut lean_tasks = Vec::new();
+    let violations = Arc::new(Violations::default());
+    // Each typha-client's position (and whether it keeps the full store), each lean node's
+    // digest: the nodes' states while they run, for `digests`.
+    let mut positions: Vec<(Arc<Position>, bool)> = Vec::new();
+    let mut lean_live = Vec::new();
     for i in 0..simulated {
         let name = format!("sim-{}", a.first + i);
         if i >= sample
             && i < real
             && let Some(ctx) = &lean_ctx
         {
+            let live = Arc::new(crate::lean::Live::default());
+            lean_live.push(live.clone());
             lean_tasks.push(tokio::spawn(crate::lean::node(
                 ctx.clone(),
                 name,
                 a.first + i,
+                live,
                 stop_rx.clone(),
             )));
             continue;
@@ -286,16 +304,21 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             });
             continue;
         }
+        let checks = a
+            .checks
+            .then(|| NodeChecks::new(name.clone(), i < a.full_nodes, violations.clone()));
         let mut cfg = ClientConfig::new(name, Discovery::addresses(a.server.clone()));
         cfg.tls = tls.clone();
         cfg.info = "loadtest".into();
         cfg.light_store = i >= a.full_nodes;
         let client = SyncClient::new(cfg, metrics.clone()).context("client TLS settings")?;
+        positions.push((client.position(), i < a.full_nodes));
         let node = Node {
             shared: shared.clone(),
             shard: i % SHARDS,
             in_sync: false,
             stale: false,
+            checks,
         };
         tasks.push(tokio::spawn(client.run(node, stop(stop_rx.clone()))));
     }
@@ -304,8 +327,13 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     // every half second and still hears `finish`, and a silent swarm is a stuck one.
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress = {
-        let (shared, metrics, raw, done) =
-            (shared.clone(), metrics.clone(), raw.clone(), done.clone());
+        let (shared, metrics, raw, done, violations) = (
+            shared.clone(),
+            metrics.clone(),
+            raw.clone(),
+            done.clone(),
+            violations.clone(),
+        );
         std::thread::Builder::new()
             .name("progress".into())
             .spawn(move || {
@@ -318,6 +346,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                     // mark's (it was reset before the mark moved).
                     let mark = shared.mark.load(Ordering::SeqCst);
                     let resynced = shared.resynced.load(Ordering::SeqCst);
+                    let checks = violations.counts();
                     println!(
                         "{}",
                         json!({
@@ -338,6 +367,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                             "raw_connected": raw.connected.load(Ordering::Relaxed),
                             "raw_frames": raw.frames.load(Ordering::Relaxed),
                             "raw_bytes": raw.bytes.load(Ordering::Relaxed),
+                            "checks": checks,
                         })
                     );
                 }
@@ -361,12 +391,15 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                 let mark = shared.mark.fetch_add(1, Ordering::SeqCst) + 1;
                 println!("{}", json!({"event": "marked", "mark": mark}));
             }
-            // Calico-protocol nodes: how many hold each state now.
+            // How many nodes hold each state now (Calico-protocol nodes, typha-clients, lean
+            // nodes), and the checks' violations so far.
             "digests" => {
-                let (d, f) = calico_digests(&calico_states);
+                let (mut d, mut f) = calico_digests(&calico_states);
+                live_digests(&positions, &lean_live, &mut d, &mut f);
                 println!(
                     "{}",
-                    json!({"event": "digests", "digests": d, "full_digests": f})
+                    json!({"event": "digests", "digests": d, "full_digests": f,
+                           "checks": violations.counts()})
                 );
             }
             _ => {}
@@ -433,6 +466,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     done.store(true, Ordering::Relaxed);
     let _ = progress.join();
     let hex = take_histogram(&shared)?;
+    let checks = violations.counts();
     println!(
         "{}",
         json!({
@@ -450,6 +484,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             // wrong digest or snapshot count): lean nodes' and typha-clients'.
             "inconsistent": metrics.ended_count(typha_client::metrics::EndCause::Inconsistent),
             "lean_inconsistent": lean_inconsistent,
+            "checks": checks,
         })
     );
     Ok(())
@@ -531,6 +566,27 @@ fn calico_digests(
         *all.entry(d).or_default() += 1;
     }
     (all, full)
+}
+
+/// Adds the typha-client nodes' digests as they are now (`positions`: full stores also to
+/// `full`) and the lean nodes' (`lean`) to the counts by digest (`none`: no state yet).
+fn live_digests(
+    positions: &[(Arc<Position>, bool)],
+    lean: &[Arc<crate::lean::Live>],
+    all: &mut BTreeMap<String, usize>,
+    full: &mut BTreeMap<String, usize>,
+) {
+    let name = |d: Option<u64>| d.map_or_else(|| "none".to_owned(), |d| format!("{d:016x}"));
+    for (p, is_full) in positions {
+        let d = name(p.digest());
+        if *is_full {
+            *full.entry(d.clone()).or_default() += 1;
+        }
+        *all.entry(d).or_default() += 1;
+    }
+    for l in lean {
+        *all.entry(name(l.digest())).or_default() += 1;
+    }
 }
 
 /// Command lines from stdin, read on a thread of their own (tokio's stdin reads on the

@@ -115,10 +115,10 @@ fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
         "30",
         "--pods-per-node",
         "3",
-        // Long enough for one fault of each kind: a partition outlasts the nodes' 30 s
-        // read timeout, and a half-open connection is noticed at it.
+        // Long enough for one fault of each kind, each followed by a checkpoint: a partition
+        // outlasts the nodes' 30 s read timeout, and a half-open connection is noticed at it.
         "--secs",
-        "160",
+        "180",
         "--rate",
         "20",
         "--fault-every",
@@ -151,6 +151,32 @@ fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
     assert_eq!(r["nodes_exact"], 30, "{r}");
     assert_eq!(r["full_nodes_exact"], 2, "{r}");
     assert_eq!(r["seed"], 19, "{r}");
+    // The checks made while the faults went on ran, and had something to check.
+    let c = &r["checks"];
+    let churn = &c["churn"];
+    for kind in [
+        "relabels",
+        "pods_created",
+        "pods_deleted",
+        "policy_updates",
+        "node_updates",
+    ] {
+        assert!(churn[kind].as_u64().unwrap() > 0, "{kind}: {r}");
+    }
+    let checkpoints = c["checkpoints"].as_array().unwrap();
+    assert!(checkpoints.len() > faults.len() / 2, "{r}");
+    assert!(
+        checkpoints.iter().all(|p| p["kvs"].as_u64().unwrap() > 0),
+        "{r}"
+    );
+    // Every sample node saw the ephemeral pods go; the full-store nodes compared revisions.
+    assert!(
+        c["deletions_checked"].as_u64().unwrap() >= churn["pods_deleted"].as_u64().unwrap(),
+        "{r}"
+    );
+    assert!(c["revisions_checked"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(c["wrongful_deletions"], 0, "{r}");
+    assert_eq!(c["older_after_newer"], 0, "{r}");
 }
 
 #[test]

@@ -16,6 +16,7 @@ use crate::config::ClientConfig;
 use crate::conn::session;
 use crate::discovery::resolve;
 use crate::metrics::ClientMetrics;
+use crate::position::Position;
 use crate::store::{Store, SyncerCallbacks};
 use crate::tls::{TlsError, TlsSource};
 
@@ -25,6 +26,7 @@ pub struct SyncClient {
     cfg: ClientConfig,
     tls: Option<TlsSource>,
     metrics: Arc<ClientMetrics>,
+    position: Arc<Position>,
 }
 
 impl SyncClient {
@@ -32,12 +34,24 @@ impl SyncClient {
     /// Later changes to the files are picked up at the next connect (see [`TlsSource`]).
     pub fn new(cfg: ClientConfig, metrics: Arc<ClientMetrics>) -> Result<Self, TlsError> {
         let tls = cfg.tls.clone().map(TlsSource::load).transpose()?;
-        Ok(Self { cfg, tls, metrics })
+        Ok(Self {
+            cfg,
+            tls,
+            metrics,
+            position: Arc::default(),
+        })
     }
 
     /// The metrics.
     pub fn metrics(&self) -> &Arc<ClientMetrics> {
         &self.metrics
+    }
+
+    /// Where the store is while [`run`](Self::run) goes on: its digest and sequence number
+    /// after each frame it applies (see [`Position`]). Take it before `run`, which consumes
+    /// the client.
+    pub fn position(&self) -> Arc<Position> {
+        self.position.clone()
     }
 
     /// Runs until `shutdown` completes, feeding `cb`; returns the callbacks and the store.
@@ -54,6 +68,7 @@ impl SyncClient {
         } else {
             Store::new()
         };
+        store.publish_to(self.position.clone());
         store.start(&mut cb);
         let mut backoff = self.cfg.backoff_min;
         let mut redirect: Vec<String> = Vec::new();

@@ -5,6 +5,8 @@
 //! digest → the consumer's [`SyncerCallbacks`]. [`client::SyncClient`] ties them together and
 //! keeps going across disconnects: the consumer keeps its state, hears ResyncInProgress, and the
 //! next server resumes it (by deltas, by digest buckets, or by snapshot as a last resort).
+//! [`position`] publishes the store's digest and position after each frame, for callers that
+//! watch a running client from outside its callbacks.
 //! [`config`] holds the settings (and reads Felix's `FELIX_TYPHA*` variables), [`tls`] the
 //! mutual TLS, [`metrics`] the `typha_client_*` metrics.
 //!
@@ -23,6 +25,7 @@ pub mod config;
 pub mod conn;
 pub mod discovery;
 pub mod metrics;
+pub mod position;
 pub mod store;
 #[cfg(feature = "cli")]
 pub mod tail;
@@ -31,5 +34,6 @@ pub mod tls;
 pub use client::SyncClient;
 pub use config::{ClientConfig, ConfigError};
 pub use discovery::Discovery;
+pub use position::Position;
 pub use store::{ResumeKind, Store, StoreError, SyncerCallbacks};
 pub use typha_protocol::message::Staleness;

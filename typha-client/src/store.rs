@@ -20,6 +20,7 @@
 //! offers its digest, and the server resends only the buckets that differ.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use typha_protocol::digest::{KeyHash, StateDigest};
 use typha_protocol::handshake::Session;
@@ -29,6 +30,8 @@ use typha_protocol::message::{
 use typha_protocol::model::{
     EncodedValue, KeyPath, KeyType, Revision, SyncStatus, Update, UpdateKind,
 };
+
+use crate::position::Position;
 
 #[cfg(doc)]
 use typha_protocol::model::Key;
@@ -187,6 +190,8 @@ pub struct Store {
     announced: u64,
     /// The highest datastore revision among the changes applied (0: none yet).
     high_water: Revision,
+    /// Where each whole frame applied is published, if anyone asked (see [`Position`]).
+    position: Option<Arc<Position>>,
 }
 
 impl Default for Store {
@@ -227,6 +232,7 @@ impl Store {
             light_skipped: false,
             announced: 0,
             high_water: Revision(0),
+            position: None,
         }
     }
 
@@ -251,6 +257,15 @@ impl Store {
             relay: true,
             ..Self::new()
         }
+    }
+
+    /// Publishes the state to `position` after every frame applied in full from now on (and
+    /// at once, if a frame has been applied already).
+    pub fn publish_to(&mut self, position: Arc<Position>) {
+        if let Some(c) = self.cursor {
+            position.publish(self.combined_digest(), c.seq);
+        }
+        self.position = Some(position);
     }
 
     /// Whether a session is established: [`connected`](Self::connected) was called and
@@ -470,6 +485,9 @@ impl Store {
     fn reach(&mut self, seq: Seq) {
         if let Some(epoch) = self.epoch {
             self.cursor = Some(Cursor { epoch, seq });
+        }
+        if let Some(p) = &self.position {
+            p.publish(self.combined_digest(), seq);
         }
     }
 

@@ -12,13 +12,18 @@
 //! After each fault it waits until every node is in sync again (and none believes its server
 //! stale) and records how long that took; at the end, with the churn over, every replica must
 //! hold the same state and every node exactly that state. The memory of every process is
-//! sampled throughout.
+//! sampled throughout. The churn is of every kind, and while the faults go on `checks`
+//! checks that no node deletes a key that still exists or applies an older value after a
+//! newer one, and at quiescent checkpoints that every replica and node holds the
+//! datastore's state.
 //!
 //! The same seed gives the same schedule (`--seed`; a run without one draws a seed and prints
 //! it), so a failure can be run again. The first faults are one of each kind, in an order
 //! the seed shuffles, so even a short run meets every kind; the rest are drawn at random.
 //! Network faults need root (the run enters a network namespace of its own); `--no-net`
 //! runs without them. See docs/loadtest.md.
+
+mod checks;
 
 pub(crate) mod net;
 
@@ -91,6 +96,10 @@ pub(crate) struct ChaosArgs {
     /// The datastore: etcd, or a real kube-apiserver over etcd (peers/build).
     #[arg(long, value_enum, default_value = "etcd")]
     pub(crate) datastore: StoreKind,
+    /// A quiescent checkpoint (see `checks`) after every this many faults' recoveries (0:
+    /// only at the end).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) checkpoint_every: usize,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -304,6 +313,8 @@ pub(crate) struct ChaosResult {
     pub(crate) network_faults: bool,
     #[serde(flatten)]
     pub(crate) exact: harness::Exactness,
+    /// The checks made while the faults went on.
+    checks: checks::Report,
 }
 
 fn resumed(swarms: &[Child]) -> [u64; 3] {
@@ -369,7 +380,8 @@ impl Cluster {
             &addrs,
             (slot.nodes, slot.first, slot.sample),
             &self.common,
-            &[],
+            // Every typha-client node checks what it is told (see `checks`).
+            &["--checks".to_owned()],
         )
     }
 
@@ -483,7 +495,14 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let synced = c.memory.now();
 
-    let churn = c.store.churn(&c.wd, a.rate, a.secs as f64)?;
+    let (mut checks, churn) = checks::Checks::start(
+        seed,
+        &c.store,
+        &c.wd,
+        (a.rate, a.secs as f64),
+        a.nodes,
+        a.checkpoint_every,
+    )?;
     let started = Instant::now();
     let mut faults = Vec::new();
     while started.elapsed() + Duration::from_secs(a.fault_every) < Duration::from_secs(a.secs) {
@@ -493,9 +512,16 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         let before = add(resumed(&c.swarms), retired);
         let t0 = Instant::now();
         eprintln!("chaos: {at:.0} s: {fault:?}");
-        let detail = inject(&mut c, fault, &a, &told, &mut retired, &timeline)
-            .await
-            .map_err(|e| fail(format!("{fault:?} at {at:.0} s: {e:#}")))?;
+        let detail = inject(
+            &mut c,
+            fault,
+            &a,
+            &told,
+            (&mut retired, &mut checks),
+            &timeline,
+        )
+        .await
+        .map_err(|e| fail(format!("{fault:?} at {at:.0} s: {e:#}")))?;
         for s in &c.servers {
             timeline.add_server(s.pid());
         }
@@ -532,11 +558,17 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
             ],
             detail,
         });
+        checks
+            .after_fault(&mut c.swarms, &mut c.servers, converge)
+            .await?;
     }
     let written = churn
         .wait(Duration::from_secs(a.secs + 600))
         .await
         .map_err(|e| fail(format!("the churn: {e:#}")))?;
+    checks
+        .checkpoint(&mut c.swarms, &mut c.servers, converge)
+        .await?;
 
     // Quiescent: every replica reaches the same state, then every node must hold it.
     let settle = Instant::now();
@@ -565,6 +597,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     let total = add(resumed(&c.swarms), retired);
     let peaks = c.memory.peaks();
     let done = harness::finish(std::mem::take(&mut c.swarms), &digest).await?;
+    let checked = checks.report(done.checks)?;
     let kvs = c.servers.first().map_or(0, |s| s.kvs);
     for s in std::mem::take(&mut c.servers) {
         s.quit().await?;
@@ -592,6 +625,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         datastore: a.datastore,
         network_faults: with_net,
         exact: done.exactness(),
+        checks: checked,
     };
     // Memory stays bounded: no replica and no swarm grows past three times what it held once
     // synced. The datastore is reported, not judged: it keeps the churn's history between
@@ -599,7 +633,11 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     let bounded = |peak: u64, synced: u64| peak <= synced.saturating_mul(3);
     let replicas_bounded = bounded(r.replica_peak_rss, r.replica_rss_synced);
     let swarms_bounded = bounded(r.swarm_peak_rss, r.swarm_rss_synced);
-    let ok = done.all_exact(a.nodes) && replicas_agree && replicas_bounded && swarms_bounded;
+    let ok = done.all_exact(a.nodes)
+        && replicas_agree
+        && replicas_bounded
+        && swarms_bounded
+        && r.checks.passed();
     let mut table = format!(
         "chaos: {} nodes over {} replicas on {}, {} KVs, {} s of churn at {}/s, seed {}{}\n\
          | fault | at | every node in sync again after | resumed by deltas / digest / snapshot | detail |\n\
@@ -636,7 +674,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
          | replica RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
          | swarm RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
          | datastore RSS synced / peak (largest process) | {:.1} / {:.1} MiB |\n\
-         {}\n{}",
+         {}{}\n{}",
         r.faults.len(),
         r.updates_written,
         r.worst_converge_secs,
@@ -652,6 +690,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         verdict(swarms_bounded),
         mib(r.datastore_rss_synced),
         mib(r.datastore_peak_rss),
+        r.checks.rows(),
         done.verdict(a.nodes),
         if ok {
             "nothing lost".to_owned()
@@ -676,7 +715,7 @@ async fn inject(
     fault: Fault,
     a: &ChaosArgs,
     told: &HashSet<String>,
-    retired: &mut [u64; 3],
+    (retired, checks): (&mut [u64; 3], &mut checks::Checks),
     timeline: &Timeline,
 ) -> anyhow::Result<String> {
     let mut detail = String::new();
@@ -707,6 +746,7 @@ async fn inject(
                 timeline.add_swarms(std::slice::from_ref(&fresh));
                 if let Some(slot) = c.swarms.get_mut(j) {
                     *retired = add(*retired, resumed(std::slice::from_ref(slot)));
+                    checks.retire(slot).await;
                     // Dropping the old process kills it (SIGKILL).
                     drop(std::mem::replace(slot, fresh));
                 }

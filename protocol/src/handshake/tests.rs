@@ -202,7 +202,10 @@ fn a_revision_floor_travels_with_a_resume_only_and_a_malformed_one_is_ignored() 
         id: Extension::REVISION_FLOOR,
         data: vec![1, 2, 3],
     };
-    assert_eq!(Extension::find_revision_floor(std::slice::from_ref(&bad)), None);
+    assert_eq!(
+        Extension::find_revision_floor(std::slice::from_ref(&bad)),
+        None
+    );
     assert_eq!(
         Extension::find_revision_floor(&[bad, Extension::revision_floor(Revision(9))]),
         Some(Revision(9))

@@ -458,3 +458,55 @@ fn the_revision_floor_is_the_highest_revision_applied() {
     assert!(gap.is_err());
     assert_eq!(s.revision_floor(), Some(Revision(12)));
 }
+
+#[test]
+fn the_position_is_published_after_whole_frames_only() {
+    let (mut s, mut rec) = (Store::new(), Rec::default());
+    let position = std::sync::Arc::new(Position::default());
+    s.publish_to(position.clone());
+    s.connected(&session(1), &mut rec);
+    s.apply(
+        Message::SnapshotBegin(SnapshotBegin {
+            seq: Seq(5),
+            scope: SnapshotScope::Full,
+            kvs: 1,
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    s.apply(
+        Message::SnapshotChunk(SnapshotChunk {
+            updates: vec![put(1, "a")],
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    assert_eq!(position.digest(), None, "not in the middle of a snapshot");
+    s.apply(
+        Message::SnapshotEnd(SnapshotEnd {
+            seq: Seq(5),
+            digest: digest(&[(1, "a")]),
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    assert_eq!(position.digest(), Some(digest(&[(1, "a")])));
+    s.apply(
+        Message::Deltas(Deltas {
+            from_seq: Seq(5),
+            seq: Seq(6),
+            digest: digest(&[(1, "a"), (2, "b")]),
+            updates: vec![put(2, "b")],
+        }),
+        &mut rec,
+    )
+    .unwrap();
+    assert_eq!(
+        (position.digest(), position.seq()),
+        (Some(digest(&[(1, "a"), (2, "b")])), Some(Seq(6)))
+    );
+    // A second watcher gets the state at once.
+    let late = std::sync::Arc::new(Position::default());
+    s.publish_to(late.clone());
+    assert_eq!(late.seq(), Some(Seq(6)));
+}
