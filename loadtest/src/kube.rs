@@ -26,6 +26,7 @@ use typha_server::calico::v3::{Kind, Resource};
 use typha_server::control_plane::{ControlPlane, Options, crd_object};
 use typha_server::datastore::kubernetes::Kubernetes;
 
+use crate::churn_plan::Gate;
 use crate::server::{Churn, SENT_LABEL, now_ns};
 
 /// Concurrent writes while seeding.
@@ -141,7 +142,8 @@ impl KubeCluster {
         Ok(self.cp.write_admin_kubeconfig()?)
     }
 
-    fn admin(&self) -> anyhow::Result<kube::Client> {
+    /// A client with the cluster admin's credentials.
+    pub(crate) fn admin(&self) -> anyhow::Result<kube::Client> {
         Ok(self.cp.admin()?)
     }
 }
@@ -290,14 +292,14 @@ fn churned_pods(shape: (usize, usize)) -> Vec<(String, String)> {
 }
 
 /// Relabels `rate` pods per second for `secs` seconds through the API (a merge patch of one
-/// label carrying the write time), each its own request, in order. `last` gets the
-/// resourceVersion of the last write.
+/// label carrying the write time), each its own request, in order, waiting while `gate` is
+/// paused. `last` gets the resourceVersion of the last write.
 pub(crate) fn churn(
     k: &KubeCluster,
     shape: (usize, usize),
-    rate: f64,
-    secs: f64,
+    (rate, secs): (f64, f64),
     last: Arc<AtomicU64>,
+    gate: Gate,
 ) -> anyhow::Result<Churn> {
     let client = k.admin()?;
     Ok(Churn::spawn(async move {
@@ -307,8 +309,19 @@ pub(crate) fn churn(
         let per = Duration::from_secs_f64(1.0 / rate.max(0.001));
         let res =
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods");
+        // Time spent paused through `gate` moves the schedule on.
+        let mut paused = Duration::ZERO;
         for i in 0..total {
-            tokio::time::sleep_until(started + per.mul_f64(i as f64)).await;
+            tokio::time::sleep_until(started + paused + per.mul_f64(i as f64)).await;
+            let _turn = match gate.try_turn() {
+                Some(t) => t,
+                None => {
+                    let waited = tokio::time::Instant::now();
+                    let t = gate.turn().await;
+                    paused += waited.elapsed();
+                    t
+                }
+            };
             let Some((ns, name)) = pods.get(i as usize % pods.len().max(1)) else {
                 bail!("no pods to churn");
             };

@@ -98,7 +98,13 @@ impl Store {
     pub(crate) fn churn(&self, wd: &Workdir, rate: f64, secs: f64) -> anyhow::Result<Churn> {
         Ok(match self {
             Store::Etcd(e) => etcd::churn(e.endpoint.clone(), wd.shape(), rate, secs),
-            Store::Kube(k, last) => crate::kube::churn(k, wd.shape(), rate, secs, last.clone())?,
+            Store::Kube(k, last) => crate::kube::churn(
+                k,
+                wd.shape(),
+                (rate, secs),
+                last.clone(),
+                crate::churn_plan::Gate::default(),
+            )?,
         })
     }
 

@@ -213,6 +213,12 @@ fn a_short_chaos_run_over_the_api_server_loses_nothing() {
     assert_eq!(r["datastore"], "kubernetes", "{r}");
     assert_eq!(r["replicas_agree"], true, "{r}");
     assert_eq!(r["nodes_exact"], 20, "{r}");
+    // Checkpoints against the API server's own listing; nothing deleted, nothing older.
+    let c = &r["checks"];
+    assert!(!c["checkpoints"].as_array().unwrap().is_empty(), "{r}");
+    assert!(c["revisions_checked"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(c["wrongful_deletions"], 0, "{r}");
+    assert_eq!(c["older_after_newer"], 0, "{r}");
 }
 
 #[test]

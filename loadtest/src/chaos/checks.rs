@@ -15,9 +15,8 @@
 //!   same is done once more at the end, with the churn over.
 //!
 //! Over Kubernetes the churn is the plain one (pods relabelled through the API: nothing is
-//! ever deleted, so every deletion a node is told of is wrongful) and there are no
-//! checkpoints yet (the datastore's digest would need the server's Kubernetes listing here):
-//! the node checks and the end state are what is checked.
+//! ever deleted, so every deletion a node is told of is wrongful), and a checkpoint lists the
+//! API server as the server's Kubernetes backend does.
 //!
 //! Every failure names the seed.
 
@@ -68,41 +67,34 @@ pub(super) struct Report {
     pub(super) worst_checkpoint_secs: f64,
     /// What the churn wrote, by kind.
     pub(super) churn: ChurnCounts,
-    /// Whether there were checkpoints to reach (not over Kubernetes yet).
-    pub(super) checkpointed: bool,
+    /// Whether the churn was the mixed one (into etcd), counted by kind.
+    pub(super) mixed_churn: bool,
 }
 
 impl Report {
     /// Whether every check passed.
     pub(super) fn passed(&self) -> bool {
-        !self.nodes.violated() && (!self.checkpoints.is_empty() || !self.checkpointed)
+        !self.nodes.violated() && !self.checkpoints.is_empty()
     }
 
     /// Rows for the result table (`| check | result |`).
     pub(super) fn rows(&self) -> String {
         let c = &self.churn;
+        let churn = if self.mixed_churn {
+            format!(
+                "{} / {} / {} / {} / {}",
+                c.relabels, c.pods_created, c.pods_deleted, c.policy_updates, c.node_updates
+            )
+        } else {
+            "pods relabelled through the API only".to_owned()
+        };
         format!(
-            "| churn: relabels / pods created / pods deleted / policy / node updates | {} |\n\
-             | quiescent checkpoints (every node and replica at etcd's state) | {} |\n\
+            "| churn: relabels / pods created / pods deleted / policy / node updates | {churn} |\n\
+             | quiescent checkpoints (every node and replica at the datastore's state) | {} reached, worst {:.1} s |\n\
              | wrongful deletions (typha-client nodes) | {} of {} deletions |\n\
              | older after newer (full-store nodes) | {} of {} updates |\n",
-            if self.checkpointed {
-                format!(
-                    "{} / {} / {} / {} / {}",
-                    c.relabels, c.pods_created, c.pods_deleted, c.policy_updates, c.node_updates
-                )
-            } else {
-                "pods relabelled through the API only".to_owned()
-            },
-            if self.checkpointed {
-                format!(
-                    "{} reached, worst {:.1} s",
-                    self.checkpoints.len(),
-                    self.worst_checkpoint_secs
-                )
-            } else {
-                "none over Kubernetes yet".to_owned()
-            },
+            self.checkpoints.len(),
+            self.worst_checkpoint_secs,
             self.nodes.wrongful_deletions,
             self.nodes.deletions_checked,
             self.nodes.older_after_newer,
@@ -114,8 +106,8 @@ impl Report {
 /// The checks of one chaos run.
 pub(super) struct Checks {
     seed: u64,
-    /// The etcd whose state checkpoints compare with (none over Kubernetes: no checkpoints).
-    etcd: Option<String>,
+    /// The datastore whose state checkpoints compare with.
+    source: Source,
     nodes: u64,
     every: usize,
     gate: Gate,
@@ -140,7 +132,7 @@ impl Checks {
         every: usize,
     ) -> anyhow::Result<(Checks, Churn)> {
         let (gate, written) = (Gate::default(), Arc::new(Written::default()));
-        let (churn, etcd) = match store {
+        let (churn, source) = match store {
             Store::Etcd(e) => (
                 crate::etcd::churn_mixed(
                     e.endpoint.clone(),
@@ -150,13 +142,16 @@ impl Checks {
                     gate.clone(),
                     written.clone(),
                 ),
-                Some(e.endpoint.clone()),
+                Source::Etcd(e.endpoint.clone()),
             ),
-            Store::Kube(..) => (store.churn(wd, rate, secs)?, None),
+            Store::Kube(k, last) => (
+                crate::kube::churn(k, wd.shape(), (rate, secs), last.clone(), gate.clone())?,
+                Source::Kube(k.admin()?),
+            ),
         };
         let checks = Checks {
             seed,
-            etcd,
+            source,
             nodes: nodes as u64,
             every,
             gate,
@@ -226,9 +221,6 @@ impl Checks {
         servers: &mut [Server],
         converge: Duration,
     ) -> anyhow::Result<()> {
-        let Some(etcd) = self.etcd.clone() else {
-            return self.no_violations(ask(swarms).await?.checks);
-        };
         let t0 = Instant::now();
         let paused = tokio::time::timeout(PAUSE_WITHIN, self.gate.pause())
             .await
@@ -237,9 +229,9 @@ impl Checks {
                     "the churn's write in progress did not end within {PAUSE_WITHIN:?}"
                 ))
             })?;
-        let (digest, kvs) = datastore_digest(&etcd)
+        let (digest, kvs) = datastore_digest(&self.source)
             .await
-            .map_err(|e| self.fail(format!("reading etcd's state: {e:#}")))?;
+            .map_err(|e| self.fail(format!("reading the datastore's state: {e:#}")))?;
         loop {
             let mut replicas = Vec::new();
             for s in servers.iter_mut() {
@@ -287,7 +279,7 @@ impl Checks {
             worst_checkpoint_secs: self.checkpoints.iter().map(|c| c.secs).fold(0.0, f64::max),
             checkpoints: self.checkpoints.clone(),
             churn: self.written.counts(),
-            checkpointed: self.etcd.is_some(),
+            mixed_churn: matches!(self.source, Source::Etcd(_)),
         })
     }
 }
@@ -321,13 +313,34 @@ async fn ask(swarms: &mut [Child]) -> anyhow::Result<Answer> {
     Ok(a)
 }
 
-/// The datastore's state as a replica would hold it: etcd listed (as the server's backend
-/// lists it) and converted by the server's pipeline, digested; (digest, KVs).
-async fn datastore_digest(endpoint: &str) -> anyhow::Result<(String, usize)> {
-    let etcd = typha_server::datastore::etcd::Etcd::connect(&[endpoint.to_owned()], None)
-        .await
-        .context("etcd client")?;
-    let listing = etcd.list().await.context("listing etcd")?;
+/// Where a checkpoint reads the datastore's state.
+enum Source {
+    /// etcd's client URL.
+    Etcd(String),
+    /// The API server, with the admin's credentials.
+    Kube(kube::Client),
+}
+
+/// The datastore's state as a replica would hold it: listed as the server's backend lists it
+/// and converted by the server's pipeline, digested; (digest, KVs).
+async fn datastore_digest(source: &Source) -> anyhow::Result<(String, usize)> {
+    let listing = match source {
+        Source::Etcd(endpoint) => {
+            typha_server::datastore::etcd::Etcd::connect(std::slice::from_ref(endpoint), None)
+                .await
+                .context("etcd client")?
+                .list()
+                .await
+                .context("listing etcd")?
+        }
+        Source::Kube(client) => {
+            typha_server::datastore::kubernetes::Kubernetes::new(client.clone())
+                .await
+                .list()
+                .await
+                .context("listing the API server")?
+        }
+    };
     let mut kvs = HashMap::new();
     for c in Pipeline::default().resync(listing, std::iter::empty()) {
         kvs.insert(c.key, c.value);
@@ -341,7 +354,7 @@ async fn datastore_digest(endpoint: &str) -> anyhow::Result<(String, usize)> {
         }
     }
     if n == 0 {
-        bail!("etcd holds nothing the server serves");
+        bail!("the datastore holds nothing the server serves");
     }
     Ok((format!("{:016x}", d.combined()), n))
 }
