@@ -17,7 +17,7 @@ use typha_protocol::frame::Limits;
 use typha_protocol::message::{
     Message, Seq, SnapshotBegin, SnapshotChunk, SnapshotEnd, SnapshotScope,
 };
-use typha_protocol::model::{Update, UpdateKind};
+use typha_protocol::model::{Revision, Update, UpdateKind};
 
 use super::Cache;
 use super::breadcrumb::{Breadcrumb, Kv, KvMap};
@@ -127,8 +127,12 @@ pub struct Snapshots {
     buckets: PerVariant<Mutex<Option<Arc<BucketFrames>>>>,
 }
 
-fn reusable(built: Instant, seq: Seq, latest: Seq) -> bool {
-    seq == latest || built.elapsed() < REUSE_FOR
+/// Whether frames built at `crumb` (at `built`) may go to a client joining now, whose floor is
+/// `floor`: they are of the latest state, or young ([`REUSE_FOR`]) and not older than what the
+/// client has already applied (as far as the cache has got).
+fn reusable(crumb: &Breadcrumb, built: Instant, latest: &Breadcrumb, floor: Revision) -> bool {
+    crumb.seq == latest.seq
+        || (built.elapsed() < REUSE_FOR && crumb.revision >= floor.min(latest.revision))
 }
 
 impl Snapshots {
@@ -145,11 +149,23 @@ impl Snapshots {
     /// waiting). Each view has its own: a reused snapshot of one view could be of a state the
     /// other view's frames must not describe.
     pub async fn full(&self, cache: &Arc<Cache>, v: Variant) -> Arc<SnapshotFrames> {
+        self.full_from(cache, v, Revision(0)).await
+    }
+
+    /// [`full`](Self::full), for a client that has applied changes up to revision `floor`:
+    /// a kept snapshot of an older state is not reused for it (it would be sent older values
+    /// than it has), unless the cache itself has not reached the floor.
+    pub async fn full_from(
+        &self,
+        cache: &Arc<Cache>,
+        v: Variant,
+        floor: Revision,
+    ) -> Arc<SnapshotFrames> {
         let mut slot = self.full.get(v).lock().await;
         let latest = cache.latest();
         if let Some(s) = slot
             .as_ref()
-            .filter(|s| reusable(s.built, s.seq, latest.seq))
+            .filter(|s| reusable(&s.crumb, s.built, &latest, floor))
         {
             cache.metrics.snapshots_reused.inc();
             return s.clone();
@@ -172,11 +188,22 @@ impl Snapshots {
 
     /// The bucket frames to resynchronise a client of `v` by digest (same reuse rule).
     pub async fn buckets(&self, cache: &Arc<Cache>, v: Variant) -> Arc<BucketFrames> {
+        self.buckets_from(cache, v, Revision(0)).await
+    }
+
+    /// [`buckets`](Self::buckets), for a client that has applied changes up to revision
+    /// `floor` (the reuse rule of [`full_from`](Self::full_from)).
+    pub async fn buckets_from(
+        &self,
+        cache: &Arc<Cache>,
+        v: Variant,
+        floor: Revision,
+    ) -> Arc<BucketFrames> {
         let mut slot = self.buckets.get(v).lock().await;
         let latest = cache.latest();
         if let Some(s) = slot
             .as_ref()
-            .filter(|s| reusable(s.built, s.seq, latest.seq))
+            .filter(|s| reusable(&s.crumb, s.built, &latest, floor))
         {
             return s.clone();
         }

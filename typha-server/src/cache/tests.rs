@@ -562,3 +562,50 @@ fn spans_of_the_version_1_view_leave_later_kinds_out() {
     );
     assert_eq!(a48.as_ptr(), v48.as_ptr());
 }
+
+/// A kept snapshot (Typha's reuse rule: young, though a newer breadcrumb exists) is not sent to
+/// a resuming client that has applied newer changes than it holds: that client would go back
+/// in time. Found by `loadtest chaos`: a restarted replica built frames right after its
+/// listing and reused them for a client that had waited for its revision floor.
+#[tokio::test]
+async fn a_kept_snapshot_older_than_a_clients_floor_is_not_reused_for_it() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    w.handle(put(1, netset("a", "10.1.0.0/16")));
+    w.handle(SyncerEvent::Status(SyncStatus::InSync));
+    w.flush();
+    let snaps = snapshot::Snapshots::default();
+    let v = Variant::all(false);
+    let first = snaps.full(&cache, v).await;
+    let first_buckets = snaps.buckets(&cache, v).await;
+    w.handle(put(5, netset("a", "10.2.0.0/16")));
+    w.flush();
+    assert_eq!(cache.latest().revision, Revision(5));
+    // Young enough to be reused by a client without a floor, or with an older one...
+    assert!(Arc::ptr_eq(&first, &snaps.full(&cache, v).await));
+    assert!(Arc::ptr_eq(
+        &first,
+        &snaps.full_from(&cache, v, Revision(1)).await
+    ));
+    let b = snaps.buckets_from(&cache, v, Revision(1)).await;
+    assert!(Arc::ptr_eq(&first_buckets, &b));
+    // ...but not by one that has applied revision 5: it gets the state at 5.
+    assert_eq!(
+        snaps.full_from(&cache, v, Revision(5)).await.crumb.revision,
+        Revision(5)
+    );
+    assert_eq!(
+        snaps
+            .buckets_from(&cache, v, Revision(5))
+            .await
+            .crumb
+            .revision,
+        Revision(5)
+    );
+    // A floor the cache has not reached: the latest it has (no rebuild per client).
+    let beyond = snaps.full_from(&cache, v, Revision(99)).await;
+    assert_eq!(beyond.crumb.revision, Revision(5));
+    assert!(Arc::ptr_eq(
+        &beyond,
+        &snaps.full_from(&cache, v, Revision(99)).await
+    ));
+}

@@ -117,11 +117,13 @@ pub(super) async fn wait_for_revision<W: AsyncWrite + Unpin>(
 }
 
 /// Brings a newly connected client to a position in the cache: by deltas, by digest buckets,
-/// or by full snapshot. Returns the breadcrumb the client is now at, and how it got there.
+/// or by full snapshot; never by frames of an older state than its revision `floor` (0: none)
+/// while the cache has a newer one. Returns the breadcrumb the client is now at, and how it
+/// got there.
 pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     session: &Session,
-    resume: Option<&Resume>,
+    (resume, floor): (Option<&Resume>, Revision),
     out: &mut Out<W>,
 ) -> Result<(Arc<Breadcrumb>, ResumeKind), ConnError> {
     let cache = &ctx.cache;
@@ -151,7 +153,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     if session.features.contains(Features::BUCKET_RESYNC)
         && let Some(theirs) = resume.and_then(|r| r.digest.as_ref())
     {
-        let bf = ctx.snapshots.buckets(cache, v).await;
+        let bf = ctx.snapshots.buckets_from(cache, v, floor).await;
         let diff = theirs.diff(&bf.digest);
         if diff.len() <= BUCKETS / 2 {
             out.queue(bf.begin(&diff, compress))?;
@@ -169,7 +171,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
             return Ok((bf.crumb.clone(), ResumeKind::digest));
         }
     }
-    let snap = ctx.snapshots.full(cache, v).await;
+    let snap = ctx.snapshots.full_from(cache, v, floor).await;
     for f in &snap.frames {
         out.queue(f.clone())?;
         if out.pending_len >= ctx.cfg.max_write * 4 {

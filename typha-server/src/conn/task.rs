@@ -345,10 +345,12 @@ where
         out.flush().await?;
         wait_for_first_sync(ctx, out, close).await?;
     }
-    if let Some(floor) = accepted_hello.revision_floor
-        && !ctx.cfg.resume_floor_wait.is_zero()
-        && ctx.cache.latest().revision < floor
-    {
+    // The client's revision floor, where revisions are shared by the replicas.
+    let floor = accepted_hello
+        .revision_floor
+        .filter(|_| !ctx.cfg.resume_floor_wait.is_zero())
+        .unwrap_or_default();
+    if ctx.cache.latest().revision < floor {
         out.flush().await?;
         let reached = wait_for_revision(ctx, out, close, floor).await?;
         let [yes, no] = &ctx.cache.metrics.resume_floor_waits;
@@ -364,7 +366,7 @@ where
     info.set_phase(Phase::Syncing);
     let queued_before = out.queued;
     let (cursor, resumed) =
-        initial_sync(ctx, &session, accepted_hello.resume.as_ref(), out).await?;
+        initial_sync(ctx, &session, (accepted_hello.resume.as_ref(), floor), out).await?;
     out.flush().await?;
     drop(slot);
     let m = &ctx.cache.metrics;
