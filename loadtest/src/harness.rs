@@ -304,6 +304,11 @@ pub(crate) fn plain_swarms(
 
 impl Drop for Workdir {
     fn drop(&mut self) {
+        // `LOADTEST_KEEP=1` keeps it (the servers' and datastore's logs) for a post-mortem.
+        if std::env::var_os("LOADTEST_KEEP").is_some_and(|v| v != "0") {
+            eprintln!("loadtest: kept {}", self.path.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
