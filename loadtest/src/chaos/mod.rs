@@ -1,13 +1,15 @@
-//! The `chaos` scenario (issue 19): replicas of our server over a real etcd, nodes spread
-//! over all of them, steady churn, and a seeded schedule of faults:
+//! The `chaos` scenario (issue 19): replicas of our server over a real datastore (etcd, or
+//! a kube-apiserver over etcd), nodes spread over all of them, steady churn, and a seeded
+//! schedule of faults:
 //! - a replica killed (SIGKILL) and restarted; a replica stopped as an orchestrator stops it
 //!   (SIGTERM, drain) and restarted; every replica restarted one after another;
-//! - etcd killed and restarted; etcd's history compacted while the replicas watch it;
+//! - the datastore killed and restarted; etcd's history compacted while the replicas watch;
 //! - half the nodes restarted at once (their swarm processes killed and started again: a
 //!   reconnect burst);
-//! - network faults (see `net`): a group of nodes behind a slow, lossy link, cut off longer than the
-//!   nodes' read timeout, or left holding half-open connections; a replica cut off from etcd
-//!   while its nodes still reach it, which must tell them that its view is stale.
+//! - network faults (see `net`): a group of nodes behind a slow, lossy link, cut off longer
+//!   than the nodes' read timeout, or left holding half-open connections; a replica cut off
+//!   from the datastore while its nodes still reach it, which must tell them that its view is
+//!   stale.
 //!
 //! After each fault it waits until every node is in sync again (and none believes its server
 //! stale) and records how long that took; at the end, with the churn over, every replica must
@@ -50,13 +52,13 @@ pub(crate) struct ChaosArgs {
     /// Pods per node in the generated cluster.
     #[arg(long, default_value_t = 10)]
     pub(crate) pods_per_node: usize,
-    /// Server replicas over the one etcd.
+    /// Server replicas over the one datastore.
     #[arg(long, default_value_t = 3)]
     pub(crate) replicas: usize,
     /// How long the churn and the faults go on, seconds.
     #[arg(long, default_value_t = 600)]
     pub(crate) secs: u64,
-    /// Churn rate, updates per second, written into etcd.
+    /// Churn rate, updates per second, written into the datastore.
     #[arg(long, default_value_t = 50.0)]
     pub(crate) rate: f64,
     /// Seconds between one fault's recovery and the next fault.
@@ -89,8 +91,8 @@ pub(crate) struct ChaosArgs {
     #[arg(long, default_value_t = 5)]
     pub(crate) loss_percent: u32,
     /// Only these kinds of fault (default: every kind): kill_replica, term_replica,
-    /// rolling_restart, kill_etcd, compact_etcd, restart_nodes, degraded, partition,
-    /// half_open, cut_from_etcd.
+    /// rolling_restart, kill_datastore, compact_etcd, restart_nodes, degraded, partition,
+    /// half_open, cut_from_datastore.
     #[arg(long, value_delimiter = ',')]
     pub(crate) kinds: Vec<String>,
     /// The datastore: etcd, or a real kube-apiserver over etcd (peers/build).
@@ -287,7 +289,7 @@ pub(crate) struct ChaosResult {
     pub(crate) replicas: usize,
     pub(crate) kvs: u64,
     pub(crate) secs: u64,
-    /// Churn updates written into etcd.
+    /// Churn updates written into the datastore.
     pub(crate) updates_written: u64,
     faults: Vec<Injected>,
     /// Resumes over the whole run: by deltas, by digest buckets, by full snapshot.
