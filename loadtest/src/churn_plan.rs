@@ -177,14 +177,24 @@ impl Gate {
         Paused(self.0.clone().write_owned().await)
     }
 
-    /// The writer's turn for one write, if it is not paused.
-    pub(crate) fn try_turn(&self) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
-        self.0.clone().try_read_owned().ok()
-    }
-
     /// The writer's turn for one write, once it is not paused.
     pub(crate) async fn turn(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
         self.0.clone().read_owned().await
+    }
+
+    /// [`turn`](Self::turn) for a writer on a schedule: the time it waited for a pause to end
+    /// is added to `paused`, which the writer adds to its schedule.
+    pub(crate) async fn scheduled_turn(
+        &self,
+        paused: &mut std::time::Duration,
+    ) -> tokio::sync::OwnedRwLockReadGuard<()> {
+        if let Ok(t) = self.0.clone().try_read_owned() {
+            return t;
+        }
+        let waited = tokio::time::Instant::now();
+        let t = self.turn().await;
+        *paused += waited.elapsed();
+        t
     }
 }
 

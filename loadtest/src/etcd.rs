@@ -217,15 +217,7 @@ async fn write_plan(
     let mut paused = Duration::ZERO;
     for i in 0..total {
         tokio::time::sleep_until(started + paused + per.mul_f64(i as f64)).await;
-        let _turn = match gate.try_turn() {
-            Some(t) => t,
-            None => {
-                let waited = tokio::time::Instant::now();
-                let t = gate.turn().await;
-                paused += waited.elapsed();
-                t
-            }
-        };
+        let _turn = gate.scheduled_turn(&mut paused).await;
         let mut w = plan.step(i)?;
         if w.kind == ChurnKind::Labels {
             w.resource

@@ -313,15 +313,7 @@ pub(crate) fn churn(
         let mut paused = Duration::ZERO;
         for i in 0..total {
             tokio::time::sleep_until(started + paused + per.mul_f64(i as f64)).await;
-            let _turn = match gate.try_turn() {
-                Some(t) => t,
-                None => {
-                    let waited = tokio::time::Instant::now();
-                    let t = gate.turn().await;
-                    paused += waited.elapsed();
-                    t
-                }
-            };
+            let _turn = gate.scheduled_turn(&mut paused).await;
             let Some((ns, name)) = pods.get(i as usize % pods.len().max(1)) else {
                 bail!("no pods to churn");
             };
