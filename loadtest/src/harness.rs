@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::child::Child;
 use crate::cluster::write_cluster;
 use crate::procstat::usage;
-use crate::server::{Backend, Server, ServerOpts, Spawn};
+use crate::server::{Backend, Listen, Server, ServerOpts, Spawn};
 
 /// Settings every scenario has.
 #[derive(Debug, Clone, clap::Args)]
@@ -68,8 +68,6 @@ pub(crate) struct Workdir {
     cluster_nodes: usize,
     pods: usize,
     server_bin: Option<PathBuf>,
-    /// Where started servers' sync ports listen (`TYPHA_SERVERHOST`).
-    listen: &'static str,
 }
 
 impl Workdir {
@@ -85,7 +83,6 @@ impl Workdir {
             cluster_nodes,
             pods,
             server_bin: None,
-            listen: "127.0.0.1",
         };
         write_cluster(&wd.manifests, cluster_nodes, pods)
             .context("writing the cluster manifests")?;
@@ -136,13 +133,26 @@ impl Workdir {
             backend: &Backend::Embedded,
             calico_typha: None,
             env,
-            host: self.listen,
+            listen: Listen::Loopback,
         })
         .await
     }
 
     /// Starts our server over `backend` and waits until its cache holds all of it.
     pub(crate) async fn server_on(&self, name: &str, backend: &Backend) -> anyhow::Result<Server> {
+        self.server_placed(name, backend, Listen::Loopback, &[])
+            .await
+    }
+
+    /// [`server_on`](Self::server_on), listening where `listen` says, with settings of its
+    /// own (`TYPHA_…` variables) over the environment's.
+    pub(crate) async fn server_placed(
+        &self,
+        name: &str,
+        backend: &Backend,
+        listen: Listen,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Server> {
         Server::spawn(Spawn {
             name,
             manifests: &self.manifests,
@@ -151,8 +161,8 @@ impl Workdir {
             bin: self.server_bin.as_deref(),
             backend,
             calico_typha: None,
-            env: &[],
-            host: self.listen,
+            env,
+            listen,
         })
         .await
     }
@@ -174,7 +184,7 @@ impl Workdir {
             backend,
             calico_typha: Some(bin),
             env: &[],
-            host: self.listen,
+            listen: Listen::Loopback,
         })
         .await
     }
@@ -191,14 +201,6 @@ impl Workdir {
         if let Some(t) = &c.server.tls_dir {
             self.tls = Some(t.clone());
         }
-        self
-    }
-
-    /// Servers started from now on listen on every address, not only the loopback: for a run
-    /// in a network namespace of its own whose nodes reach the servers from namespaces of
-    /// theirs (chaos).
-    pub(crate) fn listening_on_all(mut self) -> Self {
-        self.listen = "0.0.0.0";
         self
     }
 

@@ -68,9 +68,12 @@ impl KubeCluster {
                 None => rules.push((group, vec![plural])),
             }
         }
-        for account in ["calico-typha", "calico-node"] {
-            cp.grant("kube-system", account, account, &rules).await?;
-        }
+        cp.grant("kube-system", "calico-node", "calico-node", &rules)
+            .await?;
+        // typha-server also finds its fellow replicas, for connection balancing.
+        rules.push(("discovery.k8s.io".into(), vec!["endpointslices".into()]));
+        cp.grant("kube-system", "calico-typha", "calico-typha", &rules)
+            .await?;
         let typha_token = cp
             .service_account_token("kube-system", "calico-typha")
             .await?;
@@ -146,6 +149,61 @@ impl KubeCluster {
     pub(crate) fn admin(&self) -> anyhow::Result<kube::Client> {
         Ok(self.cp.admin()?)
     }
+
+    /// Writes the EndpointSlice of Service `kube-system/calico-typha` as the EndpointSlice
+    /// controller keeps it: one endpoint per replica pod that exists (its address and
+    /// whether it is ready or terminating), all on `port`, named `calico-typha`. There is no
+    /// controller-manager here, so whoever starts and stops the replicas keeps it.
+    pub(crate) async fn publish_typha(
+        &self,
+        replicas: &[(std::net::Ipv4Addr, Readiness)],
+        port: u16,
+    ) -> anyhow::Result<()> {
+        let endpoints: Vec<Value> = replicas
+            .iter()
+            .enumerate()
+            .map(|(k, (ip, r))| {
+                let (ready, serving, terminating) = match r {
+                    Readiness::Ready => (true, true, false),
+                    Readiness::NotReady => (false, false, false),
+                    Readiness::Terminating => (false, true, true),
+                };
+                json!({"addresses": [ip.to_string()],
+                       "conditions": {"ready": ready, "serving": serving,
+                                      "terminating": terminating},
+                       "targetRef": {"kind": "Pod", "namespace": "kube-system",
+                                     "name": format!("calico-typha-{k}")}})
+            })
+            .collect();
+        let slice = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "calico-typha-chaos", "namespace": "kube-system",
+                         "labels": {"kubernetes.io/service-name": "calico-typha"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "calico-typha", "port": port, "protocol": "TCP"}],
+            "endpoints": endpoints});
+        let client = self.admin()?;
+        api(&client, &slice)?
+            .patch(
+                "calico-typha-chaos",
+                &PatchParams::apply("loadtest").force(),
+                &Patch::Apply(&slice),
+            )
+            .await
+            .context("writing the calico-typha EndpointSlice")?;
+        Ok(())
+    }
+}
+
+/// A replica pod's state in its Service's EndpointSlice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Running and ready: balanced onto.
+    Ready,
+    /// Gone or not ready (crashed, starting again).
+    NotReady,
+    /// Being deleted: still serving while it drains.
+    Terminating,
 }
 
 fn api(client: &kube::Client, object: &Value) -> anyhow::Result<Api<DynamicObject>> {
@@ -157,6 +215,7 @@ fn api(client: &kube::Client, object: &Value) -> anyhow::Result<Api<DynamicObjec
         "ServiceAccount" => "serviceaccounts".to_owned(),
         "Node" => "nodes".to_owned(),
         "Pod" => "pods".to_owned(),
+        "EndpointSlice" => "endpointslices".to_owned(),
         other => Kind::from_name(other)
             .map(|k| k.plural().to_owned())
             .with_context(|| format!("no plural for {other}"))?,

@@ -87,7 +87,11 @@ pub(crate) struct LeanEnd {
 enum End {
     /// The stream disagreed with the chain.
     Inconsistent(ChainError),
-    /// Anything else (lost connection, goodbye, timeout, bad frame).
+    /// The server said goodbye and named other servers to try, best first (balancing
+    /// moving the node, or a drain): the node goes to the first it knows, as a typha-client
+    /// follows the suggestion.
+    Redirected(Vec<String>),
+    /// Anything else (lost connection, goodbye without a suggestion, timeout, bad frame).
     Other(anyhow::Error),
 }
 
@@ -149,10 +153,11 @@ pub(crate) async fn node(
         if connected {
             let cause = match &end {
                 End::Inconsistent(_) => EndCause::Inconsistent,
-                End::Other(_) => EndCause::Lost,
+                End::Redirected(_) | End::Other(_) => EndCause::Lost,
             };
             ctx.metrics.session_ended(cause);
         }
+        let redirected = matches!(end, End::Redirected(_));
         match end {
             End::Inconsistent(e) => {
                 inconsistent += 1;
@@ -160,12 +165,21 @@ pub(crate) async fn node(
                 st.chain.reset();
                 st.live.set(None);
             }
+            End::Redirected(to) => {
+                if let Some(k) = to
+                    .iter()
+                    .find_map(|t| ctx.servers.iter().position(|(name, _)| name == t))
+                {
+                    next = k;
+                }
+            }
             End::Other(e) => {
                 tracing::debug!(node = %hostname, error = %e, "lean node: session ended")
             }
         }
-        // As a typha-client: at once (with jitter) after a working session, else back off.
-        let d = if synced {
+        // As a typha-client: at once (with jitter) after a working session or to a server
+        // suggested, else back off.
+        let d = if synced || redirected {
             backoff = BACKOFF_MIN;
             BACKOFF_MIN
         } else {
@@ -308,6 +322,9 @@ async fn run(
                             buf.advance(total);
                             write(&mut io, &pong).await?;
                             continue;
+                        }
+                        Message::Goodbye(g) if !g.redirect.is_empty() => {
+                            return Err(End::Redirected(g.redirect));
                         }
                         Message::Goodbye(g) => {
                             return Err(anyhow::anyhow!("goodbye: {}", g.reason).into());

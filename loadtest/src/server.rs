@@ -121,9 +121,23 @@ pub(crate) struct Spawn<'a> {
     /// Settings for this server only, over the caller's environment (e.g. a fixed batch
     /// window); never one of the settings loadtest owns.
     pub(crate) env: &'a [(&'a str, String)],
-    /// The address its sync port listens on (`TYPHA_SERVERHOST`): the loopback, or every
-    /// address where nodes reach it from network namespaces of their own (chaos).
-    pub(crate) host: &'a str,
+    /// Where it listens.
+    pub(crate) listen: Listen,
+}
+
+/// Where a started server listens.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Listen {
+    /// Free ports on the loopback.
+    Loopback,
+    /// An address of its own, with sync and health ports every replica shares, as pods behind
+    /// one Service: nodes reach it from network namespaces of their own, and the replicas
+    /// find each other through the Service's EndpointSlice (chaos).
+    Own {
+        ip: std::net::Ipv4Addr,
+        sync: u16,
+        http: u16,
+    },
 }
 
 /// A copy of a command: its program, arguments, environment and directory (the standard
@@ -186,7 +200,16 @@ const DEFAULTS: &[(&str, &str)] = &[
 impl Server {
     /// Starts a server and waits until its cache holds the whole datastore.
     pub(crate) async fn spawn(s: Spawn<'_>) -> anyhow::Result<Server> {
-        let (port, http_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let (host, port, http_host, http_port) = match s.listen {
+            Listen::Loopback => (
+                "127.0.0.1".to_owned(),
+                free_port()?,
+                "127.0.0.1".to_owned(),
+                free_port()?,
+            ),
+            Listen::Own { ip, sync, http } => (ip.to_string(), sync, ip.to_string(), http),
+        };
+        let api_port = free_port()?;
         let mut cmd = match (s.calico_typha, s.bin) {
             (Some(b), _) | (None, Some(b)) => Command::new(b),
             (None, None) => {
@@ -210,7 +233,7 @@ impl Server {
             }
             cmd.env(k, v);
         }
-        let http = format!("127.0.0.1:{http_port}");
+        let http = format!("{http_host}:{http_port}");
         let api = format!("127.0.0.1:{api_port}");
         match s.backend {
             Backend::Etcd(endpoint) => cmd
@@ -234,11 +257,11 @@ impl Server {
         } else {
             http_port
         };
-        cmd.env("TYPHA_SERVERHOST", s.host)
+        cmd.env("TYPHA_SERVERHOST", &host)
             .env("TYPHA_SERVERPORT", port.to_string())
-            .env("TYPHA_HEALTHHOST", "127.0.0.1")
+            .env("TYPHA_HEALTHHOST", &http_host)
             .env("TYPHA_HEALTHPORT", http_port.to_string())
-            .env("TYPHA_PROMETHEUSMETRICSHOST", "127.0.0.1")
+            .env("TYPHA_PROMETHEUSMETRICSHOST", &http_host)
             .env("TYPHA_PROMETHEUSMETRICSPORT", metrics_port.to_string());
         if s.calico_typha.is_some() {
             // Off by default in Calico's Typha; its log goes to the screen only, at warning
@@ -272,7 +295,10 @@ impl Server {
             respawn,
             proc: Some(proc),
             log: Some(log),
-            addr: format!("localhost:{port}"),
+            addr: match s.listen {
+                Listen::Loopback => format!("localhost:{port}"),
+                Listen::Own { .. } => format!("{host}:{port}"),
+            },
             http: Http::new(&http),
             api,
             kvs: 0,
@@ -341,11 +367,6 @@ impl Server {
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines.get(lines.len().saturating_sub(10)..).unwrap_or(&[]);
         format!("; its log ({}) ends:\n{}", log.display(), tail.join("\n"))
-    }
-
-    /// Its sync port.
-    pub(crate) fn port(&self) -> &str {
-        self.addr.rsplit_once(':').map_or("", |(_, p)| p)
     }
 
     /// Its process id (0 for an external server).
@@ -439,16 +460,8 @@ impl Server {
         self.respawn().await
     }
 
-    /// Stops it as an orchestrator does (SIGTERM: it drains its clients over
-    /// `TYPHA_SHUTDOWNTIMEOUTSECS`, then exits), checks that it exited cleanly, and starts it
-    /// again as [`Server::kill_and_restart`] does.
-    pub(crate) async fn term_and_restart(&mut self) -> anyhow::Result<()> {
-        self.terminate().await?;
-        self.respawn().await
-    }
-
     /// Starts it again, its process gone, on the same ports and log.
-    async fn respawn(&mut self) -> anyhow::Result<()> {
+    pub(crate) async fn respawn(&mut self) -> anyhow::Result<()> {
         let Some(spec) = &self.respawn else {
             bail!("{}: not started by loadtest, cannot restart it", self.name);
         };
@@ -478,7 +491,7 @@ impl Server {
 
     /// Sends SIGTERM and waits (60 s at most, then SIGKILL) for a clean exit; its process is
     /// gone afterwards either way.
-    async fn terminate(&mut self) -> anyhow::Result<()> {
+    pub(crate) async fn terminate(&mut self) -> anyhow::Result<()> {
         let Some(mut p) = self.proc.take() else {
             return Ok(());
         };

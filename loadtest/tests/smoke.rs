@@ -151,6 +151,10 @@ fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
     assert_eq!(r["nodes_exact"], 30, "{r}");
     assert_eq!(r["full_nodes_exact"], 2, "{r}");
     assert_eq!(r["seed"], 19, "{r}");
+    // The replicas balanced their connections (through an API server of the run's own: the
+    // datastore is etcd) and were balanced at the end.
+    assert_eq!(r["balancing"], true, "{r}");
+    assert_eq!(r["balanced"], true, "{r}");
     // The checks made while the faults went on ran, and had something to check.
     let c = &r["checks"];
     let churn = &c["churn"];
@@ -182,7 +186,8 @@ fn a_short_chaos_run_loses_nothing_through_every_kind_of_fault() {
 #[test]
 fn a_short_chaos_run_over_the_api_server_loses_nothing() {
     // The faults that differ over Kubernetes: the API server killed, etcd under it compacted,
-    // a replica cut off from the API server (it must tell its nodes it is stale).
+    // a replica cut off from the API server (it must tell its nodes it is stale); and a
+    // replica drained and restarted, so that balancing has its share to give back.
     let r = run(&[
         "chaos",
         "--datastore",
@@ -206,13 +211,21 @@ fn a_short_chaos_run_over_the_api_server_loses_nothing() {
         "--sample-nodes",
         "20",
         "--kinds",
-        "kill_datastore,compact_etcd,cut_from_datastore,kill_replica",
+        "kill_datastore,compact_etcd,cut_from_datastore,term_replica",
     ]);
     let faults = r["faults"].as_array().unwrap();
     assert!(faults.len() >= 4, "{r}");
     assert_eq!(r["datastore"], "kubernetes", "{r}");
     assert_eq!(r["replicas_agree"], true, "{r}");
     assert_eq!(r["nodes_exact"], 20, "{r}");
+    // The replicas balanced their connections through the Service's EndpointSlice: the one
+    // restarted empty got its share back.
+    assert_eq!(r["balancing"], true, "{r}");
+    assert_eq!(r["balanced"], true, "{r}");
+    assert!(r["rebalanced"].as_u64().unwrap() > 0, "{r}");
+    let loads = r["final_loads"].as_array().unwrap();
+    assert_eq!(loads.len(), 3, "{r}");
+    assert!(loads.iter().all(|l| l.as_u64().unwrap() > 0), "{r}");
     // Checkpoints against the API server's own listing; nothing deleted, nothing older.
     let c = &r["checks"];
     assert!(!c["checkpoints"].as_array().unwrap().is_empty(), "{r}");

@@ -39,7 +39,8 @@ use serde::Serialize;
 
 use crate::child::Child;
 use crate::harness::{self, Common, Outcome, Timeline, Workdir, mib};
-use crate::server::Server;
+use crate::kube::{KubeCluster, Readiness};
+use crate::server::{Listen, Server, free_port};
 use crate::store::{Store, StoreKind};
 use memory::{Memory, Role};
 
@@ -102,6 +103,13 @@ pub(crate) struct ChaosArgs {
     /// only at the end).
     #[arg(long, default_value_t = 1)]
     pub(crate) checkpoint_every: usize,
+    /// Connection balancing off. It is on with network faults: the replicas
+    /// (`TYPHA_CONNECTIONREBALANCINGMODE=kubernetes`) find each other through the Service's
+    /// EndpointSlice, which the run keeps as the EndpointSlice controller would, in the
+    /// datastore's API server or, over etcd, in a Kubernetes API of its own (a Calico cluster
+    /// on etcd still runs Kubernetes).
+    #[arg(long)]
+    pub(crate) no_balancing: bool,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -317,6 +325,13 @@ pub(crate) struct ChaosResult {
     pub(crate) exact: harness::Exactness,
     /// The checks made while the faults went on.
     checks: checks::Report,
+    /// Connection balancing: whether it was on, the connections the replicas moved to
+    /// balance their loads, and each replica's load at the end once balanced (or when the
+    /// wait for that ran out: `balanced` false).
+    pub(crate) balancing: bool,
+    pub(crate) rebalanced: u64,
+    pub(crate) final_loads: Vec<u64>,
+    pub(crate) balanced: bool,
 }
 
 fn resumed(swarms: &[Child]) -> [u64; 3] {
@@ -357,6 +372,17 @@ fn layout(nodes: usize, per: usize, sample_nodes: usize) -> Vec<Slot> {
     out
 }
 
+/// The Service's EndpointSlice, with balancing.
+struct Endpoints {
+    /// The Kubernetes API that holds it when the datastore is not one (over etcd); `None`:
+    /// the datastore's.
+    own_api: Option<KubeCluster>,
+    /// Each replica's endpoint.
+    ready: Vec<Readiness>,
+    /// The replicas' sync port.
+    port: u16,
+}
+
 /// The run's processes and network.
 struct Cluster {
     wd: Workdir,
@@ -370,6 +396,10 @@ struct Cluster {
     addrs: Vec<String>,
     common: Common,
     memory: Memory,
+    /// With balancing: where the replicas find each other.
+    endpoints: Option<Endpoints>,
+    /// Connections moved by balancing, counted by replica processes since stopped.
+    rebalanced_retired: u64,
 }
 
 impl Cluster {
@@ -385,6 +415,69 @@ impl Cluster {
             // Every typha-client node checks what it is told (see `checks`).
             &["--checks".to_owned()],
         )
+    }
+
+    /// Sets replica `i`'s endpoint in the Service's EndpointSlice (with balancing; nothing
+    /// without), as the EndpointSlice controller would on seeing its pod change.
+    async fn mark(&mut self, i: usize, r: Readiness) -> anyhow::Result<()> {
+        let Some(e) = &mut self.endpoints else {
+            return Ok(());
+        };
+        let k = match (&e.own_api, &self.store) {
+            (Some(k), _) | (None, Store::Kube(k, _)) => k,
+            (None, Store::Etcd(_)) => anyhow::bail!("balancing over etcd without an API server"),
+        };
+        if let Some(slot) = e.ready.get_mut(i) {
+            *slot = r;
+        }
+        let list: Vec<_> = e
+            .ready
+            .iter()
+            .enumerate()
+            .map(|(k, r)| (net::serving_ip(k), *r))
+            .collect();
+        let mut tries = 0;
+        loop {
+            match k.publish_typha(&list, e.port).await {
+                Ok(()) => return Ok(()),
+                Err(e) if tries < 10 => {
+                    tries += 1;
+                    tracing::debug!(error = %format!("{e:#}"), "retrying the EndpointSlice");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Connections replica `i` has moved to balance the loads (0 without balancing).
+    async fn rebalanced_by(&mut self, i: usize) -> anyhow::Result<u64> {
+        if self.endpoints.is_none() {
+            return Ok(0);
+        }
+        Ok(replica(self, i)?
+            .drops()
+            .await?
+            .get("rebalance")
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// Replica `i` stopped, by SIGTERM (it drains its nodes away) or SIGKILL (a crash), and
+    /// started again on the same address and ports, its endpoint kept as the EndpointSlice
+    /// controller keeps a replaced pod's: terminating from the SIGTERM, not ready once
+    /// crashed, ready again when the replica says so.
+    async fn restart_replica(&mut self, i: usize, graceful: bool) -> anyhow::Result<()> {
+        self.rebalanced_retired += self.rebalanced_by(i).await?;
+        if graceful {
+            self.mark(i, Readiness::Terminating).await?;
+            replica(self, i)?.terminate().await?;
+        } else {
+            replica(self, i)?.kill().await?;
+            self.mark(i, Readiness::NotReady).await?;
+        }
+        replica(self, i)?.respawn().await?;
+        self.mark(i, Readiness::Ready).await
     }
 
     /// Tells the memory sampler which processes there are now.
@@ -418,63 +511,94 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
     let fail = |what: String| anyhow::anyhow!("chaos (seed {seed}): {what}");
     let kinds = kinds_of(&a.kinds, with_net)?;
 
-    let mut wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
-    if with_net {
-        wd = wd.listening_on_all();
-    }
+    anyhow::ensure!(
+        !with_net || a.replicas <= net::MAX_REPLICAS,
+        "at most {} replicas with network faults",
+        net::MAX_REPLICAS
+    );
+    let balancing = with_net && !a.no_balancing;
+    let wd = Workdir::new(a.nodes, a.pods_per_node, a.common.plain)?.using(&a.common);
     let timeline = Timeline::start();
     let (store, _) = Store::start_with(a.datastore, &wd, with_net).await?;
-    let mut servers: Vec<Server> = Vec::new();
-    for i in 0..a.replicas {
-        // Each replica reaches the datastore at an address of its own, to be cut off alone.
-        let backend = if with_net {
-            store.backend_at(&format!("replica-{i}"), &net::replica_ip(i))?
-        } else {
-            store.backend(false)?
+    // With network faults each replica serves at an address of its own, all on the same
+    // ports, as pods behind a Service.
+    let (sync_port, http_port) = (free_port()?, free_port()?);
+    let endpoints = if balancing {
+        let own_api = match a.datastore {
+            StoreKind::Etcd => Some(KubeCluster::start(wd.path(), true).await?),
+            StoreKind::Kubernetes => None,
         };
-        let s = wd.server_on(&format!("replica {i}"), &backend).await?;
+        Some(Endpoints {
+            own_api,
+            ready: vec![Readiness::NotReady; a.replicas],
+            port: sync_port,
+        })
+    } else {
+        None
+    };
+    let mut c = Cluster {
+        wd,
+        store,
+        servers: Vec::new(),
+        swarms: Vec::new(),
+        slots: Vec::new(),
+        groups: Vec::new(),
+        addrs: Vec::new(),
+        common: a.common.clone(),
+        memory: Memory::start(),
+        endpoints,
+        rebalanced_retired: 0,
+    };
+    for i in 0..a.replicas {
+        let name = format!("replica {i}");
+        let s = if with_net {
+            // Each replica reaches the datastore at an address of its own, to be cut off
+            // alone.
+            let backend = c
+                .store
+                .backend_at(&format!("replica-{i}"), &net::replica_ip(i))?;
+            let mut settings: Vec<(&str, String)> = Vec::new();
+            if let Some(e) = &c.endpoints {
+                settings.push(("TYPHA_CONNECTIONREBALANCINGMODE", "kubernetes".into()));
+                if let Some(k) = &e.own_api {
+                    // The Kubernetes API beside the datastore, at this replica's own address.
+                    let kubeconfig =
+                        k.typha_kubeconfig_at(&format!("replica-{i}"), &net::replica_ip(i))?;
+                    settings.push(("KUBECONFIG", kubeconfig.display().to_string()));
+                }
+            }
+            let listen = Listen::Own {
+                ip: net::serving_ip(i),
+                sync: sync_port,
+                http: http_port,
+            };
+            c.wd.server_placed(&name, &backend, listen, &settings)
+                .await?
+        } else {
+            c.wd.server_on(&name, &c.store.backend(false)?).await?
+        };
         timeline.add_server(s.pid());
-        servers.push(s);
+        c.servers.push(s);
+        c.mark(i, Readiness::Ready).await?;
     }
     let per = if with_net {
         a.nodes.div_ceil(a.groups.max(1))
     } else {
         a.common.nodes_per_swarm
     };
-    let slots = layout(a.nodes, per, a.common.sample_nodes);
-    let groups = if with_net {
-        (0..slots.len())
+    c.slots = layout(a.nodes, per, a.common.sample_nodes);
+    if with_net {
+        c.groups = (0..c.slots.len())
             .map(net::Group::new)
-            .collect::<anyhow::Result<Vec<_>>>()?
-    } else {
-        Vec::new()
-    };
-    let addrs = servers
-        .iter()
-        .map(|s| {
-            if with_net {
-                format!("{}:{}", net::SERVICE, s.port())
-            } else {
-                s.addr.clone()
-            }
-        })
-        .collect();
+            .collect::<anyhow::Result<Vec<_>>>()?;
+    }
+    c.addrs = c.servers.iter().map(|s| s.addr.clone()).collect();
     // The typha-client nodes: those that hear when a server's view is stale.
-    let told: HashSet<String> = slots
+    let told: HashSet<String> = c
+        .slots
         .iter()
         .flat_map(|s| (s.first..s.first + s.sample).map(|k| format!("sim-{k}")))
         .collect();
-    let mut c = Cluster {
-        wd,
-        store,
-        servers,
-        swarms: Vec::new(),
-        slots,
-        groups,
-        addrs,
-        common: a.common.clone(),
-        memory: Memory::start(),
-    };
     for i in 0..c.slots.len() {
         let s = c.start_swarm(i)?;
         c.swarms.push(s);
@@ -595,6 +719,16 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    // Balanced, as the replicas' own rule judges it.
+    let (final_loads, balanced) = if balancing {
+        balance(&mut c, n, converge).await?
+    } else {
+        (Vec::new(), true)
+    };
+    let mut rebalanced = c.rebalanced_retired;
+    for i in 0..c.servers.len() {
+        rebalanced += c.rebalanced_by(i).await?;
+    }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let total = add(resumed(&c.swarms), retired);
     let peaks = c.memory.peaks();
@@ -628,6 +762,10 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         network_faults: with_net,
         exact: done.exactness(),
         checks: checked,
+        balancing,
+        rebalanced,
+        final_loads,
+        balanced,
     };
     // Memory stays bounded: no replica and no swarm grows past three times what it held once
     // synced. The datastore is reported, not judged: it keeps the churn's history between
@@ -639,6 +777,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         && replicas_agree
         && replicas_bounded
         && swarms_bounded
+        && r.balanced
         && r.checks.passed();
     let mut table = format!(
         "chaos: {} nodes over {} replicas on {}, {} KVs, {} s of churn at {}/s, seed {}{}\n\
@@ -673,6 +812,7 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
          | worst recovery | {:.1} s |\n\
          | resumes by deltas / digest / snapshot | {} / {} / {} |\n\
          | replicas agree at the end | {} |\n\
+         | connection balancing | {} |\n\
          | replica RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
          | swarm RSS synced / peak | {:.1} / {:.1} MiB ({}) |\n\
          | datastore RSS synced / peak (largest process) | {:.1} / {:.1} MiB |\n\
@@ -684,6 +824,24 @@ pub(crate) async fn run(a: ChaosArgs) -> anyhow::Result<Outcome> {
         r.resumed_digest,
         r.resumed_snapshot,
         if r.replicas_agree { "yes" } else { "NO" },
+        if !r.balancing {
+            "off".to_owned()
+        } else {
+            format!(
+                "{} connections moved; loads at the end {} ({})",
+                r.rebalanced,
+                r.final_loads
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                if r.balanced {
+                    "balanced"
+                } else {
+                    "NOT balanced"
+                }
+            )
+        },
         mib(r.replica_rss_synced),
         mib(r.replica_peak_rss),
         verdict(replicas_bounded),
@@ -722,11 +880,11 @@ async fn inject(
 ) -> anyhow::Result<String> {
     let mut detail = String::new();
     match fault {
-        Fault::KillReplica(i) => replica(c, i)?.kill_and_restart().await?,
-        Fault::TermReplica(i) => replica(c, i)?.term_and_restart().await?,
+        Fault::KillReplica(i) => c.restart_replica(i, false).await?,
+        Fault::TermReplica(i) => c.restart_replica(i, true).await?,
         Fault::RollingRestart => {
-            for s in &mut c.servers {
-                s.term_and_restart().await?;
+            for i in 0..c.servers.len() {
+                c.restart_replica(i, true).await?;
             }
         }
         Fault::KillDatastore => c.store.kill_and_restart().await?,
@@ -800,6 +958,41 @@ async fn inject(
         Fault::CutFromDatastore(i) => detail = cut_off(c, i, told, a).await?,
     }
     Ok(detail)
+}
+
+/// Waits until every node is connected and no replica holds more than the replicas' own
+/// balancing rule allows (more than the mean by more than its tolerance); each replica's load,
+/// and whether that came within `within`.
+async fn balance(c: &mut Cluster, n: u64, within: Duration) -> anyhow::Result<(Vec<u64>, bool)> {
+    use typha_server::governor::{GovernorConfig, share};
+    let tolerance = GovernorConfig::default().tolerance;
+    let t0 = Instant::now();
+    loop {
+        let mut loads = Vec::new();
+        for s in &mut c.servers {
+            loads.push(s.state().await?["connections"].as_u64().unwrap_or(0));
+        }
+        let over = loads.iter().enumerate().any(|(i, own)| {
+            let peers: Vec<share::Peer> = loads
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| *k != i)
+                .map(|(k, l)| share::Peer {
+                    addr: k.to_string(),
+                    load: usize::try_from(*l).unwrap_or(usize::MAX),
+                })
+                .collect();
+            share::plan(usize::try_from(*own).unwrap_or(0), &peers, tolerance).excess > 0
+        });
+        if loads.iter().sum::<u64>() >= n && !over {
+            return Ok((loads, true));
+        }
+        if t0.elapsed() > within {
+            eprintln!("chaos: the replicas' loads are not balanced after {within:?}: {loads:?}");
+            return Ok((loads, false));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// The connections the replicas hold, together.

@@ -1,7 +1,8 @@
 //! The network under `chaos`: the run moves into a network namespace of its own before it
 //! starts anything, so its servers and etcd listen there and every rule it adds goes when it
 //! does. Each group of nodes (one swarm process) lives in a namespace of its own behind a veth
-//! pair, as a rack behind one link, and reaches the servers at [`SERVICE`].
+//! pair, as a rack behind one link, and reaches each server at an address of its own
+//! ([`serving_ip`]).
 //!
 //! The faults are the kernel's own: iptables rules in the run's namespace drop a group's
 //! packets (all of them: a partition; a random share: a lossy link), the servers' end of a
@@ -21,9 +22,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-/// The servers' address as the groups reach it: on the run namespace's loopback, routed to
-/// over each group's link.
-pub(crate) const SERVICE: &str = "10.77.0.1";
+/// Most replicas a run with network faults can have: each serves at an address of its own
+/// ([`serving_ip`]) and reaches the datastore at another ([`replica_ip`]; the API server's
+/// certificate names 16).
+pub(crate) const MAX_REPLICAS: usize = 16;
+
+/// The address replica `i` serves the nodes at, as a pod's address behind a Service: on the
+/// run namespace's loopback, routed to over each group's link.
+pub(crate) fn serving_ip(i: usize) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(10, 77, 0, u8::try_from(i + 1).unwrap_or(u8::MAX))
+}
 
 /// Namespace names start with this, then the run's process id.
 const PREFIX: &str = "typha-chaos-";
@@ -44,8 +52,8 @@ fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Moves this process into a new network namespace with its loopback up and [`SERVICE`] on
-/// it. Call it before any thread starts: a namespace belongs to the thread that enters it,
+/// Moves this process into a new network namespace with its loopback up and the replicas'
+/// serving addresses on it. Call it before any thread starts: a namespace belongs to the thread that enters it,
 /// and threads started later inherit it.
 pub(crate) fn isolate() -> anyhow::Result<()> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).context(
@@ -53,10 +61,12 @@ pub(crate) fn isolate() -> anyhow::Result<()> {
          faults; --no-net runs without them",
     )?;
     run("ip", &["link", "set", "lo", "up"])?;
-    run(
-        "ip",
-        &["addr", "add", &format!("{SERVICE}/32"), "dev", "lo"],
-    )?;
+    for i in 0..MAX_REPLICAS {
+        run(
+            "ip",
+            &["addr", "add", &format!("{}/32", serving_ip(i)), "dev", "lo"],
+        )?;
+    }
     remove_leftovers();
     Ok(())
 }
@@ -390,11 +400,15 @@ impl Drop for Cut {
 mod tests {
     use super::*;
 
-    /// Seconds a TCP connect from the group to `port` on [`SERVICE`] takes (one round trip),
-    /// or `None` if it does not connect within a second.
+    /// Seconds a TCP connect from the group to `port` on replica 0's address takes (one
+    /// round trip), or `None` if it does not connect within a second.
     fn connect_secs(g: &Group, port: u16) -> Option<f64> {
+        connect_to(g, serving_ip(0), port)
+    }
+
+    fn connect_to(g: &Group, ip: std::net::Ipv4Addr, port: u16) -> Option<f64> {
         let script = format!(
-            "import socket,time\nt=time.time()\ntry:\n socket.create_connection(('{SERVICE}',{port}),timeout=1)\n print(time.time()-t)\nexcept OSError:\n print('none')"
+            "import socket,time\nt=time.time()\ntry:\n socket.create_connection(('{ip}',{port}),timeout=1)\n print(time.time()-t)\nexcept OSError:\n print('none')"
         );
         let out = run("ip", &["netns", "exec", &g.netns, "python3", "-c", &script]).unwrap();
         out.trim().parse().ok()
@@ -405,12 +419,19 @@ mod tests {
     #[test]
     fn a_group_is_reached_delayed_and_cut_off() {
         isolate().unwrap();
-        let listener = std::net::TcpListener::bind((SERVICE, 0)).unwrap();
+        let listener = std::net::TcpListener::bind((serving_ip(0), 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
+        // The last replica's address, on the same port, as replicas behind a Service.
+        let last = serving_ip(MAX_REPLICAS - 1);
+        let _other = std::net::TcpListener::bind((last, port)).unwrap();
         let mut g = Group::new(249).unwrap();
         assert!(
             connect_secs(&g, port).is_some(),
-            "the group reaches the service"
+            "the group reaches a replica"
+        );
+        assert!(
+            connect_to(&g, last, port).is_some(),
+            "and every other replica"
         );
 
         let delay = g.delayed(Duration::from_millis(60)).unwrap();
