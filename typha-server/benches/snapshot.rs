@@ -8,7 +8,8 @@
 //! and the cache's map, once in sync, is the snapshot every candidate encodes, in key order as
 //! the server sends it. Building and decoding run on this thread alone.
 //!
-//! Run: `cargo bench -p typha-server --bench snapshot` (add `-- NODES PODS` for another size).
+//! Run: `cargo bench -p typha-server --bench snapshot` (add `-- NODES PODS` for another size;
+//! `SNAPSHOT_BENCH_HELD=1` instead measures the values held compressed in memory).
 //! Results: BENCHMARKS.md, "Snapshot bytes per KV and storm (issue 22)".
 
 // A benchmark of generated data: a panic is a bug in the bench.
@@ -283,6 +284,90 @@ fn per_kind(kvs: &[Update]) {
     println!();
 }
 
+/// What the cache's values would take in memory if each value of at least `min` bytes were
+/// held compressed alone (zstd at `level`, optionally with a dictionary trained on the
+/// cluster's own large values), by kind of key; and what a snapshot build would add to get
+/// them back (decompressing every such value once, on this thread). Issue 22's memory: the
+/// values are the largest part of the heap, the IPAM blocks about half of them.
+fn held(kvs: &[Update]) {
+    let kind_of = |u: &Update| {
+        Key::validate(u.key.as_str())
+            .map(|t| format!("{t:?}"))
+            .unwrap_or_default()
+    };
+    let mut raw: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for u in kvs {
+        let e = raw.entry(kind_of(u)).or_default();
+        e.0 += 1;
+        e.1 += u.value.as_ref().map_or(0, |v| v.len());
+    }
+    let total_raw: usize = raw.values().map(|(_, b)| b).sum();
+    println!(
+        "values held now: {total_raw} B ({:.0} B per KV)",
+        total_raw as f64 / kvs.len() as f64
+    );
+    println!("| kind | KVs | raw B/value |");
+    println!("|---|---|---|");
+    for (kind, (n, b)) in &raw {
+        println!("| {kind} | {n} | {:.0} |", *b as f64 / *n as f64);
+    }
+    println!();
+    println!(
+        "| held compressed when at least | level | dictionary | values compressed | all values held, B/KV | \
+         vs raw | decompress all ms |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for min in [128usize, 512, 2048] {
+        let large: Vec<&[u8]> = kvs
+            .iter()
+            .filter_map(|u| u.value.as_ref().map(|v| v.as_bytes()))
+            .filter(|v| v.len() >= min)
+            .collect();
+        for (level, dict_size) in [
+            (1, None),
+            (3, None),
+            (1, Some(32usize << 10)),
+            (3, Some(32 << 10)),
+        ] {
+            let dict = dict_size.map(|size| {
+                let samples: Vec<&[u8]> = large.iter().step_by(4).copied().collect();
+                zstd::dict::from_samples(&samples, size).unwrap()
+            });
+            let mut c = match &dict {
+                Some(d) => zstd::bulk::Compressor::with_dictionary(level, d).unwrap(),
+                None => zstd::bulk::Compressor::new(level).unwrap(),
+            };
+            c.include_checksum(false).unwrap();
+            c.include_dictid(false).unwrap();
+            let packed: Vec<Vec<u8>> = large.iter().map(|v| c.compress(v).unwrap()).collect();
+            let mut d = match &dict {
+                Some(dd) => zstd::bulk::Decompressor::with_dictionary(dd).unwrap(),
+                None => zstd::bulk::Decompressor::new().unwrap(),
+            };
+            let mut times = Vec::new();
+            for _ in 0..ROUNDS {
+                let t = Instant::now();
+                for (z, v) in packed.iter().zip(&large) {
+                    let back = d.decompress(z, v.len()).unwrap();
+                    assert_eq!(back.len(), v.len());
+                }
+                times.push(t.elapsed());
+            }
+            let saved: usize = large.iter().map(|v| v.len()).sum::<usize>()
+                - packed.iter().map(Vec::len).sum::<usize>();
+            let held = total_raw - saved + dict.as_ref().map_or(0, Vec::len);
+            println!(
+                "| {min} B | {level} | {} | {} | {:.0} | {:.2} | {:.1} |",
+                dict_size.map_or("none".to_owned(), |s| format!("{} KiB", s >> 10)),
+                large.len(),
+                held as f64 / kvs.len() as f64,
+                held as f64 / total_raw as f64,
+                median(times).as_secs_f64() * 1e3,
+            );
+        }
+    }
+}
+
 fn measure_wire(kvs: &[Update], chunk_kvs: usize, chunk_bytes: usize, level: i32) -> usize {
     let mut enc = FrameEncoder::zstd(level).unwrap();
     cut(kvs, chunk_kvs, chunk_bytes)
@@ -302,6 +387,10 @@ fn main() {
     let kvs = snapshot_of(&storm_spec(nodes, pods));
     eprintln!("{} KVs in {:.1} s", kvs.len(), t.elapsed().as_secs_f64());
     per_kind(&kvs);
+    if std::env::var_os("SNAPSHOT_BENCH_HELD").is_some() {
+        held(&kvs);
+        return;
+    }
     if let Ok(dir) = std::env::var("SNAPSHOT_BENCH_DUMP") {
         // The raw payloads of one chunk per kind, to try other compressors on.
         let mut by_kind: BTreeMap<String, Vec<u8>> = BTreeMap::new();
