@@ -99,7 +99,7 @@ fn snapshot_of(spec: &Spec) -> Vec<Update> {
         .iter()
         .map(|(k, kv)| Update {
             key: k.clone(),
-            value: Some(kv.value.clone()),
+            value: Some(kv.value.encoded()),
             revision: kv.revision,
             kind: UpdateKind::New,
         })

@@ -44,3 +44,4 @@ pub mod sample;
 pub mod server;
 pub mod syncer;
 pub mod tls;
+pub mod zdict;

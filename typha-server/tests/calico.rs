@@ -127,7 +127,7 @@ fn expected(srv: &RunningServer, syncer: SyncerType) -> State {
     let mut out = State::new();
     for (k, kv) in map.iter() {
         let key = k.key();
-        let value = kv.value.decode_for(&key).unwrap();
+        let value = kv.value.encoded().decode_for(&key).unwrap();
         for c in calico_kvs(&key, &value) {
             if !c.syncers.contains(syncer) {
                 continue;

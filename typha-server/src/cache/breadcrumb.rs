@@ -8,9 +8,10 @@ use bytes::Bytes;
 use imbl::OrdMap;
 use tokio::time::Instant;
 use typha_protocol::message::{Deltas, Epoch, Message, Seq};
-use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update};
+use typha_protocol::model::{KeyPath, Revision, SyncStatus, Update};
 
 use super::calico::{CalicoCrumb, CalicoCrumbError, Carriage};
+use super::held::Held;
 use crate::calico::libcalico::SyncerType;
 use crate::fanout::{PerVariant, Variant, View, encode};
 use crate::metrics::{FrameKind, Metrics};
@@ -18,8 +19,9 @@ use crate::metrics::{FrameKind, Metrics};
 /// A cached value and the revision it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kv {
-    /// The value, encoded once.
-    pub value: EncodedValue,
+    /// The value, encoded once; held compressed once the writer has a dictionary
+    /// ([`Held`]).
+    pub value: Held,
     /// Datastore revision.
     pub revision: Revision,
 }
@@ -162,7 +164,7 @@ impl Breadcrumb {
     ) -> Result<Bytes, CalicoCrumbError> {
         let previous = || {
             let map = before?.map()?;
-            Some(move |k: &KeyPath| map.get(k).map(|kv| kv.value.clone()))
+            Some(move |k: &KeyPath| map.get(k).map(|kv| kv.value.encoded()))
         };
         self.frames
             .calico

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use super::held::Held;
 use bytes::Bytes;
 use tokio::time::Instant;
 use typha_protocol::calico::messages::{
@@ -266,7 +267,7 @@ pub fn build<'a>(
     syncer: SyncerType,
     carriage: Carriage,
     (seq, status): (Seq, SyncStatus),
-    kvs: impl Iterator<Item = (&'a KeyPath, &'a EncodedValue, Revision)>,
+    kvs: impl Iterator<Item = (&'a KeyPath, &'a Held, Revision)>,
     m: &Metrics,
 ) -> CalicoSnapshot {
     let mut all: Vec<SerializedUpdate> = Vec::new();
@@ -275,7 +276,7 @@ pub fn build<'a>(
         if !receivers(&key).contains(syncer) {
             continue;
         }
-        let Ok(v) = value.decode_for(&key) else {
+        let Ok(v) = value.encoded().decode_for(&key) else {
             continue;
         };
         all.extend(

@@ -18,6 +18,7 @@
 
 pub mod breadcrumb;
 pub mod calico;
+pub mod held;
 pub mod pipeline;
 pub mod snapshot;
 pub mod writer;

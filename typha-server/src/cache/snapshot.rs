@@ -260,7 +260,7 @@ fn chunks(
 fn as_update((k, kv): (&typha_protocol::model::KeyPath, &Kv)) -> Update {
     Update {
         key: k.clone(),
-        value: Some(kv.value.clone()),
+        value: Some(kv.value.encoded()),
         revision: kv.revision,
         kind: UpdateKind::New,
     }
@@ -347,7 +347,7 @@ fn build_buckets(
     let mut digest = StateDigest::new();
     for (k, kv) in map.iter().filter(|(k, _)| v.view.holds(k)) {
         let h = KeyHash::of(k.as_str());
-        digest.toggle(h, kv.value.as_bytes());
+        digest.toggle(h, &kv.value.bytes());
         if let Some(b) = per_bucket.get_mut(usize::from(h.bucket().0)) {
             b.push(as_update((k, kv)));
         }

@@ -51,7 +51,7 @@ fn fold(state: &mut BTreeMap<String, Vec<u8>>, deltas: &[Update]) {
 
 fn map_of(m: &KvMap) -> BTreeMap<String, Vec<u8>> {
     m.iter()
-        .map(|(k, v)| (k.to_string(), v.value.as_bytes().to_vec()))
+        .map(|(k, v)| (k.to_string(), v.value.bytes().to_vec()))
         .collect()
 }
 
@@ -219,6 +219,27 @@ fn history_is_bounded_and_eviction_is_reported() {
     assert_eq!(cache.oldest_resumable(), Seq(15));
     assert!(cache.range(Seq(14), Seq(20)).is_none());
     assert_eq!(cache.range(Seq(15), Seq(20)).unwrap().len(), 5);
+}
+
+/// Breadcrumbs past the history's age go while nothing is published too (the writer's
+/// one-second tick), all but the latest.
+#[test]
+fn the_history_ages_out_while_idle() {
+    let (mut w, cache) = writer(CacheConfig {
+        history_max_age: std::time::Duration::from_millis(30),
+        ..CacheConfig::default()
+    });
+    for i in 0..5 {
+        w.handle(put(i + 1, netset("a", &format!("10.{i}.0.0/16"))));
+        w.flush();
+    }
+    w.trim_idle();
+    assert_eq!(cache.crumbs.read().unwrap().len(), 6, "young ones stay");
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    w.trim_idle();
+    let crumbs = cache.crumbs.read().unwrap();
+    assert_eq!(crumbs.len(), 1);
+    assert_eq!(crumbs.front().unwrap().seq, Seq(5));
 }
 
 /// A lagging Calico connection's pin keeps the breadcrumbs after its cursor past the history
@@ -608,4 +629,82 @@ async fn a_kept_snapshot_older_than_a_clients_floor_is_not_reused_for_it() {
         &beyond,
         &snaps.full_from(&cache, v, Revision(99)).await
     ));
+}
+
+/// Past its first training the writer holds long values compressed with a dictionary of the
+/// map's own values: what it publishes (deltas, the map, the digest) is exactly what it was
+/// without, through the load, changes, no-op rewrites and deletions after it.
+#[test]
+fn values_held_compressed_change_nothing_that_is_published() {
+    use super::held::{FIRST_TRAINING, Held};
+    let (mut w, cache) = writer(CacheConfig::default());
+    let resources = crate::sample::cluster(&crate::sample::Spec {
+        nodes: 150,
+        pods_per_node: 30,
+        namespaces: 4,
+        deployments_per_namespace: 3,
+        policies: 10,
+        seed: 3,
+    });
+    w.handle(SyncerEvent::Status(SyncStatus::ResyncInProgress));
+    w.handle(SyncerEvent::Resync(Listing {
+        revision: Revision(10),
+        items: resources
+            .iter()
+            .map(|r| Ok(r.clone().into()))
+            .collect::<Vec<Item>>()
+            .into(),
+    }));
+    w.handle(SyncerEvent::Status(SyncStatus::InSync));
+    w.flush();
+    let mut state = BTreeMap::new();
+    let mut seen = 0;
+    let mut follow = |state: &mut BTreeMap<String, Vec<u8>>| {
+        let crumbs = cache.crumbs.read().unwrap();
+        let from = seen;
+        for c in crumbs.iter().filter(|c| c.seq.0 > from) {
+            fold(state, &c.deltas);
+            seen = c.seq.0;
+        }
+    };
+    follow(&mut state);
+    let latest = cache.latest();
+    assert!(latest.kvs > FIRST_TRAINING, "{} KVs", latest.kvs);
+    let map = latest.map().unwrap();
+    assert_eq!(map_of(&map), state);
+    assert_eq!(latest.digest, digest_of(&state));
+    let (held, plain): (usize, usize) = map.values().fold((0, 0), |(h, p), kv| {
+        (h + kv.value.held_bytes(), p + kv.value.len())
+    });
+    assert!(
+        map.values().any(|kv| matches!(kv.value, Held::Zstd { .. })),
+        "long values are held compressed"
+    );
+    assert!(held * 3 < plain, "held {held} of {plain} bytes");
+
+    // Changes after the training: rewrites of the same value are skipped, others published.
+    let first_wep = resources
+        .iter()
+        .find(|r| r.kind() == Kind::WorkloadEndpoint)
+        .unwrap()
+        .clone();
+    let seq = cache.latest().seq;
+    w.handle(put(11, first_wep.clone()));
+    w.flush();
+    assert_eq!(cache.latest().seq, seq, "an unchanged value is no change");
+    let mut changed = first_wep.clone();
+    changed
+        .metadata
+        .labels
+        .insert("loadtest".into(), "relabelled".into());
+    w.handle(put(12, changed));
+    w.handle(SyncerEvent::Change(WatchEvent::Delete {
+        revision: Revision(13),
+        id: resources[resources.len() / 2].id(),
+    }));
+    w.flush();
+    follow(&mut state);
+    let latest = cache.latest();
+    assert_eq!(map_of(&latest.map().unwrap()), state);
+    assert_eq!(latest.digest, digest_of(&state));
 }

@@ -12,6 +12,7 @@ use typha_protocol::message::{Epoch, Seq};
 use typha_protocol::model::{EncodedValue, Revision, SyncStatus, Update, UpdateKind};
 
 use super::breadcrumb::{Breadcrumb, CrumbFrames, Kv, KvMap, MAP_VERSIONS_KEPT};
+use super::held::{self, Held};
 use super::pipeline::{KvChange, Pipeline};
 use super::{Cache, CacheConfig, NODES_PREFIX};
 use crate::datastore::WatchEvent;
@@ -41,6 +42,10 @@ pub struct CacheWriter {
     /// there are, the XOR of their digest entries (the version 1 digest is the full one
     /// without them), and whether the batch being built holds one.
     later: Later,
+    /// The dictionary the map's values are held compressed with ([`held`]), once trained.
+    dict: Option<Arc<crate::zdict::Dict>>,
+    /// When the map holds this many values, the writer trains a new dictionary.
+    next_training: usize,
 }
 
 #[derive(Debug, Default)]
@@ -92,6 +97,8 @@ impl CacheWriter {
             last_publish: None,
             nodes: 0,
             later: Later::default(),
+            dict: None,
+            next_training: held::FIRST_TRAINING,
         };
         (writer, cache)
     }
@@ -165,7 +172,7 @@ impl CacheWriter {
             let old = self.map.get(&c.key);
             let kind = match (&c.value, old) {
                 (None, None) => continue,
-                (Some(v), Some(o)) if o.value == *v => {
+                (Some(v), Some(o)) if o.value.holds(v) => {
                     m.updates_skipped.inc();
                     continue;
                 }
@@ -182,18 +189,19 @@ impl CacheWriter {
                     self.nodes = self.nodes.saturating_sub(1);
                 }
             }
+            let old = old.map(|o| o.value.bytes());
             self.digest.apply(
                 c.key.as_str(),
-                old.map(|o| o.value.as_bytes()),
+                old.as_deref(),
                 c.value.as_ref().map(EncodedValue::as_bytes),
             );
             if !c.key.in_v1() {
                 let h = KeyHash::of(c.key.as_str());
-                for v in [old.map(|o| &o.value), c.value.as_ref()]
+                for v in [old.as_deref(), c.value.as_ref().map(EncodedValue::as_bytes)]
                     .into_iter()
                     .flatten()
                 {
-                    self.later.digest ^= h.entry(v.as_bytes());
+                    self.later.digest ^= h.entry(v);
                 }
                 match kind {
                     UpdateKind::New => self.later.kvs += 1,
@@ -205,13 +213,17 @@ impl CacheWriter {
             match &c.value {
                 Some(v) => {
                     batch_bytes += v.len();
+                    let held = Held::hold(v, self.dict.as_ref());
                     self.map.insert(
                         c.key.clone(),
                         Kv {
-                            value: v.clone(),
+                            value: held,
                             revision: c.revision,
                         },
                     );
+                    if self.map.len() >= self.next_training {
+                        self.train();
+                    }
                 }
                 None => {
                     self.map.remove(&c.key);
@@ -236,6 +248,77 @@ impl CacheWriter {
         if !batch.is_empty() || self.pending_status != self.status {
             self.publish(batch, self.pending_status);
         }
+    }
+
+    /// Lets the oldest breadcrumbs go while there are more than `history_max` or they are
+    /// older than `history_max_age` (the latest always stays).
+    fn trim(&self, crumbs: &mut VecDeque<Arc<Breadcrumb>>, now: Instant) {
+        let pinned = self.cache.oldest_pin();
+        while crumbs.len() > self.cfg.history_max.max(1)
+            || crumbs.front().is_some_and(|c| {
+                now.duration_since(c.created) > self.cfg.history_max_age && crumbs.len() > 1
+            })
+        {
+            // A breadcrumb a lagging Calico connection still needs stays until that
+            // connection would be dropped for its lag anyway.
+            let needed = crumbs.front().is_some_and(|c| {
+                pinned.is_some_and(|p| c.seq.0 > p)
+                    && now.duration_since(c.created) <= self.cfg.pinned_max_age
+            });
+            if needed {
+                break;
+            }
+            crumbs.pop_front();
+        }
+    }
+
+    /// Ages the history out while nothing is published (a quiet cluster): the breadcrumbs of
+    /// a large load hold every value it wrote, which the map holds compressed.
+    pub(super) fn trim_idle(&self) {
+        let now = Instant::now();
+        let stale = {
+            let crumbs = self.cache.crumbs.read().unwrap_or_else(|p| p.into_inner());
+            crumbs.len() > 1
+                && crumbs
+                    .front()
+                    .is_some_and(|c| now.duration_since(c.created) > self.cfg.history_max_age)
+        };
+        if stale {
+            let mut crumbs = self.cache.crumbs.write().unwrap_or_else(|p| p.into_inner());
+            self.trim(&mut crumbs, now);
+        }
+    }
+
+    /// Trains a dictionary on the map's values and holds every value with it: a new map,
+    /// built afresh (the published versions keep theirs until they are let go). Inside the
+    /// initial load, not after it, so that what the load's last breadcrumbs keep is held
+    /// compressed too.
+    fn train(&mut self) {
+        self.next_training = self.map.len().saturating_mul(held::RETRAIN_GROWTH);
+        let Some(dict) = held::train(self.map.values().map(|kv| &kv.value)) else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        self.map = self
+            .map
+            .iter()
+            .map(|(k, kv)| {
+                (
+                    k.clone(),
+                    Kv {
+                        value: kv.value.rehold(&dict),
+                        revision: kv.revision,
+                    },
+                )
+            })
+            .collect();
+        debug!(
+            values = self.map.len(),
+            dict_bytes = dict.len(),
+            secs = started.elapsed().as_secs_f64(),
+            "cache values held with a new dictionary"
+        );
+        self.dict = Some(dict);
     }
 
     fn publish(&mut self, deltas: Vec<Update>, status: SyncStatus) {
@@ -275,24 +358,7 @@ impl CacheWriter {
             {
                 old.map.store(None);
             }
-            let now = crumb.created;
-            let pinned = self.cache.oldest_pin();
-            while crumbs.len() > self.cfg.history_max.max(1)
-                || crumbs.front().is_some_and(|c| {
-                    now.duration_since(c.created) > self.cfg.history_max_age && crumbs.len() > 1
-                })
-            {
-                // A breadcrumb a lagging Calico connection still needs stays until that
-                // connection would be dropped for its lag anyway.
-                let needed = crumbs.front().is_some_and(|c| {
-                    pinned.is_some_and(|p| c.seq.0 > p)
-                        && now.duration_since(c.created) <= self.cfg.pinned_max_age
-                });
-                if needed {
-                    break;
-                }
-                crumbs.pop_front();
-            }
+            self.trim(&mut crumbs, crumb.created);
         }
         m.breadcrumb_seq
             .set(i64::try_from(self.seq).unwrap_or(i64::MAX));
@@ -323,7 +389,10 @@ impl CacheWriter {
             heartbeat.beat();
             let ev = tokio::select! {
                 ev = rx.recv() => ev,
-                _ = tick.tick() => continue,
+                _ = tick.tick() => {
+                    self.trim_idle();
+                    continue;
+                }
             };
             let Some(ev) = ev else { return };
             self.handle(ev);

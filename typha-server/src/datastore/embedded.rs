@@ -54,7 +54,7 @@ impl Store {
     /// it happens a few times in a store's life, the first while the initial load is written.
     fn train(&mut self) {
         self.next_training = self.objects.len().saturating_mul(RETRAIN_GROWTH);
-        let Some(dict) = Dict::train(self.objects.values().map(|st| &st.form)) else {
+        let Some(dict) = form::train(self.objects.values().map(|st| &st.form)) else {
             return;
         };
         for st in self.objects.values_mut() {

@@ -121,7 +121,7 @@ fn without_the_previous_values_a_breadcrumb_cannot_be_translated() {
 #[test]
 fn a_snapshot_is_sorted_by_calico_key_and_cut_into_messages() {
     let m = Metrics::unregistered();
-    let entries: Vec<(KeyPath, EncodedValue)> = (0..250)
+    let entries: Vec<(KeyPath, Held)> = (0..250)
         .map(|i| {
             let r = Resource::from_json(serde_json::json!({
                 "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
@@ -129,7 +129,7 @@ fn a_snapshot_is_sorted_by_calico_key_and_cut_into_messages() {
             }))
             .unwrap();
             let (k, v) = convert(&r).unwrap().remove(0);
-            (KeyPath::from(&k), EncodedValue::encode(&v))
+            (KeyPath::from(&k), Held::Plain(EncodedValue::encode(&v)))
         })
         .collect();
     let it = entries.iter().map(|(k, v)| (k, v, Revision(3)));

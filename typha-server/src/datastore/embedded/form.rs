@@ -6,11 +6,11 @@
 //! session: memory per KV").
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::calico::v3::Resource;
+pub(super) use crate::zdict::Dict;
+use crate::zdict::{compress, decompress};
 
 /// The zstd level of stored resources: they are compressed once per write.
 const LEVEL: i32 = 3;
@@ -24,36 +24,15 @@ pub(super) const FIRST_TRAINING: usize = 4_096;
 /// recompresses every resource, so the total work stays within a few times the store's size.
 pub(super) const RETRAIN_GROWTH: usize = 8;
 
-/// A zstd dictionary trained on a store's resources. Each form compressed with one holds it.
-pub(super) struct Dict {
-    /// Unique in the process: what each thread's reused contexts are keyed by.
-    id: u32,
-    bytes: Vec<u8>,
-}
-
-impl std::fmt::Debug for Dict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Dict({}, {} bytes)", self.id, self.bytes.len())
-    }
-}
-
-static NEXT_DICT: AtomicU32 = AtomicU32::new(1);
-
-impl Dict {
-    /// A dictionary trained on an even spread of `forms`, or `None` if zstd cannot make one
-    /// of them (too few, or too alike).
-    pub(super) fn train<'a>(forms: impl ExactSizeIterator<Item = &'a Form>) -> Option<Arc<Dict>> {
-        let step = (forms.len() / DICT_SAMPLES).max(1);
-        let samples: Vec<Vec<u8>> = forms
-            .step_by(step)
-            .filter_map(|f| f.json().ok().map(Cow::into_owned))
-            .collect();
-        let bytes = zstd::dict::from_samples(&samples, DICT_BYTES).ok()?;
-        Some(Arc::new(Dict {
-            id: NEXT_DICT.fetch_add(1, Ordering::Relaxed),
-            bytes,
-        }))
-    }
+/// A dictionary trained on a store's resources (an even spread of [`DICT_SAMPLES`] of them),
+/// or `None` if zstd cannot make one of them (too few, or too alike).
+pub(super) fn train<'a>(forms: impl ExactSizeIterator<Item = &'a Form>) -> Option<Arc<Dict>> {
+    let step = (forms.len() / DICT_SAMPLES).max(1);
+    let samples: Vec<Vec<u8>> = forms
+        .step_by(step)
+        .filter_map(|f| f.json().ok().map(Cow::into_owned))
+        .collect();
+    Dict::train(&samples, DICT_BYTES)
 }
 
 /// A resource's stored bytes.
@@ -67,57 +46,6 @@ pub(super) enum Form {
     },
     /// The JSON itself (when compressing failed, which takes running out of memory).
     Json(Arc<[u8]>),
-}
-
-thread_local! {
-    // One zstd context per thread, reused while the dictionary stays the same (keyed by its id,
-    // 0 for none): making one per resource (about a megabyte at level 3) cost more than the
-    // compression itself.
-    static COMPRESSOR: RefCell<Option<(u32, zstd::bulk::Compressor<'static>)>> =
-        const { RefCell::new(None) };
-    static DECOMPRESSOR: RefCell<Option<(u32, zstd::bulk::Decompressor<'static>)>> =
-        const { RefCell::new(None) };
-}
-
-fn compressor(dict: Option<&Dict>) -> std::io::Result<zstd::bulk::Compressor<'static>> {
-    use zstd::stream::raw::CParameter;
-    let mut c = match dict {
-        Some(d) => zstd::bulk::Compressor::with_dictionary(LEVEL, &d.bytes)?,
-        None => zstd::bulk::Compressor::new(LEVEL)?,
-    };
-    // The length is kept beside, and the dictionary in the form: neither in each frame.
-    c.set_parameter(CParameter::ContentSizeFlag(false))?;
-    c.set_parameter(CParameter::DictIdFlag(false))?;
-    Ok(c)
-}
-
-fn compress(json: &[u8], dict: Option<&Dict>) -> Option<Vec<u8>> {
-    let id = dict.map_or(0, |d| d.id);
-    COMPRESSOR.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.as_ref().is_none_or(|(have, _)| *have != id) {
-            *c = Some((id, compressor(dict).ok()?));
-        }
-        c.as_mut()?.1.compress(json).ok()
-    })
-}
-
-fn decompress(z: &[u8], len: usize, dict: Option<&Dict>) -> Result<Vec<u8>, String> {
-    let id = dict.map_or(0, |d| d.id);
-    DECOMPRESSOR.with(|d| {
-        let mut d = d.borrow_mut();
-        if d.as_ref().is_none_or(|(have, _)| *have != id) {
-            let made = match dict {
-                Some(dict) => zstd::bulk::Decompressor::with_dictionary(&dict.bytes),
-                None => zstd::bulk::Decompressor::new(),
-            };
-            *d = Some((id, made.map_err(|e| e.to_string())?));
-        }
-        match d.as_mut() {
-            Some((_, d)) => d.decompress(z, len).map_err(|e| e.to_string()),
-            None => Err("no zstd context".into()),
-        }
-    })
 }
 
 impl Form {
@@ -135,7 +63,7 @@ impl Form {
     fn compressed(json: Vec<u8>, dict: Option<&Arc<Dict>>) -> Form {
         match (
             u32::try_from(json.len()),
-            compress(&json, dict.map(|d| &**d)),
+            compress(&json, LEVEL, dict.map(|d| &**d)),
         ) {
             (Ok(len), Some(z)) => Form::Zstd {
                 len,
@@ -176,7 +104,7 @@ impl PartialEq for Form {
                     dict: dict2,
                     z: z2,
                 },
-            ) if dict.as_ref().map(|d| d.id) == dict2.as_ref().map(|d| d.id) => {
+            ) if dict.as_ref().map(|d| d.id()) == dict2.as_ref().map(|d| d.id()) => {
                 len == len2 && z == z2
             }
             (Form::Json(a), Form::Json(b)) => a == b,
@@ -207,9 +135,9 @@ mod tests {
     fn a_dictionary_keeps_the_json_and_equality_holds_across_dictionaries() {
         let rs = resources();
         let plain: Vec<Form> = rs.iter().map(|r| Form::of(r, None)).collect();
-        let dict = Dict::train(plain.iter()).expect("a dictionary from 100+ resources");
+        let dict = train(plain.iter()).expect("a dictionary from 100+ resources");
         let with: Vec<Form> = rs.iter().map(|r| Form::of(r, Some(&dict))).collect();
-        let other = Dict::train(with.iter()).expect("a second dictionary");
+        let other = train(with.iter()).expect("a second dictionary");
         for ((p, w), r) in plain.iter().zip(&with).zip(&rs) {
             assert_eq!(p.json().unwrap(), w.json().unwrap());
             assert_eq!(*p, *w, "the same JSON, with and without a dictionary");
