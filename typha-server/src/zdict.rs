@@ -54,11 +54,39 @@ impl Dict {
     }
 }
 
+/// Contexts a thread keeps: two, most recently used first, so that a thread that reads the
+/// embedded store's forms and the cache's values in turn (two dictionaries) does not make a
+/// context (and load a dictionary into it) at every switch.
+const CONTEXTS: usize = 2;
+
 thread_local! {
-    static COMPRESSOR: RefCell<Option<((u32, i32), zstd::bulk::Compressor<'static>)>> =
-        const { RefCell::new(None) };
-    static DECOMPRESSOR: RefCell<Option<(u32, zstd::bulk::Decompressor<'static>)>> =
-        const { RefCell::new(None) };
+    static COMPRESSORS: RefCell<Vec<((u32, i32), zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(Vec::new()) };
+    static DECOMPRESSORS: RefCell<Vec<(u32, zstd::bulk::Decompressor<'static>)>> =
+        const { RefCell::new(Vec::new()) };
+}
+
+/// The context keyed `key` in `cache`, moved to the front (made with `make` if it is not
+/// there, the least recently used one dropped past [`CONTEXTS`]).
+fn front<K: PartialEq, C>(
+    cache: &mut Vec<(K, C)>,
+    key: K,
+    make: impl FnOnce() -> std::io::Result<C>,
+) -> std::io::Result<&mut C> {
+    match cache.iter().position(|(k, _)| *k == key) {
+        Some(i) => {
+            let hit = cache.remove(i);
+            cache.insert(0, hit);
+        }
+        None => {
+            cache.insert(0, (key, make()?));
+            cache.truncate(CONTEXTS);
+        }
+    }
+    cache
+        .first_mut()
+        .map(|(_, c)| c)
+        .ok_or_else(|| std::io::Error::other("no zstd context"))
 }
 
 fn compressor(level: i32, dict: Option<&Dict>) -> std::io::Result<zstd::bulk::Compressor<'static>> {
@@ -76,31 +104,27 @@ fn compressor(level: i32, dict: Option<&Dict>) -> std::io::Result<zstd::bulk::Co
 /// takes running out of memory.
 pub fn compress(bytes: &[u8], level: i32, dict: Option<&Dict>) -> Option<Vec<u8>> {
     let key = (dict.map_or(0, |d| d.id), level);
-    COMPRESSOR.with(|c| {
+    COMPRESSORS.with(|c| {
         let mut c = c.borrow_mut();
-        if c.as_ref().is_none_or(|(have, _)| *have != key) {
-            *c = Some((key, compressor(level, dict).ok()?));
-        }
-        c.as_mut()?.1.compress(bytes).ok()
+        front(&mut c, key, || compressor(level, dict))
+            .ok()?
+            .compress(bytes)
+            .ok()
     })
 }
 
 /// The `len` bytes `z` holds, compressed with `dict` (or none).
 pub fn decompress(z: &[u8], len: usize, dict: Option<&Dict>) -> Result<Vec<u8>, String> {
     let id = dict.map_or(0, |d| d.id);
-    DECOMPRESSOR.with(|d| {
+    DECOMPRESSORS.with(|d| {
         let mut d = d.borrow_mut();
-        if d.as_ref().is_none_or(|(have, _)| *have != id) {
-            let made = match dict {
-                Some(dict) => zstd::bulk::Decompressor::with_dictionary(&dict.bytes),
-                None => zstd::bulk::Decompressor::new(),
-            };
-            *d = Some((id, made.map_err(|e| e.to_string())?));
-        }
-        match d.as_mut() {
-            Some((_, d)) => d.decompress(z, len).map_err(|e| e.to_string()),
-            None => Err("no zstd context".into()),
-        }
+        front(&mut d, id, || match dict {
+            Some(dict) => zstd::bulk::Decompressor::with_dictionary(&dict.bytes),
+            None => zstd::bulk::Decompressor::new(),
+        })
+        .map_err(|e| e.to_string())?
+        .decompress(z, len)
+        .map_err(|e| e.to_string())
     })
 }
 
@@ -137,6 +161,14 @@ mod tests {
             .map(|i| compress(i, 3, Some(&dict)).unwrap().len())
             .sum();
         assert!(with * 2 < alone, "with {with} vs alone {alone}");
+        // Three keys used in turn (two dictionaries and none), past the contexts a thread
+        // keeps: each item still comes back.
+        let other = Dict::train(&items[250..], 2 << 10).expect("a second dictionary");
+        for (i, item) in items.iter().enumerate() {
+            let d = [Some(&*dict), Some(&*other), None][i % 3];
+            let z = compress(item, 1 + (i % 2) as i32, d).unwrap();
+            assert_eq!(decompress(&z, item.len(), d).unwrap(), *item);
+        }
         // A wrong dictionary is an error or other bytes, never a panic.
         let z = compress(&items[0], 3, Some(&dict)).unwrap();
         assert_ne!(

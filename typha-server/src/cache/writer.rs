@@ -169,10 +169,12 @@ impl CacheWriter {
             // Typha's `typha_updates_total` counts every update the cache receives, including
             // those it then skips.
             m.updates.inc();
-            let old = self.map.get(&c.key);
-            let kind = match (&c.value, old) {
+            // The old value's bytes, decompressed once if held compressed: for the no-op check
+            // and the digest.
+            let old = self.map.get(&c.key).map(|o| o.value.bytes());
+            let kind = match (&c.value, &old) {
                 (None, None) => continue,
-                (Some(v), Some(o)) if o.value.holds(v) => {
+                (Some(v), Some(o)) if **o == *v.as_bytes() => {
                     m.updates_skipped.inc();
                     continue;
                 }
@@ -189,7 +191,6 @@ impl CacheWriter {
                     self.nodes = self.nodes.saturating_sub(1);
                 }
             }
-            let old = old.map(|o| o.value.bytes());
             self.digest.apply(
                 c.key.as_str(),
                 old.as_deref(),
