@@ -324,7 +324,13 @@ pub(crate) async fn seed(k: &KubeCluster, shape: (usize, usize)) -> anyhow::Resu
     let client = k.admin()?;
     let (first, rest) = objects(shape);
     let pods = rest.iter().filter(|o| o["kind"] == "Pod").count();
-    let n = create_all(&client, first).await? + create_all(&client, rest).await?;
+    // Namespaces before what lives in them: created concurrently, a ServiceAccount can reach
+    // the API server before its namespace does (404; seen under load).
+    let (namespaces, accounts): (Vec<Value>, Vec<Value>) =
+        first.into_iter().partition(|o| o["kind"] == "Namespace");
+    let n = create_all(&client, namespaces).await?
+        + create_all(&client, accounts).await?
+        + create_all(&client, rest).await?;
     let api: Api<DynamicObject> = Api::all_with(
         client,
         &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods"),
