@@ -11,6 +11,11 @@
 //!   from the datastore while its nodes still reach it, which must tell them that its view is
 //!   stale.
 //!
+//! With network faults the replicas each serve at an address of their own and balance their
+//! connections through the Service's EndpointSlice, which the run keeps as the EndpointSlice
+//! controller would (in the datastore's API server, or over etcd in one of its own); at the
+//! end they must be balanced by their own rule.
+//!
 //! After each fault it waits until every node is in sync again (and none believes its server
 //! stale) and records how long that took; at the end, with the churn over, every replica must
 //! hold the same state and every node exactly that state. The memory of every process is
