@@ -27,6 +27,30 @@ impl std::fmt::Debug for Dict {
 
 static NEXT_DICT: AtomicU32 = AtomicU32::new(1);
 
+/// The largest dictionary trained.
+pub const DICT_BYTES: usize = 32 << 10;
+/// A holder trains its first dictionary once it holds this many items...
+pub const FIRST_TRAINING: usize = 4_096;
+/// ...and a new one each time it has grown this many times over since the last. Training
+/// recompresses every item, so the total work stays within a few times the holder's size.
+pub const RETRAIN_GROWTH: usize = 8;
+
+/// A [`DICT_BYTES`] dictionary trained on an even spread of `samples` of `items`, read through
+/// `bytes` (only the sampled ones are read), or `None` if fewer than 64 give bytes or zstd
+/// cannot make one of them.
+pub fn train_spread<T>(
+    items: impl ExactSizeIterator<Item = T>,
+    samples: usize,
+    bytes: impl FnMut(T) -> Option<Vec<u8>>,
+) -> Option<Arc<Dict>> {
+    let step = (items.len() / samples.max(1)).max(1);
+    let picked: Vec<Vec<u8>> = items.step_by(step).filter_map(bytes).collect();
+    if picked.len() < 64 {
+        return None;
+    }
+    Dict::train(&picked, DICT_BYTES)
+}
+
 impl Dict {
     /// A dictionary of at most `max_bytes` trained on `samples`, or `None` if zstd cannot make
     /// one of them (too few, or too alike).

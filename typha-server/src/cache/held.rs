@@ -22,15 +22,10 @@ use crate::zdict::{self, Dict};
 pub const MIN_HELD_COMPRESSED: usize = 128;
 /// The zstd level values are compressed at (once per change).
 const LEVEL: i32 = 3;
-/// The largest dictionary trained.
-pub const DICT_BYTES: usize = 32 << 10;
 /// How many of the map's values, spread over it, a dictionary is trained on.
 pub const DICT_SAMPLES: usize = 2_000;
-/// The writer trains its first dictionary once the map holds this many values...
-pub const FIRST_TRAINING: usize = 4_096;
-/// ...and a new one each time the map has grown this many times over since the last.
-/// Training recompresses every value, so the total work stays within a few times the map's.
-pub const RETRAIN_GROWTH: usize = 8;
+/// When the writer trains (`zdict`'s schedule, as the embedded store's forms).
+pub use crate::zdict::{FIRST_TRAINING, RETRAIN_GROWTH};
 
 /// A value as the map holds it.
 #[derive(Debug, Clone)]
@@ -102,14 +97,6 @@ impl Held {
         self.len() == 0
     }
 
-    /// Whether this holds `v`.
-    pub fn holds(&self, v: &EncodedValue) -> bool {
-        match self {
-            Held::Plain(p) => p == v,
-            Held::Zstd { len, .. } => *len as usize == v.len() && *self.bytes() == *v.as_bytes(),
-        }
-    }
-
     /// The same value held with `dict`.
     pub fn rehold(&self, dict: &Arc<Dict>) -> Held {
         Held::hold(&self.encoded(), Some(dict))
@@ -149,16 +136,9 @@ impl Eq for Held {}
 /// bytes, or `None` if there are too few, or zstd cannot make one of them.
 pub fn train<'a>(values: impl Iterator<Item = &'a Held>) -> Option<Arc<Dict>> {
     let long: Vec<&Held> = values.filter(|h| h.len() >= MIN_HELD_COMPRESSED).collect();
-    let step = (long.len() / DICT_SAMPLES).max(1);
-    let samples: Vec<Vec<u8>> = long
-        .iter()
-        .step_by(step)
-        .map(|h| h.bytes().into_owned())
-        .collect();
-    if samples.len() < 64 {
-        return None;
-    }
-    Dict::train(&samples, DICT_BYTES)
+    zdict::train_spread(long.into_iter(), DICT_SAMPLES, |h| {
+        Some(h.bytes().into_owned())
+    })
 }
 
 #[cfg(test)]
@@ -192,14 +172,14 @@ mod tests {
         for (v, h) in vs.iter().zip(&held) {
             assert_eq!(h.encoded(), *v);
             assert_eq!(h.len(), v.len());
-            assert!(h.holds(v));
-            assert!(h.rehold(&other).holds(v));
+            assert_eq!(*h.bytes(), *v.as_bytes());
+            assert_eq!(h.rehold(&other).encoded(), *v);
             if v.len() < MIN_HELD_COMPRESSED {
                 assert!(matches!(h, Held::Plain(_)));
             }
         }
         assert!(held.iter().any(|h| matches!(h, Held::Zstd { .. })));
-        assert!(!held[0].holds(&vs[1]) || vs[0] == vs[1]);
+        assert!(held[0] != held[1] || vs[0] == vs[1]);
         let sum = |hs: &[Held]| hs.iter().map(Held::held_bytes).sum::<usize>();
         assert!(
             sum(&held) * 2 < sum(&plain),
@@ -224,6 +204,6 @@ mod tests {
             z: vec![0xff; 7].into_boxed_slice(),
         };
         assert!(broken.bytes().is_empty());
-        assert!(!broken.holds(v));
+        assert_ne!(broken.encoded(), *v);
     }
 }

@@ -14,25 +14,15 @@ use crate::zdict::{compress, decompress};
 
 /// The zstd level of stored resources: they are compressed once per write.
 const LEVEL: i32 = 3;
-/// The largest dictionary trained.
-const DICT_BYTES: usize = 32 << 10;
 /// How many of the store's resources, spread over it, a dictionary is trained on.
 const DICT_SAMPLES: usize = 1_000;
-/// The store trains its first dictionary once it holds this many resources...
-pub(super) const FIRST_TRAINING: usize = 4_096;
-/// ...and a new one each time it has grown this many times over since the last. Training
-/// recompresses every resource, so the total work stays within a few times the store's size.
-pub(super) const RETRAIN_GROWTH: usize = 8;
+/// When the store trains (`zdict`'s schedule, as the cache's values).
+pub(super) use crate::zdict::{FIRST_TRAINING, RETRAIN_GROWTH};
 
 /// A dictionary trained on a store's resources (an even spread of [`DICT_SAMPLES`] of them),
 /// or `None` if zstd cannot make one of them (too few, or too alike).
 pub(super) fn train<'a>(forms: impl ExactSizeIterator<Item = &'a Form>) -> Option<Arc<Dict>> {
-    let step = (forms.len() / DICT_SAMPLES).max(1);
-    let samples: Vec<Vec<u8>> = forms
-        .step_by(step)
-        .filter_map(|f| f.json().ok().map(Cow::into_owned))
-        .collect();
-    Dict::train(&samples, DICT_BYTES)
+    crate::zdict::train_spread(forms, DICT_SAMPLES, |f| f.json().ok().map(Cow::into_owned))
 }
 
 /// A resource's stored bytes.
