@@ -83,11 +83,24 @@ enum Change {
 /// A resource as the store keeps it: its JSON manifest form without `resourceVersion` (which
 /// is the revision that wrote it, kept beside), compressed ([`form`]), shared by the objects,
 /// the log and listings. Two writes of the same resource are the same change exactly when
-/// their JSON is equal.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// their JSON is equal; where it came from is not part of the change.
+#[derive(Debug, Clone)]
 struct Stored {
     revision: u64,
     form: Form,
+    origin: Origin,
+}
+
+/// Which manifest file of a [`DirSource`] defines a resource, kept with the resource by the
+/// store ([`Origin::NONE`] for one written only through [`Embedded::put`] and friends). It
+/// replaces a map from every resource's id to its file, which was a tenth of the live heap
+/// of a server on a large manifest directory (BENCHMARKS.md, "Sixth session").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Origin(u32);
+
+impl Origin {
+    /// Not from a manifest file.
+    pub const NONE: Origin = Origin(0);
 }
 
 impl Stored {
@@ -196,6 +209,36 @@ impl Embedded {
         self.apply(vec![Write::Delete(id.clone())])
     }
 
+    /// Creates or replaces a resource defined by `origin`, which it is then recorded as
+    /// coming from (without a new revision when only that changed). Returns whether the
+    /// resource changed.
+    fn put_from(&self, resource: Resource, origin: Origin) -> bool {
+        self.apply_from(vec![Write::Put(resource)], Some(origin)).1 > 0
+    }
+
+    /// Deletes a resource if it still comes from `origin`; whether it did.
+    fn delete_from(&self, id: &ResourceId, origin: Origin) -> bool {
+        self.apply_from(vec![Write::Delete(id.clone())], Some(origin))
+            .1
+            > 0
+    }
+
+    /// Where the stored resource `id` came from, if it is stored.
+    fn origin_of(&self, id: &ResourceId) -> Option<Origin> {
+        self.lock().objects.get(id).map(|st| st.origin)
+    }
+
+    /// The resources that come from `origin` (a scan of the whole store: for a manifest file
+    /// that changed or went, which is rare).
+    fn ids_from(&self, origin: Origin) -> Vec<ResourceId> {
+        self.lock()
+            .objects
+            .iter()
+            .filter(|(_, st)| st.origin == origin)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Writes many resources; each change gets its own revision, as separate writes would.
     pub fn bulk_load(&self, resources: impl IntoIterator<Item = Resource>) -> Revision {
         self.apply(resources.into_iter().map(Write::Put).collect())
@@ -261,6 +304,14 @@ impl Embedded {
 
     /// Applies changes in order; the new revision and how many changed something.
     fn apply_counted(&self, changes: Vec<Write>) -> (Revision, usize) {
+        self.apply_from(changes, None)
+    }
+
+    /// [`apply_counted`](Self::apply_counted), recording what it writes as coming from
+    /// `origin`; with `None`, a replaced resource keeps where it came from and a new one comes
+    /// from nowhere ([`Origin::NONE`]). A deletion with an origin is skipped unless the
+    /// resource comes from it (checked under the same lock as the write).
+    fn apply_from(&self, changes: Vec<Write>, origin: Option<Origin>) -> (Revision, usize) {
         // Serialize outside the lock (with the dictionary of the moment: a form made with one
         // that is replaced meanwhile stays readable, and compares by its JSON).
         let dict = self.lock().dict.clone();
@@ -275,10 +326,20 @@ impl Embedded {
         let mut s = self.lock();
         let mut count = 0;
         for (id, form) in changes {
-            let changed = match &form {
-                // Equal apart from the resourceVersion we stamp: not a change.
-                Some(form) => s.objects.get(&id).is_none_or(|old| old.form != *form),
-                None => s.objects.contains_key(&id),
+            let old = s.objects.get_mut(&id);
+            let was = old.as_ref().map(|old| old.origin);
+            let changed = match (&form, old) {
+                // Equal apart from the resourceVersion we stamp: not a change, though it may
+                // now come from elsewhere.
+                (Some(form), Some(old)) if old.form == *form => {
+                    if let Some(o) = origin {
+                        old.origin = o;
+                    }
+                    false
+                }
+                (Some(_), _) => true,
+                (None, Some(old)) => origin.is_none_or(|o| o == old.origin),
+                (None, None) => false,
             };
             if !changed {
                 continue;
@@ -288,7 +349,11 @@ impl Embedded {
             let revision = s.revision;
             match form {
                 Some(form) => {
-                    let stored = Stored { revision, form };
+                    let stored = Stored {
+                        revision,
+                        form,
+                        origin: origin.or(was).unwrap_or(Origin::NONE),
+                    };
                     s.objects.insert(id.clone(), stored.clone());
                     s.log.push_back((revision, Change::Put(id, stored)));
                 }
@@ -438,10 +503,10 @@ pub struct DirSource {
     dir: PathBuf,
     store: Embedded,
     files: HashMap<Arc<Path>, FileState>,
-    /// Which file defines each resource (the first one wins; duplicates are warned about).
-    /// The only per-resource record kept here: a file's resources are found by scanning it,
-    /// which happens only when a file changes or goes, and each path exists once.
-    owners: HashMap<ResourceId, Arc<Path>>,
+    /// The origin the next new file gets. Which file defines each resource (the first one
+    /// wins; duplicates are warned about) is kept by the store with the resource
+    /// ([`Origin`]); nothing per resource is kept here.
+    next_origin: u32,
     /// Warnings already logged, so a bad file is reported once, not every scan.
     warned: HashSet<String>,
 }
@@ -451,6 +516,8 @@ struct FileState {
     modified: Option<SystemTime>,
     len: u64,
     content: u64,
+    /// What the store records as this file's.
+    origin: Origin,
 }
 
 /// What one scan did (for logs and tests).
@@ -473,7 +540,7 @@ impl DirSource {
             dir: dir.into(),
             store,
             files: HashMap::new(),
-            owners: HashMap::new(),
+            next_origin: 1,
             warned: HashSet::new(),
         }
     }
@@ -486,7 +553,6 @@ impl DirSource {
     /// Scans the directory once and applies what changed.
     pub fn scan(&mut self) -> ScanReport {
         let mut report = ScanReport::default();
-        let mut seen = HashSet::new();
         let mut paths = Vec::new();
         if let Err(e) = collect_files(&self.dir, &mut paths, 0) {
             self.warn_once(
@@ -495,8 +561,10 @@ impl DirSource {
             );
         }
         paths.sort();
+        // A file that went no longer holds on to what it defined: another file may define it
+        // now (a file renamed), and that is not a duplicate.
+        let seen: HashSet<PathBuf> = paths.iter().cloned().collect();
         for path in paths {
-            seen.insert(path.clone());
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
             };
@@ -526,7 +594,13 @@ impl DirSource {
                 old.len = meta.len();
                 continue;
             }
-            self.load_file(&path, &text, modified, meta.len(), content, &mut report);
+            self.load_file(
+                &path,
+                &text,
+                (modified, meta.len(), content),
+                &seen,
+                &mut report,
+            );
         }
         // Files that disappeared: their resources go.
         let gone: Vec<Arc<Path>> = self
@@ -536,11 +610,11 @@ impl DirSource {
             .cloned()
             .collect();
         for path in gone {
-            if self.files.remove(&path).is_some() {
-                for id in self.defined_in(&path) {
-                    self.owners.remove(&id);
-                    self.store.delete(&id);
-                    report.deletes += 1;
+            if let Some(file) = self.files.remove(&path) {
+                for id in self.store.ids_from(file.origin) {
+                    if self.store.delete_from(&id, file.origin) {
+                        report.deletes += 1;
+                    }
                 }
             }
         }
@@ -554,20 +628,23 @@ impl DirSource {
         &mut self,
         path: &Path,
         text: &str,
-        modified: Option<SystemTime>,
-        len: u64,
-        content: u64,
+        (modified, len, content): (Option<SystemTime>, u64, u64),
+        seen: &HashSet<PathBuf>,
         report: &mut ScanReport,
     ) {
-        let previous: BTreeSet<ResourceId> = if self.files.contains_key(path) {
-            self.defined_in(path).collect()
-        } else {
-            BTreeSet::new()
-        };
-        let shared: Arc<Path> = match self.files.get_key_value(path) {
-            Some((p, _)) => Arc::clone(p),
-            None => Arc::from(path),
-        };
+        let (shared, origin, previous): (Arc<Path>, Origin, BTreeSet<ResourceId>) =
+            match self.files.get_key_value(path) {
+                Some((p, file)) => (
+                    Arc::clone(p),
+                    file.origin,
+                    self.store.ids_from(file.origin).into_iter().collect(),
+                ),
+                None => {
+                    let origin = Origin(self.next_origin);
+                    self.next_origin = self.next_origin.wrapping_add(1).max(1);
+                    (Arc::from(path), origin, BTreeSet::new())
+                }
+            };
         let docs = match yaml_documents(text) {
             Ok(d) => d,
             Err(e) => {
@@ -593,19 +670,22 @@ impl DirSource {
             match resource {
                 Ok(r) => {
                     let id = r.id();
-                    match self.owners.get(&id) {
-                        Some(owner) if **owner != *path => {
-                            self.warn_once(
-                                report,
-                                format!(
-                                    "{}: {id} is already defined in {}; ignored",
-                                    path.display(),
-                                    owner.display()
-                                ),
-                            );
-                            continue;
-                        }
-                        _ => {}
+                    if let Some(owner) = self
+                        .store
+                        .origin_of(&id)
+                        .filter(|o| *o != origin && *o != Origin::NONE)
+                        .and_then(|o| self.path_of(o))
+                        .filter(|p| seen.contains(&**p))
+                    {
+                        self.warn_once(
+                            report,
+                            format!(
+                                "{}: {id} is already defined in {}; ignored",
+                                path.display(),
+                                owner.display()
+                            ),
+                        );
+                        continue;
                     }
                     ids.insert(id.clone());
                     puts.push(r);
@@ -626,16 +706,12 @@ impl DirSource {
             }
         }
         for r in puts {
-            let before = self.store.revision();
-            self.owners.insert(r.id(), Arc::clone(&shared));
-            if self.store.put(r) != before {
+            if self.store.put_from(r, origin) {
                 report.puts += 1;
             }
         }
         for id in previous.difference(&ids) {
-            if self.owners.get(id).is_some_and(|p| **p == *path) {
-                self.owners.remove(id);
-                self.store.delete(id);
+            if self.store.delete_from(id, origin) {
                 report.deletes += 1;
             }
         }
@@ -645,20 +721,18 @@ impl DirSource {
                 modified,
                 len,
                 content,
+                origin,
             },
         );
     }
 
-    /// The resources `path` defines (a scan of every resource's owner: for changed and
-    /// removed files only).
-    fn defined_in(&self, path: &Path) -> impl Iterator<Item = ResourceId> + use<> {
-        let ids: Vec<ResourceId> = self
-            .owners
+    /// The file whose resources the store records as coming from `origin`, if it is still
+    /// known (for messages).
+    fn path_of(&self, origin: Origin) -> Option<Arc<Path>> {
+        self.files
             .iter()
-            .filter(|(_, p)| ***p == *path)
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.into_iter()
+            .find(|(_, f)| f.origin == origin)
+            .map(|(p, _)| Arc::clone(p))
     }
 
     fn warn_once(&mut self, report: &mut ScanReport, msg: String) {

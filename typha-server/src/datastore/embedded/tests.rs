@@ -176,6 +176,46 @@ fn duplicate_definitions_are_warned_and_ignored() {
     );
 }
 
+#[test]
+fn a_renamed_file_keeps_its_resources_and_only_their_file_deletes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::new();
+    let mut src = DirSource::new(dir.path(), store.clone());
+    std::fs::write(dir.path().join("a.yaml"), POLICY).unwrap();
+    assert_eq!(src.scan().puts, 1);
+    let rev = store.revision();
+
+    // Renamed: the same resource, now from b.yaml; the store does not change.
+    std::fs::rename(dir.path().join("a.yaml"), dir.path().join("b.yaml")).unwrap();
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (0, 0), "{r:?}");
+    assert!(r.new_warnings.is_empty(), "{:?}", r.new_warnings);
+    assert_eq!(store.revision(), rev);
+
+    // Another file defining it is refused, naming b.yaml.
+    std::fs::write(dir.path().join("c.yaml"), POLICY.replace("all()", "has(x)")).unwrap();
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (0, 0), "{r:?}");
+    assert!(
+        r.new_warnings.len() == 1
+            && r.new_warnings[0].contains("c.yaml")
+            && r.new_warnings[0].contains("already defined in")
+            && r.new_warnings[0].contains("b.yaml"),
+        "{:?}",
+        r.new_warnings
+    );
+
+    // A write through the API changes it but not where it comes from: removing b.yaml
+    // deletes it.
+    let mut edited = store.resources().pop().unwrap();
+    edited.metadata.labels.insert("edited".into(), "yes".into());
+    assert!(store.put(edited) > rev);
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (0, 1), "{r:?}");
+    assert!(store.is_empty());
+}
+
 /// The store keeps resources serialized: what it gives back must be what was put, for every
 /// kind the generated cluster has (the conformance tests cover the rest through their KVs).
 #[tokio::test]
