@@ -3,17 +3,15 @@
 //! of which keys each resource produced, so deletions and shrinking updates remove exactly
 //! those keys.
 
-use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::Arc;
 
 use tracing::warn;
 use typha_protocol::model::{EncodedValue, Key, KeyPath, KeyType, Revision, Value};
 use typha_protocol::selector::{Selector, SelectorError};
 
 use crate::calico::convert::convert;
-use crate::calico::v3::{Kind, ResourceId};
+use crate::calico::v3::ResourceId;
 use crate::datastore::{Invalid, Item, Listing};
 
 /// Largest encoded value accepted; larger ones are invalid. Keeps every batch frame bounded.
@@ -33,27 +31,38 @@ pub struct KvChange {
 /// Conversion, validation and key ownership.
 ///
 /// These two maps are all a server on etcd or Kubernetes holds per KV beside the cache, so
-/// they are kept small: each resource's id exists once, packed ([`Rid`]) and shared by both
-/// maps, and the common resource that produces a single key keeps it without a `Vec`.
+/// they are kept small: a resource is known by a 128-bit hash of its id ([`Rid`]), not by its
+/// id, and the common resource that produces a single key keeps it without a `Vec`.
 #[derive(Debug, Default)]
 pub struct Pipeline {
     /// Keys each resource produced, in order.
     produced: HashMap<Rid, Keys>,
     /// Which resource currently provides each key (last writer wins).
     owner: HashMap<KeyPath, Rid>,
-    /// Where an id is packed to be looked up, without an allocation per lookup.
+    /// Where an id is packed to be hashed, without an allocation per resource.
     scratch: Vec<u8>,
     /// Values that failed validation or conversion since start.
     pub invalid: u64,
 }
 
-/// A resource's id as the pipeline keeps it: kind, namespace and name packed into one shared
-/// allocation (about half the bytes of an `Arc<ResourceId>` and its two strings, which were
-/// a tenth of a server's heap on etcd). Looked up by its bytes ([`Rid::pack`]).
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Rid(Arc<[u8]>);
+/// A resource as the pipeline knows it: the xxh3-128 hash of its packed id (kind, namespace,
+/// name; [`Rid::of`]). It replaced the packed id itself, one allocation of about 100 bytes
+/// per resource (10 MB of the storm cluster's 128 MB of live heap: BENCHMARKS.md, "Sixth
+/// session"). Two resources share a hash with a probability of about n² / 2¹²⁹: 10⁻²⁷ for a
+/// million resources, far below the chance of a memory error; if it ever happened, the
+/// second would be taken for an update of the first, and the keys the first produced but
+/// the second does not would be deleted.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Rid([u64; 2]);
 
 impl Rid {
+    /// The hash of `id`, packed into `scratch` first.
+    fn of(id: &ResourceId, scratch: &mut Vec<u8>) -> Rid {
+        Self::pack(id, scratch);
+        let h = xxhash_rust::xxh3::xxh3_128(scratch);
+        Rid([h as u64, (h >> 64) as u64])
+    }
+
     /// Packs `id` into `out`: the kind's discriminant, then 0 for no namespace or
     /// 1 and the namespace's length (4 bytes, little-endian) and the namespace, then the name.
     fn pack(id: &ResourceId, out: &mut Vec<u8>) {
@@ -69,42 +78,11 @@ impl Rid {
         }
         out.extend_from_slice(id.name.as_bytes());
     }
-
-    /// The id again (for messages).
-    fn unpack(&self) -> Option<ResourceId> {
-        let (&kind, rest) = self.0.split_first()?;
-        let kind = Kind::ALL.into_iter().find(|k| *k as u8 == kind)?;
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        match rest.split_first()? {
-            (0, name) => Some(ResourceId::global(kind, text(name))),
-            (_, rest) => {
-                let (len, rest) = rest.split_first_chunk::<4>()?;
-                let (ns, name) =
-                    rest.split_at_checked(usize::try_from(u32::from_le_bytes(*len)).ok()?)?;
-                Some(ResourceId::namespaced(kind, text(ns), text(name)))
-            }
-        }
-    }
-}
-
-impl Borrow<[u8]> for Rid {
-    fn borrow(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl fmt::Display for Rid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.unpack() {
-            Some(id) => id.fmt(f),
-            None => f.write_str("(an id that does not unpack)"),
-        }
-    }
 }
 
 impl fmt::Debug for Rid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
+        write!(f, "{:016x}{:016x}", self.0[1], self.0[0])
     }
 }
 
@@ -178,11 +156,7 @@ impl Pipeline {
         revision: Revision,
         kvs: Vec<(Key, Value)>,
     ) -> Vec<KvChange> {
-        Rid::pack(&id, &mut self.scratch);
-        let rid = match self.produced.get_key_value(self.scratch.as_slice()) {
-            Some((shared, _)) => shared.clone(),
-            None => Rid(Arc::from(self.scratch.as_slice())),
-        };
+        let rid = Rid::of(&id, &mut self.scratch);
         let mut out = Vec::with_capacity(kvs.len());
         let mut keys = Keys::default();
         for (key, value) in kvs {
@@ -196,10 +170,10 @@ impl Pipeline {
                     None
                 }
             };
-            if let Some(prev) = self.owner.insert(path.clone(), rid.clone())
+            if let Some(prev) = self.owner.insert(path.clone(), rid)
                 && prev != rid
             {
-                warn!(key = %path, resource = %id, previous = %prev, "two resources produce the same key; the latest wins");
+                warn!(key = %path, resource = %id, "two resources produce the same key; the latest wins");
                 if let Some(ks) = self.produced.get_mut(&prev) {
                     ks.retain(|k| k != &path);
                 }
@@ -212,19 +186,19 @@ impl Pipeline {
             });
         }
         // Keys this resource produced before and no longer does.
-        if let Some(old) = self.produced.insert(rid.clone(), keys) {
+        if let Some(old) = self.produced.insert(rid, keys) {
             let now: BTreeSet<KeyPath> = out.iter().map(|c| c.key.clone()).collect();
             let gone = old.into_iter().filter(|k| !now.contains(k));
-            self.release(&rid, gone, revision, &mut out);
+            self.release(rid, gone, revision, &mut out);
         }
         out
     }
 
     fn remove(&mut self, id: &ResourceId, revision: Revision) -> Vec<KvChange> {
         let mut out = Vec::new();
-        Rid::pack(id, &mut self.scratch);
-        if let Some((rid, keys)) = self.produced.remove_entry(self.scratch.as_slice()) {
-            self.release(&rid, keys.into_iter(), revision, &mut out);
+        let rid = Rid::of(id, &mut self.scratch);
+        if let Some(keys) = self.produced.remove(&rid) {
+            self.release(rid, keys.into_iter(), revision, &mut out);
         }
         out
     }
@@ -232,13 +206,13 @@ impl Pipeline {
     /// Deletes those of `keys` that `id` still owns.
     fn release(
         &mut self,
-        id: &Rid,
+        id: Rid,
         keys: impl Iterator<Item = KeyPath>,
         revision: Revision,
         out: &mut Vec<KvChange>,
     ) {
         for key in keys {
-            if self.owner.get(&key).is_some_and(|o| o == id) {
+            if self.owner.get(&key).is_some_and(|o| *o == id) {
                 self.owner.remove(&key);
                 out.push(KvChange {
                     key,
@@ -404,34 +378,27 @@ mod tests {
     }
 
     #[test]
-    fn ids_pack_and_unpack_for_every_kind() {
+    fn ids_of_every_kind_pack_and_hash_apart() {
         let mut buf = Vec::new();
+        let mut packed = std::collections::HashSet::new();
+        let mut hashed = std::collections::HashSet::new();
         for kind in Kind::ALL {
             for id in [
                 ResourceId::global(kind, "a-name"),
                 ResourceId::namespaced(kind, "ns", "pod/with/slashes"),
                 ResourceId::namespaced(kind, "", ""),
                 ResourceId::global(kind, ""),
+                // A namespace and name split differently are different ids.
+                ResourceId::namespaced(kind, "ab", "c"),
+                ResourceId::namespaced(kind, "a", "bc"),
+                ResourceId::global(kind, "ab"),
             ] {
-                Rid::pack(&id, &mut buf);
-                let rid = Rid(Arc::from(buf.as_slice()));
-                assert_eq!(rid.unpack(), Some(id.clone()));
-                assert_eq!(rid.to_string(), id.to_string());
+                let rid = Rid::of(&id, &mut buf);
+                assert!(packed.insert(buf.clone()), "{id} packs like another id");
+                assert!(hashed.insert(rid), "{id} hashes like another id");
+                assert_eq!(Rid::of(&id, &mut Vec::new()), rid, "{id}");
             }
         }
-        // A namespace and name split differently are different ids.
-        let mut other = Vec::new();
-        Rid::pack(
-            &ResourceId::namespaced(Kind::NetworkPolicy, "ab", "c"),
-            &mut buf,
-        );
-        Rid::pack(
-            &ResourceId::namespaced(Kind::NetworkPolicy, "a", "bc"),
-            &mut other,
-        );
-        assert_ne!(buf, other);
-        Rid::pack(&ResourceId::global(Kind::NetworkPolicy, "ab"), &mut other);
-        assert_ne!(buf, other);
     }
 
     #[test]
