@@ -105,6 +105,33 @@ fn a_small_storm_builds_one_snapshot_and_reuses_it() {
     assert_eq!(r["snapshots_built"], 1, "{r}");
     assert_eq!(r["snapshots_reused"], 19, "{r}");
     assert!(r["bytes_per_node"].as_f64().unwrap() > 1000.0, "{r}");
+    assert_eq!(r["datastore"], "embedded", "{r}");
+    let (idle, peak) = (
+        r["server_rss_idle"].as_u64().unwrap(),
+        r["server_storm_peak_rss"].as_u64().unwrap(),
+    );
+    assert!(idle > 0 && peak >= idle, "{r}");
+}
+
+#[test]
+fn a_small_storm_over_etcd_waits_before_its_idle_sample() {
+    let r = run(&[
+        "storm",
+        "--nodes",
+        "10",
+        "--kvs",
+        "300",
+        "--full-nodes",
+        "2",
+        "--datastore",
+        "etcd",
+        "--idle-secs",
+        "2",
+    ]);
+    assert_eq!(r["datastore"], "etcd", "{r}");
+    assert_eq!(r["nodes_exact"], 10, "{r}");
+    assert_eq!(r["idle_after_secs"], 2.0, "{r}");
+    assert!(r["kvs"].as_u64().unwrap() >= 300, "{r}");
 }
 
 #[test]
