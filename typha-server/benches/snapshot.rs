@@ -391,6 +391,22 @@ fn main() {
         held(&kvs);
         return;
     }
+    if let Ok(file) = std::env::var("SNAPSHOT_BENCH_DUMP_KVS") {
+        // Every KV in the server's order, to try other orders and encodings on: per KV its
+        // key's length (u32, little-endian), the key, its value's length, the value, the
+        // revision (u64).
+        let mut b = Vec::new();
+        for u in &kvs {
+            let v = u.value.as_ref().map_or(&[][..], |v| v.as_bytes());
+            b.extend_from_slice(&u32::try_from(u.key.as_str().len()).unwrap().to_le_bytes());
+            b.extend_from_slice(u.key.as_str().as_bytes());
+            b.extend_from_slice(&u32::try_from(v.len()).unwrap().to_le_bytes());
+            b.extend_from_slice(v);
+            b.extend_from_slice(&u.revision.0.to_le_bytes());
+        }
+        std::fs::write(file, b).unwrap();
+        return;
+    }
     if let Ok(dir) = std::env::var("SNAPSHOT_BENCH_DUMP") {
         // The raw payloads of one chunk per kind, to try other compressors on.
         let mut by_kind: BTreeMap<String, Vec<u8>> = BTreeMap::new();
