@@ -19,7 +19,7 @@
 /// The typha-server program's allocator (its default feature), so that this binary's
 /// `__typha-server` role measures what the program does.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod agent;
 mod broadcast;

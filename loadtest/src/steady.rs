@@ -57,6 +57,12 @@ pub(crate) struct SteadyArgs {
     /// server CPU per delivery against p99, beside the baseline.
     #[arg(long, value_delimiter = ',', value_name = "MS")]
     pub(crate) budgets: Vec<u64>,
+    /// Seconds to wait once every node is in sync before the connected memory sample (then
+    /// the same settling as the idle one), on both sides: what the initial syncs freed goes
+    /// back to the system over jemalloc's 10 s decay, so the sample is of idle connected
+    /// nodes, not of the syncs' leftovers.
+    #[arg(long, default_value_t = 12.0)]
+    pub(crate) connected_wait_secs: f64,
     #[command(flatten)]
     pub(crate) common: Common,
 }
@@ -244,8 +250,13 @@ async fn broadcaster(
         Duration::from_secs(1800),
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let connected = usage(pid).context("broadcaster usage")?;
+    // Connected and idle (nothing is written until the churn), once the memory the initial
+    // syncs freed has gone back: the same settling as the idle sample, on both sides.
+    tokio::time::sleep(Duration::from_secs_f64(a.connected_wait_secs.max(0.0))).await;
+    let connected = settled_usage(pid, Settle::IDLE)
+        .await
+        .context("broadcaster usage")?
+        .usage;
     harness::phase_histogram(&mut swarms).await?;
     let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
     let (cpu0, swarm_cpu0) = (harness::cpu(&[pid]), harness::cpu(&swarm_pids));
@@ -337,12 +348,6 @@ async fn ours(
     };
     timeline.add_server(server.pid());
     // An external server's process is not ours to read: its CPU and memory show as 0.
-    let usage_of = |pid: u32| -> anyhow::Result<crate::procstat::Usage> {
-        if external {
-            return Ok(Default::default());
-        }
-        usage(pid).context("server usage")
-    };
     let idle = if external {
         Settled::default()
     } else {
@@ -361,8 +366,15 @@ async fn ours(
         Duration::from_secs(1800),
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let connected = usage_of(server.pid())?;
+    let connected = if external {
+        Default::default()
+    } else {
+        tokio::time::sleep(Duration::from_secs_f64(a.connected_wait_secs.max(0.0))).await;
+        settled_usage(server.pid(), Settle::IDLE)
+            .await
+            .context("server usage")?
+            .usage
+    };
     // Updates delivered during the initial sync are not latencies of churn.
     harness::phase_histogram(&mut swarms).await?;
 

@@ -30,6 +30,9 @@ fn a_small_steady_run_loses_nothing_and_writes_a_report() {
     let report = dir.path().join("report");
     let r = run(&[
         "steady",
+        // The connected memory sample without its wait for the allocator's decay.
+        "--connected-wait-secs",
+        "0",
         "--nodes",
         "12",
         "--pods-per-node",
@@ -374,6 +377,8 @@ fn steady_runs_a_separate_typha_server_executable_when_given_one() {
     let bin = typha_server_bin();
     let r = run(&[
         "steady",
+        "--connected-wait-secs",
+        "0",
         "--nodes",
         "6",
         "--pods-per-node",
