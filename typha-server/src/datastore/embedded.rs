@@ -216,11 +216,13 @@ impl Embedded {
         self.apply_from(vec![Write::Put(resource)], Some(origin)).1 > 0
     }
 
-    /// Deletes a resource if it still comes from `origin`; whether it did.
-    fn delete_from(&self, id: &ResourceId, origin: Origin) -> bool {
-        self.apply_from(vec![Write::Delete(id.clone())], Some(origin))
+    /// Deletes those of `ids` that still come from `origin`, in one write; how many it did.
+    fn delete_from(&self, ids: Vec<ResourceId>, origin: Origin) -> usize {
+        if ids.is_empty() {
+            return 0;
+        }
+        self.apply_from(ids.into_iter().map(Write::Delete).collect(), Some(origin))
             .1
-            > 0
     }
 
     /// Where the stored resource `id` came from, if it is stored.
@@ -237,6 +239,18 @@ impl Embedded {
             .filter(|(_, st)| st.origin == origin)
             .map(|(id, _)| id.clone())
             .collect()
+    }
+
+    /// The resources that come from any of `origins`, by origin: one scan of the store for
+    /// all the manifest files that went in one directory scan, however many they are.
+    fn ids_by_origin(&self, origins: &HashSet<Origin>) -> HashMap<Origin, Vec<ResourceId>> {
+        let mut by = HashMap::<Origin, Vec<ResourceId>>::new();
+        for (id, st) in self.lock().objects.iter() {
+            if origins.contains(&st.origin) {
+                by.entry(st.origin).or_default().push(id.clone());
+            }
+        }
+        by
     }
 
     /// Writes many resources; each change gets its own revision, as separate writes would.
@@ -602,20 +616,24 @@ impl DirSource {
                 &mut report,
             );
         }
-        // Files that disappeared: their resources go.
-        let gone: Vec<Arc<Path>> = self
-            .files
-            .keys()
-            .filter(|p| !seen.contains(&***p))
-            .cloned()
-            .collect();
-        for path in gone {
-            if let Some(file) = self.files.remove(&path) {
-                for id in self.store.ids_from(file.origin) {
-                    if self.store.delete_from(&id, file.origin) {
-                        report.deletes += 1;
-                    }
-                }
+        // Files that disappeared: their resources go (one scan of the store for all of them,
+        // one write per file).
+        let gone: HashSet<Origin> = {
+            let paths: Vec<Arc<Path>> = self
+                .files
+                .keys()
+                .filter(|p| !seen.contains(&***p))
+                .cloned()
+                .collect();
+            paths
+                .iter()
+                .filter_map(|p| self.files.remove(p))
+                .map(|file| file.origin)
+                .collect()
+        };
+        if !gone.is_empty() {
+            for (origin, ids) in self.store.ids_by_origin(&gone) {
+                report.deletes += self.store.delete_from(ids, origin);
             }
         }
         if report.puts + report.deletes > 0 {
@@ -710,11 +728,9 @@ impl DirSource {
                 report.puts += 1;
             }
         }
-        for id in previous.difference(&ids) {
-            if self.store.delete_from(id, origin) {
-                report.deletes += 1;
-            }
-        }
+        report.deletes += self
+            .store
+            .delete_from(previous.difference(&ids).cloned().collect(), origin);
         self.files.insert(
             shared,
             FileState {

@@ -216,6 +216,46 @@ fn a_renamed_file_keeps_its_resources_and_only_their_file_deletes_them() {
     assert!(store.is_empty());
 }
 
+#[test]
+fn many_files_removed_in_one_scan_delete_exactly_what_each_defined() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::new();
+    let mut src = DirSource::new(dir.path(), store.clone());
+    let set = |name: String, octet: usize| {
+        format!(
+            "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkSet\nmetadata: {{name: {name}}}\nspec: {{nets: [10.{octet}.0.0/16]}}\n"
+        )
+    };
+    for f in 0..40 {
+        let doc = [set(format!("s{f}-a"), f), set(format!("s{f}-b"), f)].join("---\n");
+        std::fs::write(dir.path().join(format!("{f:02}.yaml")), doc).unwrap();
+    }
+    assert_eq!(src.scan().puts, 80);
+    // One resource moves to a file of its own before its old file goes: it stays.
+    std::fs::write(dir.path().join("kept.yaml"), set("s0-a".into(), 0)).unwrap();
+    for f in 0..30 {
+        std::fs::remove_file(dir.path().join(format!("{f:02}.yaml"))).unwrap();
+    }
+    let r = src.scan();
+    assert_eq!((r.puts, r.deletes), (0, 59), "{r:?}");
+    let mut names: Vec<String> = store
+        .resources()
+        .into_iter()
+        .map(|r| r.metadata.name)
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = (30..40)
+        .flat_map(|f| [format!("s{f}-a"), format!("s{f}-b")])
+        .chain(["s0-a".to_string()])
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
+    // The moved resource now belongs to kept.yaml alone.
+    std::fs::remove_file(dir.path().join("kept.yaml")).unwrap();
+    assert_eq!(src.scan().deletes, 1);
+    assert_eq!(store.resources().len(), 20);
+}
+
 /// The store keeps resources serialized: what it gives back must be what was put, for every
 /// kind the generated cluster has (the conformance tests cover the rest through their KVs).
 #[tokio::test]
