@@ -68,8 +68,9 @@
 //! for minutes while the API server is down, where the syncer should see `Unavailable` and
 //! back off itself. `cli.rs` does this.
 //!
-//! Lists are paged ([`PAGE_SIZE`]); an expired continue token fails the listing, which the
-//! syncer retries.
+//! Lists are paged ([`PAGE_SIZE`]), and each page is converted as it arrives, so a listing
+//! holds one page of whole objects at a time; an expired continue token fails the listing,
+//! which the syncer retries.
 //!
 //! Calico's CRDs as Calico's own writers store them: the v3 name and labels in the
 //! `projectcalico.org/metadata` annotation, read as Calico's driver reads them (`convert.rs`).
@@ -410,13 +411,9 @@ impl Kubernetes {
     /// ([`MISSING`] for a CRD that is not installed).
     async fn list_one(&self, i: usize, s: &Source) -> Result<(Vec<Item>, u64), DatastoreError> {
         let api = self.api(s);
-        match list_objects(&api, s, self.page_size).await {
-            Ok((objects, rv)) => {
+        match list_objects(&api, s, self.page_size, |o| convert(s.conversion, &o).1).await {
+            Ok((items, rv)) => {
                 found(&self.missing, i, s);
-                let items = objects
-                    .iter()
-                    .filter_map(|o| convert(s.conversion, o).1)
-                    .collect();
                 Ok((items, rv))
             }
             Err(Listed::NotInstalled) => {

@@ -29,7 +29,7 @@ impl Kubernetes {
                     }
                     State::Waiting => loop {
                         tokio::time::sleep(poll).await;
-                        match list_objects(&api, &source, page_size).await {
+                        match list_objects(&api, &source, page_size, Some).await {
                             Err(Listed::NotInstalled) => continue,
                             Err(Listed::Failed(e)) => {
                                 debug!(source = %source.name(), error = %e, "asking for a missing CRD failed");
@@ -73,13 +73,17 @@ pub(super) enum Listed {
     Failed(DatastoreError),
 }
 
-/// Every object of one source, and the list's resourceVersion. Pages after the first are
-/// served at the first one's resourceVersion: one consistent list per type.
-pub(super) async fn list_objects(
+/// Every object of one source as `keep` makes it (`None`: left out), and the list's
+/// resourceVersion. Pages after the first are served at the first one's resourceVersion: one
+/// consistent list per type. Each page is kept as it arrives, so only one page of whole
+/// objects is held at a time: a Pod as a `DynamicObject` is about 22 KB, and a list of
+/// 96,745 held whole took the server to 2.4 GiB (BENCHMARKS.md, "Seventh session").
+pub(super) async fn list_objects<T>(
     api: &Api<DynamicObject>,
     s: &Source,
     page_size: u32,
-) -> Result<(Vec<DynamicObject>, u64), Listed> {
+    mut keep: impl FnMut(DynamicObject) -> Option<T>,
+) -> Result<(Vec<T>, u64), Listed> {
     let mut params = ListParams::default().limit(page_size);
     let mut rv = None;
     let mut objects = Vec::new();
@@ -98,7 +102,7 @@ pub(super) async fn list_objects(
             let v = page.metadata.resource_version.as_deref().unwrap_or("");
             rv = Some(parse_rv(v).map_err(Listed::Failed)?);
         }
-        objects.extend(page.items);
+        objects.extend(page.items.into_iter().filter_map(&mut keep));
         match page.metadata.continue_.as_deref() {
             Some(token) if !token.is_empty() => params = params.continue_token(token),
             _ => break,
