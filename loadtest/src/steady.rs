@@ -252,11 +252,9 @@ async fn broadcaster(
     .await?;
     // Connected and idle (nothing is written until the churn), once the memory the initial
     // syncs freed has gone back: the same settling as the idle sample, on both sides.
-    tokio::time::sleep(Duration::from_secs_f64(a.connected_wait_secs.max(0.0))).await;
-    let connected = settled_usage(pid, Settle::IDLE)
+    let connected = connected_usage(pid, a.connected_wait_secs)
         .await
-        .context("broadcaster usage")?
-        .usage;
+        .context("broadcaster usage")?;
     harness::phase_histogram(&mut swarms).await?;
     let swarm_pids: Vec<u32> = swarms.iter().map(|s| s.pid()).collect();
     let (cpu0, swarm_cpu0) = (harness::cpu(&[pid]), harness::cpu(&swarm_pids));
@@ -369,11 +367,9 @@ async fn ours(
     let connected = if external {
         Default::default()
     } else {
-        tokio::time::sleep(Duration::from_secs_f64(a.connected_wait_secs.max(0.0))).await;
-        settled_usage(server.pid(), Settle::IDLE)
+        connected_usage(server.pid(), a.connected_wait_secs)
             .await
             .context("server usage")?
-            .usage
     };
     // Updates delivered during the initial sync are not latencies of churn.
     harness::phase_histogram(&mut swarms).await?;
@@ -633,4 +629,12 @@ fn budgets_table(r: &SteadyResult) -> String {
         );
     }
     t
+}
+
+/// The memory of `pid` with every node connected and idle: `wait_secs` after the last node
+/// was in sync (what the initial syncs freed goes back over the allocator's decay), then
+/// settled as the idle sample is, so both sides of a comparison are sampled alike.
+async fn connected_usage(pid: u32, wait_secs: f64) -> Option<crate::procstat::Usage> {
+    tokio::time::sleep(Duration::from_secs_f64(wait_secs.max(0.0))).await;
+    Some(settled_usage(pid, Settle::IDLE).await?.usage)
 }

@@ -230,19 +230,9 @@ impl Embedded {
         self.lock().objects.get(id).map(|st| st.origin)
     }
 
-    /// The resources that come from `origin` (a scan of the whole store: for a manifest file
-    /// that changed or went, which is rare).
-    fn ids_from(&self, origin: Origin) -> Vec<ResourceId> {
-        self.lock()
-            .objects
-            .iter()
-            .filter(|(_, st)| st.origin == origin)
-            .map(|(id, _)| id.clone())
-            .collect()
-    }
-
-    /// The resources that come from any of `origins`, by origin: one scan of the store for
-    /// all the manifest files that went in one directory scan, however many they are.
+    /// The resources that come from any of `origins`, by origin: one scan of the store (for
+    /// a manifest file that changed, or all those that went in one directory scan, which is
+    /// rare).
     fn ids_by_origin(&self, origins: &HashSet<Origin>) -> HashMap<Origin, Vec<ResourceId>> {
         let mut by = HashMap::<Origin, Vec<ResourceId>>::new();
         for (id, st) in self.lock().objects.iter() {
@@ -655,7 +645,12 @@ impl DirSource {
                 Some((p, file)) => (
                     Arc::clone(p),
                     file.origin,
-                    self.store.ids_from(file.origin).into_iter().collect(),
+                    self.store
+                        .ids_by_origin(&HashSet::from([file.origin]))
+                        .remove(&file.origin)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .collect(),
                 ),
                 None => {
                     let origin = Origin(self.next_origin);
