@@ -531,6 +531,119 @@ async fn churn_reaches_every_syncer_type_next_to_our_own_client() {
     srv.shutdown().await;
 }
 
+/// Issue 38's fleet-wide resync: the datastore is quiet for longer than the history's age, then
+/// one thing changes. Every Calico client (the Go peer for felix and bgp, our Rust client for
+/// felix) must stay connected and be given the change; none is dropped for falling behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_after_a_quiet_spell_longer_than_the_history_reaches_every_calico_client() {
+    let p = pki();
+    let mut cfg = Config::for_tests();
+    cfg.tls = Some(p.cfg.clone());
+    cfg.cache.history_max_age = Duration::from_secs(1);
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(4, 5));
+    loaded(&srv, &store).await;
+    // The Go peers live long enough for the quiet spell and the change (a generous deadline:
+    // the test waits for events, not for this).
+    let go: Vec<_> = [SyncerType::Felix, SyncerType::Bgp]
+        .into_iter()
+        .map(|s| {
+            let out = out_file(&p, &format!("quiet-{s}"));
+            let child = calico_peer(&p, &srv, s, &out, &["--duration", "20s"]);
+            (s, out, child)
+        })
+        .collect();
+    // Ours: every message after its snapshot into a channel, so the test sees the change
+    // arrive.
+    let cert = p.ca.client("typha-client", None).unwrap();
+    let tls = tls_client(&p.ca.cert_pem, Some(&cert));
+    let tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let conn = tokio_rustls::TlsConnector::from(tls)
+        .connect(
+            rustls_pki_types::ServerName::try_from("localhost").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let ours = tokio::spawn(async move {
+        use typha_client::calico::{CalicoHello, Event, Until, run_with};
+        let hello = CalicoHello::calico_node("node-0", "felix");
+        let mut synced = false;
+        run_with(
+            conn,
+            &hello,
+            Until::Closed,
+            Duration::from_secs(60),
+            |e| match e {
+                Event::SyncStatus(typha_protocol::calico::messages::SyncStatus::InSync) => {
+                    synced = true
+                }
+                Event::Kvs(kvs) if synced => {
+                    let _ = tx.send(kvs);
+                }
+                _ => {}
+            },
+        )
+        .await
+    });
+    eventually("every Calico client streaming", || {
+        srv.metrics.connections_streaming.get() == 3
+    })
+    .await;
+    // The quiet spell: past the history's age, and the writer's once-a-second trim has run.
+    let quiet_from = srv.cache.latest().seq;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        srv.cache.latest().seq,
+        quiet_from,
+        "nothing changed meanwhile"
+    );
+    // One change that every client here receives: the pool (felix and bgp).
+    store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool",
+        "metadata": {"name": "default-ipv4-ippool"},
+        "spec": {"cidr": "10.128.0.0/9", "vxlanMode": "Always", "natOutgoing": false, "blockSize": 24}})));
+    loaded(&srv, &store).await;
+    assert!(
+        srv.cache.get(quiet_from).is_none(),
+        "the breadcrumb before the change has left the history: the case under test"
+    );
+    let pool = "/calico/v1/ipam/v4/pool/10.128.0.0-9";
+    loop {
+        let kvs = tokio::time::timeout(common::WAIT, rx.recv())
+            .await
+            .expect("our Calico client was not sent the change")
+            .expect("our Calico client's session ended");
+        if let Some(u) = kvs.iter().find(|u| u.key == pool) {
+            assert_eq!(
+                u.update_type,
+                typha_protocol::calico::messages::UpdateType::Updated
+            );
+            assert!(String::from_utf8_lossy(&u.value).contains(r#""vxlan_mode":"always""#));
+            break;
+        }
+    }
+    for (syncer, out, child) in go {
+        wait(child).await;
+        let (got, summary) = read_state(&out);
+        assert_eq!(summary["inSync"], true, "{syncer}: {summary}");
+        assert_same(
+            &got,
+            &expected(&srv, syncer),
+            &format!("{syncer} after the quiet spell"),
+        );
+    }
+    assert!(!ours.is_finished(), "our Calico client is still connected");
+    assert_eq!(srv.metrics.dropped_count(DropReason::fell_behind), 0);
+    assert_eq!(
+        srv.metrics
+            .encode_error_count(typha_server::metrics::FrameKind::calico_delta),
+        0
+    );
+    ours.abort();
+    srv.shutdown().await;
+}
+
 /// A Calico client of our own making (plain TCP, our gob encoder), for what the Go peer will
 /// not do: ask for a syncer type nobody serves, never answer a ping.
 struct Raw {

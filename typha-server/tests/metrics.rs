@@ -74,6 +74,7 @@ const ZERO_HERE: &[&str] = &["typha_log_errors"];
 /// Ours, beside Typha's (names as exposed before the move to the 0.0.4 format).
 const OURS: &[(&str, &str)] = &[
     ("typha_frames_encoded_total", "counter"),
+    ("typha_encode_errors_total", "counter"),
     ("typha_resumes_total", "counter"),
     ("typha_resume_bytes_total", "counter"),
     ("typha_resume_floor_waits_total", "counter"),

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use typha_protocol::message::{Deltas, Epoch, Message, Seq};
 use typha_protocol::model::{KeyPath, Revision, SyncStatus, Update};
 
-use super::calico::{CalicoCrumb, CalicoCrumbError, Carriage};
+use super::calico::{CalicoCrumb, Carriage, Unencodable};
 use super::held::Held;
 use crate::calico::libcalico::SyncerType;
 use crate::fanout::{PerVariant, Variant, View, encode};
@@ -29,9 +29,12 @@ pub struct Kv {
 /// One version of the whole state.
 pub type KvMap = OrdMap<KeyPath, Kv>;
 
-/// How many of the newest breadcrumbs keep their map version. Snapshots are always built from
-/// the latest; keeping every version in the history would retain every node a later batch
-/// replaced (about 10 KB per update: hundreds of MB after a large initial load).
+/// How many of the newest breadcrumbs keep their map version, so that joiners a few
+/// breadcrumbs apart can share one snapshot of ours. Nothing depends on an older version being
+/// kept: a snapshot falls back to the latest map, and a breadcrumb's Calico translation needs
+/// only the breadcrumb ([`Breadcrumb::previous`]). Keeping every version in the history would
+/// retain every node a later batch replaced (about 10 KB per update: hundreds of MB after a
+/// large initial load).
 pub const MAP_VERSIONS_KEPT: usize = 16;
 
 /// One step of the cache: the state after a batch of changes.
@@ -52,6 +55,11 @@ pub struct Breadcrumb {
     pub kvs: usize,
     /// The changes from the previous breadcrumb.
     pub deltas: Arc<[Update]>,
+    /// For each of `deltas`, the value its key held before it (`None`: absent), as the writer
+    /// had it: what translating a change for Calico's clients needs (an update or a new key;
+    /// the derived keys that went away), so that translation never needs an older map version
+    /// (docs/server.md, "Calico clients").
+    pub previous: Arc<[Option<Held>]>,
     /// Sync status at this point.
     pub status: SyncStatus,
     /// Combined state digest at this point.
@@ -152,23 +160,17 @@ impl Breadcrumb {
 }
 
 impl Breadcrumb {
-    /// The `MsgKVs` taking a Calico client of `syncer` to this breadcrumb (empty bytes: nothing
-    /// for it), translated and encoded on first use. `before` is the previous breadcrumb, whose
-    /// map holds the values this one changed.
+    /// The `MsgKVs` taking a Calico client of `syncer` from the breadcrumb before to this one
+    /// (`None`: nothing in it for that syncer type), translated and encoded on first use.
     pub fn calico_frame(
         &self,
-        before: Option<&Breadcrumb>,
         syncer: SyncerType,
         carriage: Carriage,
         m: &Metrics,
-    ) -> Result<Bytes, CalicoCrumbError> {
-        let previous = || {
-            let map = before?.map()?;
-            Some(move |k: &KeyPath| map.get(k).map(|kv| kv.value.encoded()))
-        };
+    ) -> Result<Option<Bytes>, Unencodable> {
         self.frames
             .calico
-            .frame(self.seq, &self.deltas, previous, syncer, carriage, m)
+            .frame(&self.deltas, &self.previous, syncer, carriage, m)
     }
 }
 

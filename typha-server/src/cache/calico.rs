@@ -3,14 +3,27 @@
 //!
 //! - [`CalicoCrumb`]: kept with each breadcrumb. Its changes are translated by
 //!   [`libcalico`](crate::calico::libcalico) once, for all four syncer types, by the first
-//!   Calico client that reaches the breadcrumb; its `MsgKVs` is encoded once per syncer type
-//!   and carriage (plain gob or a snappy chunk).
+//!   Calico client that reaches the breadcrumb, from the breadcrumb alone: the writer keeps
+//!   with each change the value its key held before ([`Breadcrumb::previous`]), which a
+//!   translation needs (to tell an update from a new key, and which derived keys went away).
+//!   So a Calico client never needs an older map version, however long the cluster was
+//!   quiet before the change. Its `MsgKVs` is encoded once per syncer type and carriage
+//!   (plain gob or a snappy chunk).
 //! - [`CalicoSnapshots`]: the `MsgKVs` messages of a whole map version for one syncer type and
 //!   carriage, sorted by Calico key, built by the first joiner and reused by every joiner
 //!   until the version is at least 1 s old and a newer breadcrumb exists (Typha's rule).
 //!
 //! Every stream our server writes to a Calico client starts with the server preamble
 //! ([`Side::preamble`]), so a value message has the same bytes on every connection.
+//!
+//! A message that cannot be encoded is a bug. It is logged at error where it happens and
+//! counted (`typha_encode_errors_total{kind}`), and it is an error to whoever needed it
+//! ([`Unencodable`]): a Calico connection that cannot be sent a change is dropped to resync,
+//! never left without it. A cached value that does not decode (also a bug: the cache holds
+//! only values it encoded) is treated as missing, as Typha's validation filter treats a value
+//! it cannot accept, and logged and counted the same way.
+//!
+//! [`Breadcrumb::previous`]: super::breadcrumb::Breadcrumb::previous
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -24,7 +37,7 @@ use typha_protocol::calico::messages::{
 };
 use typha_protocol::calico::snappy::ChunkEncoder;
 use typha_protocol::message::Seq;
-use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus, Update, UpdateKind};
+use typha_protocol::model::{KeyPath, Revision, SyncStatus, Update, UpdateKind};
 
 use crate::calico::libcalico::{
     CalicoKv, SyncerType, builtin_kvs, calico_changes_encoded, calico_kvs, receivers,
@@ -35,6 +48,16 @@ use crate::metrics::{FrameKind, Metrics};
 pub const SNAPSHOT_BATCH_SNAPPY: usize = 1000;
 /// KVs per `MsgKVs` in a snapshot on a plain stream (Typha's `MaxMessageSize`).
 pub const SNAPSHOT_BATCH_PLAIN: usize = 100;
+
+/// A Calico message could not be encoded (a bug; logged at error where it happened).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a Calico {kind} message could not be encoded: {error}")]
+pub struct Unencodable {
+    /// The message's kind.
+    pub kind: messages::MessageKind,
+    /// Why.
+    pub error: String,
+}
 
 /// How the gob stream to a client is carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,13 +70,16 @@ pub enum Carriage {
 
 impl Carriage {
     /// `msg` as bytes for a stream of this carriage that started with the server preamble.
-    /// Empty if it cannot be encoded (a bug: our messages always encode).
-    pub fn encode(self, msg: &Message) -> Bytes {
-        let Ok(gob) = messages::encode(Side::Server, msg) else {
-            tracing::error!(kind = %msg.kind(), "a Calico message could not be encoded");
-            return Bytes::new();
-        };
-        match self {
+    /// Our messages always encode; a failure is a bug, logged here at error.
+    pub fn encode(self, msg: &Message) -> Result<Bytes, Unencodable> {
+        let gob = messages::encode(Side::Server, msg).map_err(|e| {
+            tracing::error!(kind = %msg.kind(), error = %e, "a Calico message could not be encoded");
+            Unencodable {
+                kind: msg.kind(),
+                error: e.to_string(),
+            }
+        })?;
+        Ok(match self {
             Carriage::Plain => gob,
             Carriage::Snappy => {
                 // Room for the whole message, as a block may be stored uncompressed; but a
@@ -64,6 +90,23 @@ impl Carriage {
                 let mut out = Vec::with_capacity(gob.len() + 16);
                 ChunkEncoder::new().encode(&gob, &mut out);
                 Bytes::copy_from_slice(&out)
+            }
+        })
+    }
+
+    /// [`Carriage::encode`] of a shared frame of `kind`: counted as encoded, or as an encode
+    /// error.
+    fn encode_counted(
+        self,
+        msg: &Message,
+        kind: FrameKind,
+        m: &Metrics,
+    ) -> Result<Bytes, Unencodable> {
+        match self.encode(msg) {
+            Ok(b) => Ok(m.counted(kind, b)),
+            Err(e) => {
+                m.encode_failed(kind);
+                Err(e)
             }
         }
     }
@@ -76,46 +119,38 @@ struct Change {
     revision: Revision,
 }
 
-/// Why a breadcrumb cannot be given to a Calico client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum CalicoCrumbError {
-    /// The values before the breadcrumb (its predecessor's map version) are no longer kept, and
-    /// no Calico client translated it while they were: a client this far behind must resync.
-    #[error("the values before breadcrumb {0} are no longer kept")]
-    NoPrevious(u64),
-}
+/// A breadcrumb's `MsgKVs` for one syncer type and carriage: `None` when nothing in it
+/// concerns that syncer type.
+type Frame = Result<Option<Bytes>, Unencodable>;
 
 /// One frame per carriage.
 #[derive(Debug, Default)]
 struct PerCarriage {
-    plain: OnceLock<Bytes>,
-    snappy: OnceLock<Bytes>,
+    plain: OnceLock<Frame>,
+    snappy: OnceLock<Frame>,
 }
 
 /// A breadcrumb's Calico form, built on first use and shared.
 #[derive(Debug, Default)]
 pub struct CalicoCrumb {
-    changes: OnceLock<Result<Arc<[Change]>, CalicoCrumbError>>,
-    /// `MsgKVs` per (syncer type, carriage); empty when the syncer type receives nothing.
+    changes: OnceLock<Arc<[Change]>>,
+    /// `MsgKVs` per (syncer type, carriage).
     frames: [PerCarriage; 4],
 }
 
 impl CalicoCrumb {
-    /// The `MsgKVs` taking a client of `syncer` from `seq - 1` to `seq`, or empty bytes when
-    /// nothing in `deltas` concerns it. `previous` gives a key's value before the breadcrumb.
-    pub fn frame<P: Fn(&KeyPath) -> Option<EncodedValue>>(
+    /// The `MsgKVs` taking a client of `syncer` from the breadcrumb before to this one, or
+    /// `None` when nothing in `deltas` concerns it. `previous[i]` is the value `deltas[i]`'s
+    /// key held before it (`None`: absent), as the writer kept it.
+    pub fn frame(
         &self,
-        seq: Seq,
         deltas: &[Update],
-        previous: impl FnOnce() -> Option<P>,
+        previous: &[Option<Held>],
         syncer: SyncerType,
         carriage: Carriage,
         m: &Metrics,
-    ) -> Result<Bytes, CalicoCrumbError> {
-        let changes = self
-            .changes
-            .get_or_init(|| translate(seq, deltas, previous))
-            .clone()?;
+    ) -> Frame {
+        let changes = self.changes.get_or_init(|| translate(deltas, previous, m));
         let [felix, bgp, tunnel, status] = &self.frames;
         let per = match syncer {
             SyncerType::Felix => felix,
@@ -127,53 +162,53 @@ impl CalicoCrumb {
             Carriage::Plain => &per.plain,
             Carriage::Snappy => &per.snappy,
         };
-        Ok(slot
-            .get_or_init(|| {
-                let kvs: Vec<SerializedUpdate> = changes
-                    .iter()
-                    .filter(|c| c.kv.syncers.contains(syncer))
-                    .map(|c| serialized(&c.kv, c.revision))
-                    .collect();
-                if kvs.is_empty() {
-                    return Bytes::new();
-                }
-                m.kvs_per_msg.observe(kvs.len() as f64);
-                m.counted(FrameKind::calico_delta, carriage.encode(&Message::Kvs(kvs)))
-            })
-            .clone())
+        slot.get_or_init(|| {
+            let kvs: Vec<SerializedUpdate> = changes
+                .iter()
+                .filter(|c| c.kv.syncers.contains(syncer))
+                .map(|c| serialized(&c.kv, c.revision))
+                .collect();
+            if kvs.is_empty() {
+                return Ok(None);
+            }
+            m.kvs_per_msg.observe(kvs.len() as f64);
+            carriage
+                .encode_counted(&Message::Kvs(kvs), FrameKind::calico_delta, m)
+                .map(Some)
+        })
+        .clone()
     }
 }
 
-fn translate<P: Fn(&KeyPath) -> Option<EncodedValue>>(
-    seq: Seq,
-    deltas: &[Update],
-    previous: impl FnOnce() -> Option<P>,
-) -> Result<Arc<[Change]>, CalicoCrumbError> {
-    if deltas.is_empty() {
-        return Ok(Arc::from(Vec::new()));
-    }
-    let lookup = previous().ok_or(CalicoCrumbError::NoPrevious(seq.0))?;
-    // A key changed twice in one batch: the second change's previous value is the first's.
-    let mut seen: HashMap<&KeyPath, Option<&EncodedValue>> = HashMap::new();
+/// The Calico changes of a breadcrumb, each change translated against the value its key held
+/// before it.
+fn translate(deltas: &[Update], previous: &[Option<Held>], m: &Metrics) -> Arc<[Change]> {
     let mut out = Vec::with_capacity(deltas.len());
-    for u in deltas {
-        let before = match seen.get(&u.key) {
-            Some(v) => v.cloned(),
-            None => lookup(&u.key),
-        };
-        match calico_changes_encoded(&u.key, before.as_ref(), u.value.as_ref()) {
-            Ok(kvs) => out.extend(kvs.into_iter().map(|kv| Change {
-                kv,
-                revision: u.revision,
-            })),
-            // The cache holds only values that decode for their key.
+    for (i, u) in deltas.iter().enumerate() {
+        let before = previous.get(i).and_then(|p| p.as_ref()).map(Held::encoded);
+        let kvs = match calico_changes_encoded(&u.key, before.as_ref(), u.value.as_ref()) {
+            Ok(kvs) => kvs,
+            // The cache holds only values that decode for their key: a bug. The side that does
+            // not decode is treated as missing, as Typha's validation filter treats a value
+            // it cannot accept.
             Err(e) => {
-                tracing::warn!(key = %u.key, error = %e, "a cached value does not decode; not sent to Calico clients")
+                tracing::error!(key = %u.key, error = %e, "a cached value does not decode; treated as missing for Calico clients");
+                m.encode_failed(FrameKind::calico_delta);
+                let decodes = |v: &Option<typha_protocol::model::EncodedValue>| {
+                    v.as_ref()
+                        .filter(|v| v.decode_for(&u.key.key()).is_ok())
+                        .cloned()
+                };
+                let (b, c) = (decodes(&before), decodes(&u.value));
+                calico_changes_encoded(&u.key, b.as_ref(), c.as_ref()).unwrap_or_default()
             }
-        }
-        seen.insert(&u.key, u.value.as_ref());
+        };
+        out.extend(kvs.into_iter().map(|kv| Change {
+            kv,
+            revision: u.revision,
+        }));
     }
-    Ok(Arc::from(out))
+    Arc::from(out)
 }
 
 /// One KV as `SerializedUpdate`: the revision as a decimal string, and for v3 resources also as
@@ -230,15 +265,16 @@ impl CalicoSnapshots {
     /// The snapshot to send a joining client of `syncer`: the current one if it is of the latest
     /// breadcrumb or younger than 1 s, else the one `build` makes (of the latest breadcrumb,
     /// with [`build`]), run on a blocking thread so that a large translation does not hold up
-    /// the connections' tasks. Joiners during a build wait for it.
+    /// the connections' tasks. Joiners during a build wait for it. A build that fails is not
+    /// kept: the next joiner tries again.
     pub async fn get(
         &self,
         syncer: SyncerType,
         carriage: Carriage,
         latest: Seq,
-        build: impl FnOnce() -> CalicoSnapshot + Send + 'static,
+        build: impl FnOnce() -> Result<CalicoSnapshot, Unencodable> + Send + 'static,
         m: &Metrics,
-    ) -> Arc<CalicoSnapshot> {
+    ) -> Result<Arc<CalicoSnapshot>, Unencodable> {
         let slot = {
             let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
             cur.entry((syncer, carriage)).or_default().clone()
@@ -248,36 +284,42 @@ impl CalicoSnapshots {
             && (s.seq == latest || s.built.elapsed() < REUSE_FOR)
         {
             m.snapshots_reused.inc();
-            return s.clone();
+            return Ok(s.clone());
         }
         let snap = match tokio::task::spawn_blocking(build).await {
-            Ok(s) => Arc::new(s),
+            Ok(s) => Arc::new(s?),
             // The build panicked (a bug); the panic has been reported.
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
         *slot = Some(snap.clone());
-        snap
+        Ok(snap)
     }
 }
 
 /// A Calico snapshot for `syncer` of the KVs `kvs` (a map version at breadcrumb `seq`): each
 /// KV translated, sorted by Calico key, cut into `MsgKVs` of [`SNAPSHOT_BATCH_SNAPPY`] or
-/// [`SNAPSHOT_BATCH_PLAIN`] KVs, each encoded once.
+/// [`SNAPSHOT_BATCH_PLAIN`] KVs, each encoded once. A cached value that does not decode (a
+/// bug) is left out, logged and counted, as a value Typha's validation filter refuses is.
 pub fn build<'a>(
     syncer: SyncerType,
     carriage: Carriage,
     (seq, status): (Seq, SyncStatus),
     kvs: impl Iterator<Item = (&'a KeyPath, &'a Held, Revision)>,
     m: &Metrics,
-) -> CalicoSnapshot {
+) -> Result<CalicoSnapshot, Unencodable> {
     let mut all: Vec<SerializedUpdate> = Vec::new();
     for (path, value, revision) in kvs {
         let key = path.key();
         if !receivers(&key).contains(syncer) {
             continue;
         }
-        let Ok(v) = value.encoded().decode_for(&key) else {
-            continue;
+        let v = match value.encoded().decode_for(&key) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!(key = %path, error = %e, "a cached value does not decode; left out of a Calico snapshot");
+                m.encode_failed(FrameKind::calico_snapshot);
+                continue;
+            }
         };
         all.extend(
             calico_kvs(&key, &v)
@@ -308,19 +350,16 @@ pub fn build<'a>(
             break;
         }
         m.kvs_per_msg.observe(kvs.len() as f64);
-        frames.push(m.counted(
-            FrameKind::calico_snapshot,
-            carriage.encode(&Message::Kvs(kvs)),
-        ));
+        frames.push(carriage.encode_counted(&Message::Kvs(kvs), FrameKind::calico_snapshot, m)?);
     }
     m.snapshots_generated.inc();
-    CalicoSnapshot {
+    Ok(CalicoSnapshot {
         seq,
         status,
         built: Instant::now(),
         frames,
         kvs: n,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -6,8 +6,11 @@
 //! [`breadcrumb::Breadcrumb`]: epoch, sequence number, upstream revision, the map version, the deltas,
 //! the sync status and the combined digest, plus its delta frame, encoded once. Readers
 //! (connections) hold `Arc`s to breadcrumbs and never block the writer. History is bounded by
-//! count and age, whatever clients do: a client that falls out of the window gets a fresh
-//! snapshot instead of deltas.
+//! count and age: a client of ours that falls out of the window resumes by digest or gets a
+//! fresh snapshot instead of deltas. A Calico-protocol client cannot resume, so its cursor pins
+//! the breadcrumbs after it ([`Cache::pin`]) up to [`CacheConfig::pinned_max_age`], as long as
+//! Typha's own rule would let it lag. Each breadcrumb carries what its key held before each
+//! change, so a Calico client's next step never needs an older map version.
 
 //!
 //! Files: [`breadcrumb`] (one step and its frames), [`writer`] (the single writer),

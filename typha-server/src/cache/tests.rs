@@ -242,6 +242,63 @@ fn the_history_ages_out_while_idle() {
     assert_eq!(crumbs.front().unwrap().seq, Seq(5));
 }
 
+/// The fleet-wide resync of issue 38: after a quiet spell longer than the history's age, the
+/// history holds only the latest breadcrumb; the next change pushes it out too. A Calico
+/// client at that breadcrumb (pinned there) must still be given the change, translated as an
+/// update of the value it held, without the map version before it.
+#[tokio::test(start_paused = true)]
+async fn after_a_quiet_spell_a_change_is_translated_for_calico_clients_from_its_breadcrumb() {
+    use crate::cache::calico::Carriage;
+    use crate::calico::libcalico::SyncerType;
+    let (mut w, cache) = writer(CacheConfig {
+        history_max_age: std::time::Duration::from_secs(120),
+        ..CacheConfig::default()
+    });
+    w.handle(put(1, netset("a", "10.1.0.0/16")));
+    w.handle(put(2, netset("b", "10.2.0.0/16")));
+    w.flush();
+    let at = cache.latest().seq;
+    let pin = cache.pin(at);
+    tokio::time::advance(std::time::Duration::from_secs(600)).await;
+    w.trim_idle();
+    w.handle(put(3, netset("a", "10.9.0.0/16")));
+    w.handle(del(4, "b"));
+    w.flush();
+    let next = cache.latest();
+    assert!(
+        cache.get(at).is_none(),
+        "the breadcrumb before has aged out"
+    );
+    assert!(cache.get(next.seq).is_some());
+    let frame = next
+        .calico_frame(SyncerType::Felix, Carriage::Plain, &cache.metrics)
+        .unwrap()
+        .expect("the change concerns felix clients");
+    let mut dec = typha_protocol::calico::StreamDecoder::new(
+        typha_protocol::calico::gob::Limits::CLIENT_INBOUND,
+    );
+    let mut buf =
+        bytes::BytesMut::from(&typha_protocol::calico::messages::Side::Server.preamble()[..]);
+    assert!(dec.decode(&mut buf).unwrap().is_none());
+    buf.extend_from_slice(&frame);
+    let Some(typha_protocol::calico::messages::Message::Kvs(kvs)) = dec.decode(&mut buf).unwrap()
+    else {
+        panic!("not a MsgKVs")
+    };
+    use typha_protocol::calico::messages::UpdateType;
+    let got: Vec<(String, UpdateType)> =
+        kvs.iter().map(|u| (u.key.clone(), u.update_type)).collect();
+    assert_eq!(
+        got,
+        [
+            ("/calico/v1/netset/a".to_string(), UpdateType::Updated),
+            ("/calico/v1/netset/b".to_string(), UpdateType::Deleted),
+        ]
+    );
+    assert!(String::from_utf8_lossy(&kvs[0].value).contains("10.9.0.0/16"));
+    drop(pin);
+}
+
 /// A lagging Calico connection's pin keeps the breadcrumbs after its cursor past the history
 /// limits, up to the pinned age; once released, the limits apply again.
 #[test]

@@ -68,6 +68,7 @@ impl CacheWriter {
             map: arc_swap::ArcSwapOption::from_pointee(KvMap::new()),
             kvs: 0,
             deltas: Arc::from(Vec::new()),
+            previous: Arc::from(Vec::new()),
             status: SyncStatus::WaitForDatastore,
             digest: 0,
             digest_v1: 0,
@@ -163,6 +164,8 @@ impl CacheWriter {
         let m = self.cache.metrics.clone();
         let changes = std::mem::take(&mut self.pending);
         let mut batch: Vec<Update> = Vec::new();
+        // What each change's key held before it, beside `batch`.
+        let mut previous: Vec<Option<Held>> = Vec::new();
         let mut batch_bytes = 0;
         let n = changes.len();
         for (i, c) in changes.into_iter().enumerate() {
@@ -211,11 +214,11 @@ impl CacheWriter {
                 }
                 self.later.in_batch = true;
             }
-            match &c.value {
+            let before = match &c.value {
                 Some(v) => {
                     batch_bytes += v.len();
                     let held = Held::hold(v, self.dict.as_ref());
-                    self.map.insert(
+                    let before = self.map.insert(
                         c.key.clone(),
                         Kv {
                             value: held,
@@ -225,11 +228,11 @@ impl CacheWriter {
                     if self.map.len() >= self.next_training {
                         self.train();
                     }
+                    before
                 }
-                None => {
-                    self.map.remove(&c.key);
-                }
-            }
+                None => self.map.remove(&c.key),
+            };
+            previous.push(before.map(|kv| kv.value));
             self.revision = self.revision.max(c.revision);
             batch.push(Update {
                 key: c.key,
@@ -242,12 +245,16 @@ impl CacheWriter {
                 && !last
             {
                 let status = self.status;
-                self.publish(std::mem::take(&mut batch), status);
+                self.publish(
+                    std::mem::take(&mut batch),
+                    std::mem::take(&mut previous),
+                    status,
+                );
                 batch_bytes = 0;
             }
         }
         if !batch.is_empty() || self.pending_status != self.status {
-            self.publish(batch, self.pending_status);
+            self.publish(batch, previous, self.pending_status);
         }
     }
 
@@ -322,7 +329,7 @@ impl CacheWriter {
         self.dict = Some(dict);
     }
 
-    fn publish(&mut self, deltas: Vec<Update>, status: SyncStatus) {
+    fn publish(&mut self, deltas: Vec<Update>, previous: Vec<Option<Held>>, status: SyncStatus) {
         self.seq += 1;
         self.last_publish = Some(Instant::now());
         self.status = status;
@@ -340,6 +347,7 @@ impl CacheWriter {
             map: arc_swap::ArcSwapOption::from_pointee(self.map.clone()),
             kvs: self.map.len(),
             deltas: Arc::from(deltas),
+            previous: Arc::from(previous),
             status,
             digest,
             digest_v1: digest ^ self.later.digest,

@@ -37,7 +37,7 @@ use typha_protocol::model::SyncStatus;
 use super::info::{ConnInfo, Phase};
 use super::out::{Out, jitter, scopeguard};
 use super::{Close, ConnError, Ctx};
-use crate::cache::calico::{CalicoCrumbError, Carriage, build as build_snapshot};
+use crate::cache::calico::{Carriage, Unencodable, build as build_snapshot};
 use crate::calico::libcalico::SyncerType;
 use crate::metrics::{DropReason, ResumeKind};
 
@@ -62,9 +62,12 @@ pub enum CalicoError {
     /// No pong for the pong timeout.
     #[error("no pong in time")]
     PingTimeout,
-    /// The client is further behind than the cache can translate for it.
+    /// The client is further behind than the fall-behind limit lets it be.
     #[error("fell behind: {0}")]
     FellBehind(String),
+    /// A message it needed could not be encoded (a bug, logged where it happened).
+    #[error(transparent)]
+    Unencodable(#[from] Unencodable),
     /// The server closed it (shutdown, rebalancing).
     #[error("closed by the server")]
     Closed,
@@ -136,15 +139,28 @@ pub async fn serve<S>(
                 CalicoError::Refused(_) | CalicoError::Timeout(_) => Some(DropReason::handshake),
                 CalicoError::PingTimeout => Some(DropReason::ping_timeout),
                 CalicoError::FellBehind(_) => Some(DropReason::fell_behind),
-                _ => None,
+                CalicoError::Unencodable(_) => Some(DropReason::encode_error),
+                CalicoError::Conn(_) | CalicoError::Closed => None,
             };
             if let Some(r) = reason {
                 m.dropped(r);
             }
-            if let CalicoError::Refused(_) = e {
-                warn!(%peer, error = %e, "Calico client refused; closing");
-            } else {
-                info!(%peer, error = %e, "Calico connection ended");
+            let host = info.hostname();
+            match reason {
+                // The client was dropped while it was being served: it will reconnect and
+                // take a whole snapshot, so say why, once, where an operator looks.
+                Some(
+                    r @ (DropReason::write_timeout
+                    | DropReason::ping_timeout
+                    | DropReason::fell_behind
+                    | DropReason::encode_error),
+                ) => {
+                    warn!(%peer, host = %host, reason = r.label(), error = %e, "Calico client dropped; it will reconnect and resync")
+                }
+                Some(DropReason::handshake) if matches!(e, CalicoError::Refused(_)) => {
+                    warn!(%peer, host = %host, error = %e, "Calico client refused; closing")
+                }
+                _ => info!(%peer, host = %host, error = %e, "Calico connection ended"),
             }
         }
     }
@@ -261,13 +277,13 @@ where
         supports_node_resource_updates: true,
         server_conn_id: conn_id(),
     });
-    out.queue(Carriage::Plain.encode(&reply))?;
+    out.queue(Carriage::Plain.encode(&reply)?)?;
     if carriage == Carriage::Snappy {
         let restart = Message::DecoderRestart(DecoderRestart {
             message: RESTART_ENABLE_SNAPPY.into(),
             compression_algorithm: COMPRESSION_SNAPPY.into(),
         });
-        out.queue(Carriage::Plain.encode(&restart))?;
+        out.queue(Carriage::Plain.encode(&restart)?)?;
         out.flush().await?;
         // Nothing more may be written until the ACK: the client's old decoder could read
         // ahead and swallow it.
@@ -292,7 +308,7 @@ where
                     p = &mut acquire => break p.ok(),
                     _ = &mut close => return Err(CalicoError::Closed),
                     () = tokio::time::sleep(jitter(ctx.cfg.ping_interval)) => {
-                        out.queue(ping(carriage))?;
+                        out.queue(ping(carriage)?)?;
                     }
                 }
             }
@@ -321,7 +337,7 @@ where
         let snap = ctx
             .calico_snapshots
             .get(syncer, carriage, latest.seq, build, m)
-            .await;
+            .await?;
         drop(latest);
         // Calico's protocol cannot resume: from here the history keeps what this connection
         // still needs, including what arrives while the snapshot is written to a slow reader.
@@ -330,7 +346,7 @@ where
             out.queue(f.clone())?;
         }
         if snap.status != SyncStatus::WaitForDatastore {
-            out.queue(status_frame(carriage, snap.status))?;
+            out.queue(status_frame(carriage, snap.status)?)?;
         }
         let (seq, status, kvs) = (snap.seq, snap.status, snap.kvs);
         drop(snap);
@@ -376,15 +392,11 @@ where
                     crumb.created.elapsed()
                 )));
             }
-            let before = ctx.cache.get(cursor);
-            let frame = crumb
-                .calico_frame(before.as_deref(), syncer, carriage, m)
-                .map_err(|e: CalicoCrumbError| CalicoError::FellBehind(e.to_string()))?;
-            if !frame.is_empty() {
+            if let Some(frame) = crumb.calico_frame(syncer, carriage, m)? {
                 out.queue(frame)?;
             }
             if crumb.status != sent_status {
-                out.queue(status_frame(carriage, crumb.status))?;
+                out.queue(status_frame(carriage, crumb.status)?)?;
                 sent_status = crumb.status;
             }
             cursor = next;
@@ -430,7 +442,7 @@ where
                     return Err(CalicoError::PingTimeout);
                 }
                 let ts = GoTime::from_system_time(SystemTime::now());
-                out.queue(Carriage::encode(carriage, &Message::Ping(Ping { timestamp: ts })))?;
+                out.queue(carriage.encode(&Message::Ping(Ping { timestamp: ts }))?)?;
                 if ping_sent.is_none() {
                     ping_sent = Some((ts, now));
                 }
@@ -440,11 +452,11 @@ where
     }
 }
 
-fn ping(carriage: Carriage) -> Bytes {
+fn ping(carriage: Carriage) -> Result<Bytes, Unencodable> {
     let ts = GoTime::from_system_time(SystemTime::now());
     carriage.encode(&Message::Ping(Ping { timestamp: ts }))
 }
 
-fn status_frame(carriage: Carriage, s: SyncStatus) -> Bytes {
+fn status_frame(carriage: Carriage, s: SyncStatus) -> Result<Bytes, Unencodable> {
     carriage.encode(&Message::SyncStatus(s.into()))
 }

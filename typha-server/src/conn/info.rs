@@ -150,6 +150,11 @@ impl ConnInfo {
         }
     }
 
+    /// The node name the client gave in its hello (empty before it).
+    pub fn hostname(&self) -> &str {
+        self.hello.get().map_or("", Hello::name)
+    }
+
     /// The client's address.
     pub fn peer(&self) -> SocketAddr {
         self.peer

@@ -88,10 +88,13 @@ pub enum DropReason {
     shutdown,
     /// Moved to a less loaded replica (connection balancing).
     rebalance,
+    /// A frame it needed could not be encoded (a bug, logged at error where it happened):
+    /// the client must resync rather than miss a change.
+    encode_error,
 }
 
 impl DropReason {
-    pub(super) const ALL: [DropReason; 9] = [
+    pub(super) const ALL: [DropReason; 10] = [
         Self::too_many_connections,
         Self::handshake,
         Self::tls_identity,
@@ -101,9 +104,10 @@ impl DropReason {
         Self::protocol_error,
         Self::shutdown,
         Self::rebalance,
+        Self::encode_error,
     ];
 
-    pub(super) fn label(self) -> &'static str {
+    pub fn label(self) -> &'static str {
         match self {
             Self::too_many_connections => "too_many_connections",
             Self::handshake => "handshake",
@@ -114,6 +118,7 @@ impl DropReason {
             Self::protocol_error => "protocol_error",
             Self::shutdown => "shutdown",
             Self::rebalance => "rebalance",
+            Self::encode_error => "encode_error",
         }
     }
 }

@@ -114,6 +114,9 @@ pub struct Metrics {
     /// `typha_frames_encoded_total{kind}`, indexed by [`FrameKind`]: frames encoded (and
     /// compressed), each once for all clients.
     frames_encoded: [IntCounter; 6],
+    /// `typha_encode_errors_total{kind}`, indexed by [`FrameKind`]: frames that could not be
+    /// encoded (a bug, logged at error): the clients that needed one were dropped to resync.
+    encode_errors: [IntCounter; 6],
     /// `typha_resumes_total{kind}`, indexed by [`ResumeKind`].
     resumes: [IntCounter; 3],
     /// `typha_resume_bytes_total{kind}`, indexed by [`ResumeKind`]: bytes of initial syncs.
@@ -123,7 +126,7 @@ pub struct Metrics {
     /// (`timed_out`).
     pub resume_floor_waits: [IntCounter; 2],
     /// `typha_connections_dropped_total{reason}`, indexed by [`DropReason`].
-    drops: [IntCounter; 9],
+    drops: [IntCounter; 10],
     /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
     pub syncs_waiting: IntGauge,
     /// `typha_connections_handshaking`: accepted, TLS and hello not done yet.
@@ -327,6 +330,13 @@ impl Metrics {
                 "kind",
                 FrameKind::ALL.map(FrameKind::label),
             ),
+            encode_errors: counters(
+                r,
+                "typha_encode_errors_total",
+                "Frames that could not be encoded (a bug; the clients that needed them resync).",
+                "kind",
+                FrameKind::ALL.map(FrameKind::label),
+            ),
             resumes: counters(
                 r,
                 "typha_resumes_total",
@@ -467,6 +477,16 @@ impl Metrics {
         self.frames(kind).inc();
     }
 
+    /// Counts one frame of `kind` that could not be encoded.
+    pub fn encode_failed(&self, kind: FrameKind) {
+        self.pick(&self.encode_errors, kind).inc();
+    }
+
+    /// Frames of `kind` that could not be encoded so far.
+    pub fn encode_error_count(&self, kind: FrameKind) -> u64 {
+        self.pick(&self.encode_errors, kind).get()
+    }
+
     /// The `typha_calico_connections` gauge of syncer type `t`.
     pub fn calico_connections(&self, t: SyncerType) -> &IntGauge {
         let [felix, bgp, tunnel, status] = &self.calico_connections;
@@ -484,7 +504,12 @@ impl Metrics {
     }
 
     fn frames(&self, kind: FrameKind) -> &IntCounter {
-        let [delta, span, snapshot, bucket, calico_delta, calico_snapshot] = &self.frames_encoded;
+        self.pick(&self.frames_encoded, kind)
+    }
+
+    /// The counter of `kind` in a set indexed by [`FrameKind`].
+    fn pick<'a>(&self, set: &'a [IntCounter; 6], kind: FrameKind) -> &'a IntCounter {
+        let [delta, span, snapshot, bucket, calico_delta, calico_snapshot] = set;
         match kind {
             FrameKind::delta => delta,
             FrameKind::span => span,
@@ -554,6 +579,7 @@ impl Metrics {
             protocol,
             shutdown,
             rebalance,
+            encode,
         ] = &self.drops;
         match reason {
             DropReason::too_many_connections => limit,
@@ -565,6 +591,7 @@ impl Metrics {
             DropReason::protocol_error => protocol,
             DropReason::shutdown => shutdown,
             DropReason::rebalance => rebalance,
+            DropReason::encode_error => encode,
         }
     }
 }
