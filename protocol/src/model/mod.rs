@@ -20,7 +20,9 @@ pub use key::{
     KeyType, MAX_OPAQUE_PATH, NetworkSetKey, OpaqueKey, PathClass, PolicyKey, PolicyKind,
     ProfileKey, ResourceKey, ResourceKind, WorkloadEndpointKey,
 };
-pub use rule::{Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, ServiceMatch};
+pub use rule::{
+    Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, RuleDetail, ServiceMatch,
+};
 pub use value::{
     AllocationAttribute, AllocationTable, Block, EncapMode, EndpointPort, HostEndpoint, IpNat,
     IpPool, Labels, Mac, MacParseError, NetworkSet, Node, NodeAddress, NodeDetail, NodeInterface,
@@ -182,6 +184,14 @@ impl EncodedValue {
             Value::Resource(r) if !r.detail.is_empty() => {
                 out = r.detail.encode_tail(out).unwrap_or_default();
             }
+            Value::Policy(p) => {
+                let rules = p.inbound_rules.iter().chain(&p.outbound_rules);
+                out = rule::encode_rules_tail(rules, out).unwrap_or_default();
+            }
+            Value::ProfileRules(p) => {
+                let rules = p.inbound_rules.iter().chain(&p.outbound_rules);
+                out = rule::encode_rules_tail(rules, out).unwrap_or_default();
+            }
             _ => {}
         }
         // Values live in the cache for as long as their key does: hold exactly their bytes
@@ -214,6 +224,14 @@ impl EncodedValue {
                 }
                 Value::Resource(r) => {
                     r.detail = ResourceDetail::decode_tail(tail).map_err(ValueError::Decode)?;
+                }
+                Value::Policy(p) => {
+                    let rules = p.inbound_rules.iter_mut().chain(&mut p.outbound_rules);
+                    rule::decode_rules_tail(rules.collect(), tail).map_err(ValueError::Decode)?;
+                }
+                Value::ProfileRules(p) => {
+                    let rules = p.inbound_rules.iter_mut().chain(&mut p.outbound_rules);
+                    rule::decode_rules_tail(rules.collect(), tail).map_err(ValueError::Decode)?;
                 }
                 _ => {}
             }
@@ -512,6 +530,46 @@ mod tests {
         assert_eq!(bytes.decode().unwrap(), generation_only);
     }
 
+    /// Rules that carry what Calico carries beyond the match: in the second rule only, so the
+    /// tail holds an empty detail for the first.
+    fn rules_with_detail() -> (Vec<Rule>, Vec<Rule>) {
+        let mut numbered = Rule::new(Action::Allow);
+        numbered.protocol = Some(Protocol::Tcp);
+        numbered.detail = RuleDetail {
+            orig_src_selector: "role == 'db'".into(),
+            protocol_number: true,
+            annotations: [("name".to_owned(), "allow-db".to_owned())].into(),
+            ..RuleDetail::default()
+        };
+        (vec![Rule::new(Action::Deny)], vec![numbered])
+    }
+
+    fn policy_with_rule_detail() -> Value {
+        let (inbound_rules, outbound_rules) = rules_with_detail();
+        Value::Policy(Policy {
+            namespace: "prod".into(),
+            tier: "default".into(),
+            order: Some(10.0),
+            selector: "all()".into(),
+            types: vec![PolicyType::Ingress, PolicyType::Egress],
+            inbound_rules,
+            outbound_rules,
+            untracked: false,
+            pre_dnat: false,
+            apply_on_forward: false,
+            performance_hints: vec![],
+            staged_action: None,
+        })
+    }
+
+    fn profile_rules_with_rule_detail() -> Value {
+        let (inbound_rules, outbound_rules) = rules_with_detail();
+        Value::ProfileRules(ProfileRules {
+            inbound_rules,
+            outbound_rules,
+        })
+    }
+
     /// The tail: a version 1 decoder (postcard's `from_bytes`, which ignores trailing bytes)
     /// reads a value with a tail as the value without it; ours reads both forms.
     #[test]
@@ -520,6 +578,8 @@ mod tests {
             node_with_detail(),
             block_with_table(),
             resource_with_object_detail(),
+            policy_with_rule_detail(),
+            profile_rules_with_rule_detail(),
         ] {
             let with_tail = EncodedValue::encode(&v);
             assert_eq!(with_tail.decode().unwrap(), v);
@@ -529,6 +589,16 @@ mod tests {
                 Value::Node(n) => n.detail = NodeDetail::default(),
                 Value::Block(b) => b.table = AllocationTable::default(),
                 Value::Resource(r) => r.detail = ResourceDetail::default(),
+                Value::Policy(p) => {
+                    for r in p.inbound_rules.iter_mut().chain(&mut p.outbound_rules) {
+                        r.detail = RuleDetail::default();
+                    }
+                }
+                Value::ProfileRules(p) => {
+                    for r in p.inbound_rules.iter_mut().chain(&mut p.outbound_rules) {
+                        r.detail = RuleDetail::default();
+                    }
+                }
                 _ => unreachable!(),
             }
             let old_reader: Value = postcard::from_bytes(with_tail.as_bytes()).unwrap();

@@ -1,5 +1,7 @@
 //! Policy rules, mirroring Calico's `model.Rule` with typed fields.
 
+use std::collections::BTreeMap;
+
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -145,6 +147,71 @@ pub struct Rule {
     pub dst: EntityRule,
     /// HTTP match.
     pub http: Option<HttpMatch>,
+    /// What Calico carries with the rule beyond the match, for a Calico client to be sent
+    /// exactly what Calico sends. Not part of the version 1 encoding: it travels in its
+    /// policy's or profile's tail ([`RuleDetail`]).
+    #[serde(skip)]
+    pub detail: RuleDetail,
+}
+
+/// What Calico's syncers carry with a rule that does not change what it matches, but that
+/// Felix writes into its dataplane or hashes into the rule's id, so a Felix fed by us programs
+/// the same text as one fed by Calico's Typha.
+///
+/// On the wire it is part of the tail of the policy or profile that holds the rule
+/// (docs/protocol.md, "Compatibility rules" 4): one per rule, inbound then outbound, written
+/// only when one of them is set. A decoder that predates it ignores it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RuleDetail {
+    /// `orig_src_selector`: the v3 rule's `source.selector` as written (the rule's
+    /// `src.selector` is the namespace-scoped composition Calico makes of it).
+    pub orig_src_selector: String,
+    /// `orig_dst_selector`: the same for the destination.
+    pub orig_dst_selector: String,
+    /// The rule's `protocol` was given as a number (`6`, `"6"`): Calico keeps a number a
+    /// number (Felix renders `-p 6`), where [`Rule::protocol`] holds the protocol it names.
+    pub protocol_number: bool,
+    /// The same for `notProtocol`.
+    pub not_protocol_number: bool,
+    /// The rule's `metadata.annotations` (Felix writes each as an iptables comment
+    /// `key=value`; a Kubernetes ClusterNetworkPolicy's rule name is one).
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl RuleDetail {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// The tail of a policy or a profile's rules: each rule's [`RuleDetail`], inbound then
+/// outbound; none when every one is empty.
+pub(super) fn encode_rules_tail<'a>(
+    rules: impl Iterator<Item = &'a Rule> + Clone,
+    out: Vec<u8>,
+) -> Result<Vec<u8>, postcard::Error> {
+    if rules.clone().all(|r| r.detail.is_empty()) {
+        return Ok(out);
+    }
+    let details: Vec<&RuleDetail> = rules.map(|r| &r.detail).collect();
+    postcard::to_extend(&details, out)
+}
+
+/// Reads [`encode_rules_tail`]'s tail into `rules` (in the same order). A tail that holds a
+/// different number of details than there are rules is an error.
+pub(super) fn decode_rules_tail(
+    rules: Vec<&mut Rule>,
+    bytes: &[u8],
+) -> Result<(), postcard::Error> {
+    let (details, _) = postcard::take_from_bytes::<Vec<RuleDetail>>(bytes)?;
+    if details.len() != rules.len() {
+        return Err(postcard::Error::DeserializeBadEncoding);
+    }
+    for (r, d) in rules.into_iter().zip(details) {
+        r.detail = d;
+    }
+    Ok(())
 }
 
 impl Rule {
@@ -160,6 +227,7 @@ impl Rule {
             src: EntityRule::default(),
             dst: EntityRule::default(),
             http: None,
+            detail: RuleDetail::default(),
         }
     }
 }

@@ -559,9 +559,10 @@ pub fn rule() -> impl Strategy<Value = Rule> {
             (vec(text(), 0..2), vec(text(), 0..2))
                 .prop_map(|(methods, paths)| HttpMatch { methods, paths }),
         ),
+        rule_detail(),
     )
         .prop_map(
-            |(action, ip_version, protocol, not_protocol, icmp, not_icmp, src, dst, http)| Rule {
+            |(
                 action,
                 ip_version,
                 protocol,
@@ -571,8 +572,37 @@ pub fn rule() -> impl Strategy<Value = Rule> {
                 src,
                 dst,
                 http,
+                detail,
+            )| {
+                Rule {
+                    action,
+                    ip_version,
+                    protocol,
+                    not_protocol,
+                    icmp,
+                    not_icmp,
+                    src,
+                    dst,
+                    http,
+                    detail,
+                }
             },
         )
+}
+
+/// Mostly empty (the common case: no tail), sometimes every field set.
+fn rule_detail() -> impl Strategy<Value = RuleDetail> {
+    prop_oneof![
+        3 => Just(RuleDetail::default()),
+        1 => (text(), text(), any::<bool>(), any::<bool>(), prop::collection::btree_map(text(), text(), 0..2))
+            .prop_map(|(s, d, p, np, annotations)| RuleDetail {
+                orig_src_selector: s,
+                orig_dst_selector: d,
+                protocol_number: p,
+                not_protocol_number: np,
+                annotations,
+            }),
+    ]
 }
 
 fn mac() -> impl Strategy<Value = Mac> {

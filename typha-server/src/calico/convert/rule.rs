@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use typha_protocol::model::{
-    Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, ServiceMatch,
+    Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, RuleDetail, ServiceMatch,
 };
 use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
@@ -94,6 +94,7 @@ fn rule(cx: &Cx<'_>, r: &RuleSpec, ns: Option<&str>) -> Result<Rule, ConvertErro
                 .filter_map(|p| p.exact.clone().or_else(|| p.prefix.clone()))
                 .collect(),
         }),
+        detail: RuleDetail::default(),
     })
 }
 
