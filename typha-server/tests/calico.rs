@@ -388,7 +388,7 @@ async fn staged_policies_reach_a_felix_client_as_calico_sends_them() {
     let sgnp_key = "/calico/v1/policy/StagedGlobalNetworkPolicy//preview";
     let snp_value = |action: &str| {
         format!(
-            r#"{{"namespace":"ns-a","tier":"default","order":10,"inbound_rules":[{{"action":"allow"}}],"selector":"(app == \"web\" \u0026\u0026 projectcalico.org/namespace == \"ns-a\")","types":["ingress"],"staged_action":"{action}"}}"#
+            r#"{{"namespace":"ns-a","tier":"default","order":10,"inbound_rules":[{{"action":"allow"}}],"selector":"(app == 'web') \u0026\u0026 projectcalico.org/namespace == 'ns-a'","types":["ingress"],"staged_action":"{action}"}}"#
         )
     };
     let sgnp_value = r#"{"tier":"default","outbound_rules":[{"action":"deny"}],"selector":"all()","types":["egress"],"staged_action":"Learn"}"#;

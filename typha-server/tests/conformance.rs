@@ -718,12 +718,12 @@ async fn staged_policies_carry_their_action_and_a_staged_deletion_sends_nothing<
         (
             Kind::StagedNetworkPolicy,
             "/calico/v1/policy/StagedNetworkPolicy/ns-1/preview",
-            r#"(app == "web" && projectcalico.org/namespace == "ns-1")"#,
+            "(app == 'web') && projectcalico.org/namespace == 'ns-1'",
         ),
         (
             Kind::StagedGlobalNetworkPolicy,
             "/calico/v1/policy/StagedGlobalNetworkPolicy/preview",
-            r#"(app == "web" && pcns.team == "a")"#,
+            r#"(app == 'web') && pcns.team == "a""#,
         ),
     ] {
         let spec = |action: &str, order: u32| {

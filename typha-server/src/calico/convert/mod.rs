@@ -16,6 +16,7 @@ mod network;
 mod policy;
 mod raw;
 mod rule;
+mod selector;
 #[cfg(test)]
 mod tests;
 

@@ -1,17 +1,16 @@
 //! Policies (namespaced, global, Kubernetes and staged) and profiles; their rules are in
 //! [`super::rule`].
 
-use typha_protocol::model::{
-    Key, Policy, PolicyKey, PolicyKind, PolicyType, ProfileKey, ProfileRules,
-    Resource as ResourceValue, ResourceKey, ResourceKind, Value,
-};
-use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
-
 use super::context::{ConvertError, Cx};
 use super::rule::rules;
+use super::selector;
 use crate::calico::v3::{
     ObjectMeta, PolicySpec, ProfileSpec, StagedAction, StagedKubernetesPolicySpec,
     StagedPolicySpec, TierSpec, k8s_policy,
+};
+use typha_protocol::model::{
+    Key, Policy, PolicyKey, PolicyKind, PolicyType, ProfileKey, ProfileRules,
+    Resource as ResourceValue, ResourceKey, ResourceKind, Value,
 };
 
 /// A policy of `kind`; `ns` is its namespace, `None` for a global policy.
@@ -22,31 +21,20 @@ pub(super) fn policy(
     name: &str,
     s: &PolicySpec,
 ) -> Result<Vec<(Key, Value)>, ConvertError> {
-    let mut sel = cx.at("spec.selector").selector(&s.selector)?;
-    if let Some(ns) = ns {
-        sel = Selector::and([sel, Selector::Eq(NAMESPACE_LABEL.into(), ns.into())]);
-    } else if !s.namespace_selector.is_empty() {
-        let has_ns = Selector::Has(NAMESPACE_LABEL.into());
-        let nssel = cx
-            .at("spec.namespaceSelector")
-            .selector(&s.namespace_selector)?
-            .map_labels(&|k| format!("pcns.{k}"));
-        // Calico replaces `all()` in the joined text, so an `all()` namespace selector still
-        // demands a namespace beside a selector: replaced before joining, where `and` would
-        // drop it (an empty selector adds no text, so nothing to replace).
-        let global = Selector::Not(Box::new(has_ns.clone()));
-        if !s.selector.trim().is_empty() {
-            sel = sel.replace_all_and_global(&has_ns, &global);
-        }
-        sel = Selector::and([sel, nssel.replace_all_and_global(&has_ns, &global)]);
-    }
-    if !s.service_account_selector.is_empty() {
-        let sasel = cx
-            .at("spec.serviceAccountSelector")
-            .selector(&s.service_account_selector)?
-            .map_labels(&|k| format!("pcsa.{k}"));
-        sel = Selector::and([sel, sasel]);
-    }
+    // The text Calico composes (`selector`): the user's selector verbatim, scoped to the
+    // namespace or joined with the namespace and service-account selectors. A namespace or
+    // service-account selector that does not parse is left out, as Calico leaves it out; a
+    // composed selector that does not parse makes the policy invalid, as Typha's validation
+    // filter makes it.
+    let sel = match ns {
+        Some(ns) => selector::namespaced_policy(&s.selector, ns, &s.service_account_selector),
+        None => selector::global_policy(
+            &s.selector,
+            &s.namespace_selector,
+            &s.service_account_selector,
+        ),
+    };
+    cx.at("spec.selector").selector(&sel)?;
     let mut types = Vec::new();
     for (i, t) in s.types.iter().enumerate() {
         types.push(match t.to_ascii_lowercase().as_str() {
@@ -96,7 +84,7 @@ pub(super) fn policy(
                 s.tier.clone()
             },
             order: s.order,
-            selector: sel.to_string(),
+            selector: sel,
             types,
             inbound_rules: rules(cx, "spec.ingress", &s.ingress, ns)?,
             outbound_rules: rules(cx, "spec.egress", &s.egress, ns)?,

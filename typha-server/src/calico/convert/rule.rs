@@ -1,14 +1,12 @@
 //! Policy and profile rules: actions, protocols, ICMP, ports, and the source and destination
 //! selectors with their namespace and service-account scoping.
 
-use std::collections::BTreeSet;
-
 use typha_protocol::model::{
     Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, RuleDetail, ServiceMatch,
 };
-use typha_protocol::selector::{NAMESPACE_LABEL, Selector};
 
-use super::context::{ConvertError, Cx, SERVICE_ACCOUNT_LABEL};
+use super::context::{ConvertError, Cx};
+use super::selector;
 use crate::calico::v3::{ActionSpec, EntityRuleSpec, IcmpSpec, Kind, PortSpec, RuleSpec};
 
 /// The rules at `field`; `ns` scopes their selectors to a namespaced policy's namespace.
@@ -94,7 +92,16 @@ fn rule(cx: &Cx<'_>, r: &RuleSpec, ns: Option<&str>) -> Result<Rule, ConvertErro
                 .filter_map(|p| p.exact.clone().or_else(|| p.prefix.clone()))
                 .collect(),
         }),
-        detail: RuleDetail::default(),
+        detail: RuleDetail {
+            orig_src_selector: r.source.selector.clone(),
+            orig_dst_selector: r.destination.selector.clone(),
+            annotations: r
+                .metadata
+                .as_ref()
+                .map(|m| m.annotations.clone())
+                .unwrap_or_default(),
+            ..RuleDetail::default()
+        },
     })
 }
 
@@ -106,59 +113,33 @@ fn entity(
     ns: Option<&str>,
 ) -> Result<EntityRule, ConvertError> {
     let c = |sub: &str| cx.at(&format!("{field}.{sub}"));
-    let has_ns = Selector::Has(NAMESPACE_LABEL.into());
-    let ns_sel = if !e.namespace_selector.is_empty() {
-        Some(
-            c("namespaceSelector")
-                .selector(&e.namespace_selector)?
-                .map_labels(&|k| format!("pcns.{k}"))
-                .replace_all_and_global(&has_ns, &Selector::Not(Box::new(has_ns.clone()))),
-        )
-    } else {
-        ns.map(|ns| Selector::Eq(NAMESPACE_LABEL.into(), ns.into()))
-    };
-    let mut parts = Vec::new();
-    if let Some(sa) = &e.service_accounts {
-        if sa.names.iter().any(|n| n.contains(['\'', '"'])) {
-            return Err(c("serviceAccounts.names").err("must not contain quotes"));
-        }
-        if !sa.selector.is_empty() {
-            parts.push(
-                c("serviceAccounts.selector")
-                    .selector(&sa.selector)?
-                    .map_labels(&|k| format!("pcsa.{k}")),
-            );
-        }
-        if !sa.names.is_empty() {
-            parts.push(Selector::In(
-                SERVICE_ACCOUNT_LABEL.into(),
-                sa.names.iter().cloned().collect::<BTreeSet<_>>(),
-            ));
+    // Every selector field is checked as Typha's validation filter checks Calico's: one that
+    // does not parse makes the whole policy invalid (as the `orig_*` fields carry them
+    // verbatim, that includes a namespace or service-account selector Calico's composition
+    // would have left out).
+    for (sub, sel) in [
+        ("selector", e.selector.as_str()),
+        ("notSelector", e.not_selector.as_str()),
+        ("namespaceSelector", e.namespace_selector.as_str()),
+        (
+            "serviceAccounts.selector",
+            e.service_accounts
+                .as_ref()
+                .map_or("", |s| s.selector.as_str()),
+        ),
+    ] {
+        if !sel.is_empty() {
+            c(sub).selector(sel)?;
         }
     }
-    if !e.selector.is_empty() {
-        parts.push(c("selector").selector(&e.selector)?);
-    }
-    let combined = Selector::and(parts);
-    let scoped = !e.selector.is_empty()
-        || !e.not_selector.is_empty()
-        || !e.namespace_selector.is_empty()
-        || e.service_accounts
-            .as_ref()
-            .is_some_and(|s| !s.selector.is_empty() || !s.names.is_empty());
-    let selector = match ns_sel {
-        Some(nss) if scoped => Selector::and([nss, combined]).to_string(),
-        _ if combined == Selector::All => String::new(),
-        _ => combined.to_string(),
-    };
-    let not_selector = if e.not_selector.is_empty() {
-        String::new()
-    } else {
-        c("notSelector").selector(&e.not_selector)?.to_string()
-    };
+    let sa = e.service_accounts.as_ref().map_or_else(String::new, |s| {
+        selector::service_accounts(&s.selector, &s.names)
+    });
+    let composed = selector::endpoint(&e.namespace_selector, &e.selector, &sa, &e.not_selector, ns);
+    c("selector").selector(&composed)?;
     Ok(EntityRule {
         nets: cx.nets(&format!("{field}.nets"), &e.nets)?,
-        selector,
+        selector: composed,
         namespace_selector: e.namespace_selector.clone(),
         ports: ports(cx, &format!("{field}.ports"), &e.ports)?,
         service_account_names: e
@@ -180,7 +161,7 @@ fn entity(
                 namespace: s.namespace.clone(),
             }),
         not_nets: cx.nets(&format!("{field}.notNets"), &e.not_nets)?,
-        not_selector,
+        not_selector: e.not_selector.clone(),
         not_ports: ports(cx, &format!("{field}.notPorts"), &e.not_ports)?,
     })
 }

@@ -102,17 +102,20 @@ spec:
         "/calico/v1/policy/NetworkPolicy/prod/allow-web"
     );
     let p = policy(&kvs);
+    // Calico's text: the user's selector verbatim, the namespace in single quotes.
     assert_eq!(
         p.selector,
-        r#"(app == "web" && projectcalico.org/namespace == "prod")"#
+        "(app == 'web') && projectcalico.org/namespace == 'prod'"
     );
     assert_eq!(p.types, vec![PolicyType::Ingress]);
     assert_eq!(p.tier, "default");
     let r = &p.inbound_rules[0];
     assert_eq!(
         r.src.selector,
-        r#"(projectcalico.org/namespace == "prod" && app == "frontend")"#
+        "(projectcalico.org/namespace == 'prod') && (app == 'frontend')"
     );
+    assert_eq!(r.detail.orig_src_selector, "app == 'frontend'");
+    assert_eq!(r.detail.orig_dst_selector, "");
     assert_eq!(
         r.dst.ports,
         vec![
@@ -142,7 +145,7 @@ fn global_policy_all_namespaces_beside_a_selector_still_needs_a_namespace() {
     let kvs = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: g}\nspec: {selector: app == 'x', namespaceSelector: all()}\n").unwrap();
     assert_eq!(
         policy(&kvs).selector,
-        r#"(app == "x" && has(projectcalico.org/namespace))"#
+        "(app == 'x') && has(projectcalico.org/namespace)"
     );
     let kvs = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: g}\nspec: {namespaceSelector: all()}\n").unwrap();
     assert_eq!(policy(&kvs).selector, "has(projectcalico.org/namespace)");
@@ -167,7 +170,7 @@ spec:
     assert_eq!(p.types, vec![PolicyType::Ingress, PolicyType::Egress]);
     assert_eq!(
         p.inbound_rules[0].src.selector,
-        r#"(has(projectcalico.org/namespace) && projectcalico.org/serviceaccount in {"a", "b"})"#
+        r#"(has(projectcalico.org/namespace)) && (projectcalico.org/serviceaccount in {"a", "b"})"#
     );
 }
 
@@ -354,8 +357,13 @@ fn quotes_that_could_rewrite_a_selector_are_refused() {
     // folded into a selector, could change its meaning (`x' || all() || a == '`).
     let e = one("apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {name: p, namespace: \"x' || all() || a == '\"}\nspec: {selector: all()}\n").unwrap_err();
     assert_eq!(e.field, "metadata.namespace");
-    let e = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: p}\nspec:\n  ingress:\n    - action: Allow\n      source: {serviceAccounts: {names: [\"a'b\\\"c\"]}}\n").unwrap_err();
-    assert!(e.field.ends_with("serviceAccounts.names"), "{e}");
+    // A service account name with a quote cannot rewrite the rule's selector either: the
+    // names do not make a selector, and Calico leaves the whole service-account match out of
+    // the rule's selector (logging it), as we do.
+    let kvs = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: p}\nspec:\n  ingress:\n    - action: Allow\n      source: {selector: a == 'b', serviceAccounts: {names: [\"a'b\\\"c\"]}}\n").unwrap();
+    let r = &policy(&kvs).inbound_rules[0];
+    assert_eq!(r.src.selector, "a == 'b'");
+    assert_eq!(r.src.service_account_names, ["a'b\"c"]);
 }
 
 #[test]
@@ -455,14 +463,14 @@ spec:
     let p = policy(&kvs);
     assert_eq!(
         p.selector,
-        r#"(app == "web" && projectcalico.org/namespace == "prod" && pcsa.role == "api")"#
+        r#"((app == 'web') && projectcalico.org/namespace == 'prod') && pcsa.role == "api""#
     );
     assert_eq!(p.staged_action.as_deref(), Some("Set"));
     assert_eq!((p.tier.as_str(), p.order), ("default", Some(10.0)));
     assert_eq!(p.types, vec![PolicyType::Ingress]);
     assert_eq!(
         p.inbound_rules[0].src.selector,
-        r#"(projectcalico.org/namespace == "prod" && app == "frontend")"#
+        "(projectcalico.org/namespace == 'prod') && (app == 'frontend')"
     );
     // The same spec as an enforced NetworkPolicy converts to the same value but for the action.
     let enforced = one(r#"
@@ -496,7 +504,9 @@ spec:
     );
     assert_eq!(
         std::str::from_utf8(calico[0].value.as_ref().unwrap()).unwrap(),
-        r#"{"namespace":"prod","tier":"default","order":10,"inbound_rules":[{"action":"allow","src_selector":"(projectcalico.org/namespace == \"prod\" \u0026\u0026 app == \"frontend\")"}],"selector":"(app == \"web\" \u0026\u0026 projectcalico.org/namespace == \"prod\" \u0026\u0026 pcsa.role == \"api\")","types":["ingress"],"staged_action":"Set"}"#
+        // As Calico's networkpolicyprocessor_test.go has it: the user's selectors verbatim,
+        // the namespace in single quotes, the service-account selector canonical.
+        r#"{"namespace":"prod","tier":"default","order":10,"inbound_rules":[{"action":"allow","src_selector":"(projectcalico.org/namespace == 'prod') \u0026\u0026 (app == 'frontend')","orig_src_selector":"app == 'frontend'"}],"selector":"((app == 'web') \u0026\u0026 projectcalico.org/namespace == 'prod') \u0026\u0026 pcsa.role == \"api\"","types":["ingress"],"staged_action":"Set"}"#
     );
 
     let kvs = one(r#"
@@ -542,10 +552,7 @@ spec:
     }
     let kvs = one("apiVersion: projectcalico.org/v3\nkind: StagedNetworkPolicy\nmetadata: {name: p, namespace: n}\nspec: {stagedAction: Ignore}\n").unwrap();
     assert_eq!(policy(&kvs).staged_action.as_deref(), Some("Ignore"));
-    assert_eq!(
-        policy(&kvs).selector,
-        r#"projectcalico.org/namespace == "n""#
-    );
+    assert_eq!(policy(&kvs).selector, "projectcalico.org/namespace == 'n'");
 }
 
 /// `stagedAction: Delete` stages the deletion of the enforced policy: Calico sends no value
@@ -591,8 +598,10 @@ fn invalid_staged_policies_are_refused() {
             "{spec}: {e}"
         );
     }
-    let e = one("apiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {name: g}\nspec: {stagedAction: Set, namespaceSelector: 'a =='}\n").unwrap_err();
-    assert_eq!(e.field, "spec.namespaceSelector", "{e}");
+    // A rule selector that does not parse makes the policy invalid, as Typha's validation
+    // filter makes it.
+    let e = one("apiVersion: projectcalico.org/v3\nkind: StagedGlobalNetworkPolicy\nmetadata: {name: g}\nspec: {stagedAction: Set, ingress: [{action: Allow, source: {selector: 'a =='}}]}\n").unwrap_err();
+    assert_eq!(e.field, "spec.ingress[0].source.selector", "{e}");
     assert!(
         e.to_string().starts_with("StagedGlobalNetworkPolicy g: "),
         "{e}"
@@ -711,7 +720,7 @@ fn cluster_network_policies_convert_as_global_policies_in_their_tier() {
     assert_eq!(p.types, vec![PolicyType::Egress]);
     assert_eq!(
         p.selector,
-        "(projectcalico.org/orchestrator == \"k8s\" && pcns.team == \"a\")"
+        "(projectcalico.org/orchestrator == 'k8s') && pcns.team == \"a\""
     );
     assert!(p.inbound_rules.is_empty());
     let out = &p.outbound_rules;
@@ -740,6 +749,21 @@ fn cluster_network_policies_convert_as_global_policies_in_their_tier() {
         calico[0].legacy_key.as_deref(),
         Some("/calico/v1/policy/tier/kube-admin/policy/kcnp.egress")
     );
+    // Each rule's name in its metadata, as Calico's driver puts it (Felix writes it as a
+    // comment on the rule's iptables lines).
+    let json = std::str::from_utf8(calico[0].value.as_ref().unwrap()).unwrap();
+    assert!(
+        json.contains(r#""metadata":{"annotations":{"name":"rest"}}"#),
+        "{json}"
+    );
+    assert_eq!(
+        p.outbound_rules[2]
+            .detail
+            .annotations
+            .get("name")
+            .map(String::as_str),
+        Some("rest")
+    );
     // No rules at all: no types, not Calico's API defaults.
     let empty = crate::calico::v3::k8s_cluster_policy::calico_spec(&serde_json::json!({
         "tier": "Baseline", "priority": 0, "subject": {"namespaces": {}}
@@ -755,10 +779,135 @@ fn cluster_network_policies_convert_as_global_policies_in_their_tier() {
     assert_eq!((p.tier.as_str(), p.types.len()), ("kube-baseline", 0));
     assert_eq!(
         p.selector,
-        "(projectcalico.org/orchestrator == \"k8s\" && has(projectcalico.org/namespace))"
+        "(projectcalico.org/orchestrator == 'k8s') && has(projectcalico.org/namespace)"
     );
     // Named ports without a protocol are this kind's only: a GlobalNetworkPolicy with one is
     // refused, as Calico's validator refuses it.
     let e = one("apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: p}\nspec: {egress: [{action: Allow, destination: {ports: [web]}}]}\n").unwrap_err();
     assert_eq!(e.field, "spec.egress[0]", "{e}");
+}
+
+/// Issue 38: every policy kind's selectors are the text Calico v3.32's update processors
+/// compose (`networkpolicyprocessor.go`, `globalnetworkpolicyprocessor.go`, `rules.go`; the
+/// expected strings follow Calico's own processor tests), so Felix names the same IP sets and
+/// policy groups from ours as from Calico's Typha.
+#[test]
+fn selectors_are_the_text_calico_composes() {
+    let np = |spec: &str| {
+        policy(
+            &one(&format!(
+                "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {{name: p, namespace: prod}}\nspec: {spec}\n"
+            ))
+            .unwrap(),
+        )
+        .clone()
+    };
+    let gnp = |spec: &str| {
+        policy(
+            &one(&format!(
+                "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: g}}\nspec: {spec}\n"
+            ))
+            .unwrap(),
+        )
+        .clone()
+    };
+    // Policy selectors.
+    for (spec, want) in [
+        (
+            r#"{selector: 'app == "x"'}"#,
+            r#"(app == "x") && projectcalico.org/namespace == 'prod'"#,
+        ),
+        ("{selector: ''}", "projectcalico.org/namespace == 'prod'"),
+        (
+            "{selector: all()}",
+            "(all()) && projectcalico.org/namespace == 'prod'",
+        ),
+        (
+            "{selector: app == 'x', serviceAccountSelector: all()}",
+            "((app == 'x') && projectcalico.org/namespace == 'prod') && all()",
+        ),
+    ] {
+        assert_eq!(np(spec).selector, want, "{spec}");
+    }
+    for (spec, want) in [
+        ("{selector: app == 'x'}", "app == 'x'"),
+        ("{selector: ''}", ""),
+        (
+            "{selector: a == 'x' && b == 'y', namespaceSelector: a == 'b' && c == 'd'}",
+            r#"(a == 'x' && b == 'y') && (pcns.a == "b" && pcns.c == "d")"#,
+        ),
+        (
+            "{selector: all(), namespaceSelector: team == 'x'}",
+            r#"(has(projectcalico.org/namespace)) && pcns.team == "x""#,
+        ),
+        (
+            "{serviceAccountSelector: all()}",
+            "has(projectcalico.org/serviceaccount)",
+        ),
+        // A namespace selector that does not parse is left out, as Calico leaves it out.
+        (
+            "{selector: app == 'x', namespaceSelector: 'a =='}",
+            "app == 'x'",
+        ),
+    ] {
+        assert_eq!(gnp(spec).selector, want, "{spec}");
+    }
+    // Rule selectors: `all()` selects every endpoint (not every address), scoped to the
+    // namespace in a namespaced policy; a not-selector alone scopes the rule; the service
+    // account part before the selector.
+    let rule = |p: Policy| p.inbound_rules[0].clone();
+    let r = rule(gnp(
+        "{ingress: [{action: Allow, source: {selector: all()}}]}",
+    ));
+    assert_eq!(r.src.selector, "all()");
+    let r = rule(np(
+        "{ingress: [{action: Allow, source: {selector: all()}}]}",
+    ));
+    assert_eq!(
+        r.src.selector,
+        "(projectcalico.org/namespace == 'prod') && (all())"
+    );
+    let r = rule(np(
+        "{ingress: [{action: Allow, source: {notSelector: app == 'x'}}]}",
+    ));
+    assert_eq!(
+        (r.src.selector.as_str(), r.src.not_selector.as_str()),
+        ("projectcalico.org/namespace == 'prod'", "app == 'x'")
+    );
+    let r = rule(np(
+        "{ingress: [{action: Allow, source: {selector: has(label1), serviceAccounts: {selector: key == 'value2', names: [sa3]}}}]}",
+    ));
+    assert_eq!(
+        r.src.selector,
+        r#"(projectcalico.org/namespace == 'prod') && (((pcsa.key == "value2") && (projectcalico.org/serviceaccount in {"sa3"})) && (has(label1)))"#
+    );
+    assert_eq!(r.detail.orig_src_selector, "has(label1)");
+    let r = rule(gnp(
+        "{ingress: [{action: Allow, destination: {namespaceSelector: global(), selector: role == 'db'}}]}",
+    ));
+    assert_eq!(
+        r.dst.selector,
+        "(!has(projectcalico.org/namespace)) && (role == 'db')"
+    );
+    assert_eq!(
+        (
+            r.detail.orig_dst_selector.as_str(),
+            r.dst.namespace_selector.as_str()
+        ),
+        ("role == 'db'", "global()")
+    );
+    // A rule's selector that does not parse makes the policy invalid, as Typha's validation
+    // filter makes it (the `orig_*` fields carry it verbatim).
+    for bad in [
+        "{ingress: [{action: Allow, source: {selector: 'a =='}}]}",
+        "{ingress: [{action: Allow, source: {namespaceSelector: 'a =='}}]}",
+        "{ingress: [{action: Allow, source: {notSelector: 'a =='}}]}",
+        "{ingress: [{action: Allow, source: {serviceAccounts: {selector: 'a =='}}}]}",
+    ] {
+        let e = one(&format!(
+            "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\nmetadata: {{name: p, namespace: prod}}\nspec: {bad}\n"
+        ))
+        .unwrap_err();
+        assert!(e.field.starts_with("spec.ingress[0].source."), "{bad}: {e}");
+    }
 }

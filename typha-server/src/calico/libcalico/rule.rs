@@ -4,7 +4,7 @@
 //! Field order is the struct's: action, ip_version, protocol, !protocol, icmp_type, icmp_code,
 //! !icmp_type, !icmp_code, the source fields (nets, selector, ports, service), the destination
 //! fields (selector *before* nets, as declared), the negated source and destination fields,
-//! the `orig_*` fields Calico keeps for Felix's rule metadata, then http.
+//! the `orig_*` fields Calico keeps for Felix's rule ids, then http and metadata.
 
 use typha_protocol::model::{Action, EntityRule, Port, Protocol, Rule};
 
@@ -63,11 +63,11 @@ fn rule(j: &mut Json, r: &Rule) {
         o.str_ne("!dst_selector", &d.not_selector);
         not_nets(o, "!dst_nets", d);
         ports(o, "!dst_ports", &d.not_ports);
-        // The `orig_*` fields. Calico copies the rule's selectors as written; our model keeps
-        // the namespace selector, the service account match and the not-selector as written,
-        // but only the folded form of the selector, so `orig_src_selector` and
-        // `orig_dst_selector` are not sent (Felix uses them only for rule metadata).
+        // The `orig_*` fields: the rule's selectors as written (Felix hashes them into the
+        // rule's id).
+        o.str_ne("orig_src_selector", &r.detail.orig_src_selector);
         o.str_ne("orig_src_namespace_selector", &s.namespace_selector);
+        o.str_ne("orig_dst_selector", &r.detail.orig_dst_selector);
         o.str_ne("orig_dst_namespace_selector", &d.namespace_selector);
         o.str_ne("!orig_src_selector", &s.not_selector);
         o.str_ne("!orig_dst_selector", &d.not_selector);
@@ -91,6 +91,14 @@ fn rule(j: &mut Json, r: &Rule) {
                         j.object(|o| o.str("exact", p));
                     });
                 }
+            });
+        }
+        // `model.RuleMetadata`: Felix writes each annotation as a comment on the rule's
+        // iptables lines.
+        if !r.detail.annotations.is_empty() {
+            o.field("metadata").object(|o| {
+                o.field("annotations")
+                    .string_map(&r.detail.annotations, Escape::Jsoniter);
             });
         }
     });

@@ -15,16 +15,15 @@
 //!   when its action is Deny or Pass, and is dropped when it is Accept.
 //! - Types: `Ingress` and `Egress` for the non-empty rule lists only (Calico's tiers for these
 //!   policies pass by default, so a direction without rules need not be enforced).
-//!
-//! Calico also writes each rule's `name` into the rule's metadata (annotation `name`); our
-//! model carries no rule metadata, which Felix uses for flow logs, not for enforcement.
-
-use std::collections::BTreeMap;
+//! - A rule's `name` goes into each of its Calico rules' metadata (annotation `name`), as
+//!   Calico writes it: Felix puts it in a comment on the rule's iptables lines.
 
 use ipnet::IpNet;
 use serde_json::{Map, Value, json};
 
-use super::k8s_policy::{at, namespace_selector, pod_selector};
+use super::k8s_policy::{
+    DstPort, ProtocolPorts, add_port, at, namespace_selector, pod_selector, simplify,
+};
 
 /// Calico's tier for ClusterNetworkPolicies of tier `Admin`.
 pub const ADMIN_TIER: &str = "kube-admin";
@@ -113,13 +112,17 @@ fn rule(r: &Value, ingress: bool) -> Result<Vec<Value>, ()> {
         .flatten()
         .map(|p| peer(p, ingress))
         .collect::<Result<_, _>>()?;
+    let name = at(r, "/name").as_str().filter(|n| !n.is_empty());
     let mut out = Vec::new();
     for (protocol, ports) in &protocols {
         for peer in &peers {
             let mut rule = Map::new();
+            if let Some(name) = name {
+                rule.insert("metadata".into(), json!({"annotations": {"name": name}}));
+            }
             rule.insert("action".into(), action.into());
             if !protocol.is_empty() {
-                rule.insert("protocol".into(), (*protocol).into());
+                rule.insert("protocol".into(), protocol.as_str().into());
             }
             let mut dest = if ingress {
                 rule.insert("source".into(), peer.clone());
@@ -167,41 +170,22 @@ fn peer(p: &Value, ingress: bool) -> Result<Value, ()> {
     if found { Ok(Value::Object(e)) } else { Err(()) }
 }
 
-/// A destination port: a number, a range, or a name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum DstPort {
-    Range(u16, u16),
-    Named(String),
-}
-
 /// A rule's protocols, as Calico unpacks them: per protocol name (`""` for none, sorted
 /// first), its ports, `None` for every port. No protocols, or one without any field, is one
 /// entry matching everything.
-type ProtocolPorts<'a> = BTreeMap<&'a str, Option<Vec<DstPort>>>;
-
-fn protocol_ports(protocols: &Value) -> Result<ProtocolPorts<'static>, ()> {
-    let all = || BTreeMap::from([("", None)]);
+fn protocol_ports(protocols: &Value) -> Result<ProtocolPorts, ()> {
+    let all = || ProtocolPorts::from([(String::new(), None)]);
     let Some(list) = protocols.as_array().filter(|l| !l.is_empty()) else {
         return Ok(all());
     };
-    let mut out: ProtocolPorts<'static> = BTreeMap::new();
+    let mut out = ProtocolPorts::new();
     for p in list {
         let (protocol, port) = protocol_port(p)?;
         if protocol.is_empty() && port.is_none() {
             // Any traffic: this rule matches everything, whatever else it lists.
             return Ok(all());
         }
-        match (out.get_mut(protocol), port) {
-            (_, None) => {
-                out.insert(protocol, None);
-            }
-            (None, Some(port)) => {
-                out.insert(protocol, Some(vec![port]));
-            }
-            (Some(Some(ports)), Some(port)) => ports.push(port),
-            // Every port already.
-            (Some(None), Some(_)) => {}
-        }
+        add_port(&mut out, protocol, port);
     }
     Ok(out)
 }
@@ -246,49 +230,6 @@ fn number_or_range(p: &Value) -> Result<Option<DstPort>, ()> {
         }
         None => Ok(None),
     }
-}
-
-/// Calico's `SimplifyPorts`: with more than one numeric port, named ports first (as given),
-/// then the numeric ones sorted and merged into ranges; otherwise as given.
-fn simplify(ports: &[DstPort]) -> Vec<Value> {
-    let numeric: Vec<(u16, u16)> = ports
-        .iter()
-        .filter_map(|p| match p {
-            DstPort::Range(a, b) => Some((*a, *b)),
-            DstPort::Named(_) => None,
-        })
-        .collect();
-    let count: u32 = numeric
-        .iter()
-        .map(|(a, b)| u32::from(*b) - u32::from(*a) + 1)
-        .sum();
-    let merged = if ports.len() <= 1 || count <= 1 {
-        ports.to_vec()
-    } else {
-        let mut sorted = numeric;
-        sorted.sort_unstable();
-        let mut ranges: Vec<(u16, u16)> = Vec::new();
-        for (a, b) in sorted {
-            match ranges.last_mut() {
-                Some(last) if u32::from(a) <= u32::from(last.1) + 1 => last.1 = last.1.max(b),
-                _ => ranges.push((a, b)),
-            }
-        }
-        ports
-            .iter()
-            .filter(|p| matches!(p, DstPort::Named(_)))
-            .cloned()
-            .chain(ranges.into_iter().map(|(a, b)| DstPort::Range(a, b)))
-            .collect()
-    };
-    merged
-        .into_iter()
-        .map(|p| match p {
-            DstPort::Range(a, b) if a == b => Value::from(a),
-            DstPort::Range(a, b) => Value::from(format!("{a}:{b}")),
-            DstPort::Named(n) => Value::from(n),
-        })
-        .collect()
 }
 
 #[cfg(test)]

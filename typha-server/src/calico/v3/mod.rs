@@ -42,8 +42,8 @@ pub use self::network::{
 };
 pub use self::policy::{
     ActionSpec, EntityRuleSpec, HttpPathSpec, HttpSpec, IcmpSpec, PolicySpec, PortSpec,
-    ProfileSpec, ProtocolSpec, RuleSpec, ServiceAccountMatch, ServiceSpec, StagedAction,
-    StagedKubernetesPolicySpec, StagedPolicySpec, TierSpec,
+    ProfileSpec, ProtocolSpec, RuleMetadataSpec, RuleSpec, ServiceAccountMatch, ServiceSpec,
+    StagedAction, StagedKubernetesPolicySpec, StagedPolicySpec, TierSpec,
 };
 pub use self::resource::{ObjectMeta, ParseError, Resource, Spec};
 pub use self::strmap::StrMap;

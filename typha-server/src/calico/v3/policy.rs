@@ -144,6 +144,19 @@ pub struct RuleSpec {
     /// HTTP match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpSpec>,
+    /// Metadata: annotations Calico passes to Felix, which writes each as a comment on the
+    /// rule's iptables lines (a Kubernetes ClusterNetworkPolicy's rule name is one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<RuleMetadataSpec>,
+}
+
+/// A rule's `metadata`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RuleMetadataSpec {
+    /// Annotations.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// NetworkPolicy / GlobalNetworkPolicy spec.

@@ -267,24 +267,141 @@ fn a_kubernetes_network_policy_becomes_calicos_knp() {
     let Spec::KubernetesNetworkPolicy(p) = &r.spec else {
         panic!("{r:?}")
     };
+    // Calico's text: the orchestrator first, the labels, then the expressions as given.
     assert_eq!(
         p.selector,
-        "app == 'api' && tier in { 'a', 'b' } && projectcalico.org/orchestrator == 'k8s'"
+        "projectcalico.org/orchestrator == 'k8s' && app == 'api' && tier in { 'a', 'b' }"
     );
     assert_eq!(p.order, Some(1000.0));
-    assert_eq!(p.types, ["Ingress", "Egress"]);
-    assert_eq!(p.ingress.len(), 9, "3 ports x 3 peers");
+    // No policyTypes: Ingress alone, as Calico reads a policy from before the field (the API
+    // server fills it in on write).
+    assert_eq!(p.types, ["Ingress"]);
+    // One rule per protocol (sorted) and peer, each with every port of its protocol.
+    assert_eq!(p.ingress.len(), 6, "2 protocols x 3 peers");
+    let tcp = &p.ingress[0];
     assert_eq!(
-        p.ingress[0].source.selector,
-        "role == 'fe' && projectcalico.org/orchestrator == 'k8s'"
+        tcp.source.selector,
+        "projectcalico.org/orchestrator == 'k8s' && role == 'fe'"
+    );
+    assert_eq!(
+        serde_json::to_value(&tcp.destination.ports).unwrap(),
+        json!([8080, "9000:9010"])
     );
     assert_eq!(p.ingress[1].source.namespace_selector, "all()");
+    assert_eq!(
+        p.ingress[1].source.selector,
+        "projectcalico.org/orchestrator == 'k8s'"
+    );
     assert_eq!(p.ingress[2].source.nets, ["10.0.0.0/8"]);
     assert_eq!(p.ingress[2].source.not_nets, ["10.1.0.0/16"]);
+    assert_eq!(
+        serde_json::to_value(&p.ingress[3].destination.ports).unwrap(),
+        json!(["dns"])
+    );
     assert_eq!(p.egress.len(), 1, "an empty egress rule allows everything");
     // And the pipeline accepts it.
     let kvs = crate::calico::convert::convert(&r).unwrap();
     assert_eq!(kvs.len(), 1);
+}
+
+/// What a Felix is sent for a Kubernetes NetworkPolicy: its Calico key and value as text.
+fn felix_sees(np: Value) -> (String, String) {
+    let r = convert(Conversion::NetworkPolicy, &object(np))
+        .1
+        .unwrap()
+        .unwrap();
+    let (k, v) = crate::calico::convert::convert(&r).unwrap().remove(0);
+    let kv = crate::calico::libcalico::calico_kvs(&k, &v).remove(0);
+    (
+        kv.key.to_string(),
+        String::from_utf8(kv.value.unwrap().to_vec()).unwrap(),
+    )
+}
+
+/// Issue 38: Felix names a selector's IP set after the selector's parse tree and hashes each
+/// rule (its `orig_*` selectors too) into the rule's id, so a Kubernetes NetworkPolicy must
+/// reach it as the exact text Calico v3.32's Typha sends (its driver's
+/// `K8sNetworkPolicyToCalico`, then the NetworkPolicy update processor): the orchestrator term
+/// first, the user's parts verbatim in Calico's parentheses, one rule per peer carrying all its
+/// ports. Compared as text, as Calico's own conversion tests compare it.
+#[test]
+fn a_kubernetes_network_policy_reaches_felix_as_calicos_text() {
+    let (key, value) = felix_sees(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "web", "namespace": "prod"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "web"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{
+                "from": [{"podSelector": {"matchLabels": {"role": "db"}},
+                          "namespaceSelector": {"matchLabels": {"team": "x"}}}],
+                "ports": [{"port": "http"}, {"port": 9000, "endPort": 9100}]}]}}));
+    assert_eq!(key, "/calico/v1/policy/KubernetesNetworkPolicy/prod/web");
+    assert_eq!(
+        value,
+        concat!(
+            r#"{"namespace":"prod","tier":"default","order":1000,"inbound_rules":[{"action":"allow","protocol":"tcp","#,
+            r#""src_selector":"(pcns.team == \"x\") \u0026\u0026 (projectcalico.org/orchestrator == 'k8s' \u0026\u0026 role == 'db')","#,
+            r#""dst_ports":["http","9000:9100"],"#,
+            r#""orig_src_selector":"projectcalico.org/orchestrator == 'k8s' \u0026\u0026 role == 'db'","#,
+            r#""orig_src_namespace_selector":"team == 'x'"}],"#,
+            r#""selector":"(projectcalico.org/orchestrator == 'k8s' \u0026\u0026 app == 'web') \u0026\u0026 projectcalico.org/namespace == 'prod'","#,
+            r#""types":["ingress"]}"#
+        )
+    );
+
+    // Two protocols and two peers: four rules, TCP's before UDP's, each protocol's peers in
+    // order; an egress ipBlock is its masked network and exceptions, not scoped to the
+    // namespace (it selects no endpoint); matchExpressions as Calico writes them.
+    let (_, value) = felix_sees(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "dns", "namespace": "prod"},
+        "spec": {
+            "podSelector": {"matchExpressions": [
+                {"key": "env", "operator": "In", "values": ["prod", "staging"]},
+                {"key": "debug", "operator": "DoesNotExist"}]},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{
+                "from": [{"podSelector": {"matchLabels": {"a": "1"}}},
+                         {"namespaceSelector": {}}],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}],
+            "egress": [{
+                "to": [{"ipBlock": {"cidr": "10.0.0.1/8", "except": ["10.1.0.0/16"]}}],
+                "ports": [{"port": 443}]}]}}));
+    let v: Value = serde_json::from_str(&value).unwrap();
+    assert_eq!(
+        v["selector"],
+        "(projectcalico.org/orchestrator == 'k8s' && env in { 'prod', 'staging' } && ! has(debug)) && projectcalico.org/namespace == 'prod'"
+    );
+    let a = "(projectcalico.org/namespace == 'prod') && (projectcalico.org/orchestrator == 'k8s' && a == '1')";
+    let any_ns = "(has(projectcalico.org/namespace)) && (projectcalico.org/orchestrator == 'k8s')";
+    let rules: Vec<(String, String, Value)> = v["inbound_rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["protocol"].as_str().unwrap().to_owned(),
+                r["src_selector"].as_str().unwrap().to_owned(),
+                r["dst_ports"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("tcp".into(), a.into(), json!([53])),
+            ("tcp".into(), any_ns.into(), json!([53])),
+            ("udp".into(), a.into(), json!([53])),
+            ("udp".into(), any_ns.into(), json!([53])),
+        ]
+    );
+    assert_eq!(
+        v["outbound_rules"],
+        json!([{"action": "allow", "protocol": "tcp", "dst_nets": ["10.0.0.0/8"],
+                "dst_ports": [443], "!dst_nets": ["10.1.0.0/16"]}])
+    );
+    assert_eq!(v["types"], json!(["ingress", "egress"]));
 }
 
 /// A ClusterNetworkPolicy is Calico's KubernetesClusterNetworkPolicy of the same name, in

@@ -36,7 +36,8 @@ fn a_basic_policy_is_a_global_policy_in_tier_kube_admin() {
             "namespaceSelector": "label == 'value' && label2 == 'value2'",
             "selector": K8S,
             "types": ["Ingress"],
-            "ingress": [{"action": "Allow", "protocol": "TCP",
+            "ingress": [{"metadata": {"annotations": {"name": "The first ingress rule"}},
+                         "action": "Allow", "protocol": "TCP",
                          "source": {"namespaceSelector": "k == 'v' && k2 == 'v2'"},
                          "destination": {"ports": [80]}}],
             "egress": [],
@@ -57,7 +58,7 @@ fn a_pods_subject_selects_kubernetes_pods_in_the_selected_namespaces() {
     });
     let s = calico_spec(&spec).unwrap();
     assert_eq!(s["namespaceSelector"], "all()");
-    assert_eq!(s["selector"], format!("! has(app) && {K8S}"));
+    assert_eq!(s["selector"], format!("{K8S} && ! has(app)"));
     // No rules: no types (the tier passes what no policy decides).
     assert_eq!(s["types"], json!([]));
     assert_eq!(s["order"], 5.0);
@@ -98,10 +99,11 @@ fn rules_are_split_by_protocol_then_peer() {
     let s = calico_spec(&spec).unwrap();
     let from_ns = json!({"namespaceSelector": "k == 'v'"});
     let from_pods =
-        json!({"namespaceSelector": "all()", "selector": format!("k2 == 'v2' && {K8S}")});
+        json!({"namespaceSelector": "all()", "selector": format!("{K8S} && k2 == 'v2'")});
     let named = json!(["http-port", "metrics"]);
     let ingress = |proto: Option<&str>, src: &Value, ports: &Value| {
-        let mut r = json!({"action": "Pass", "source": src, "destination": {"ports": ports}});
+        let mut r = json!({"metadata": {"annotations": {"name": "in"}}, "action": "Pass",
+                           "source": src, "destination": {"ports": ports}});
         if let Some(p) = proto {
             r["protocol"] = p.into();
         }
@@ -122,13 +124,13 @@ fn rules_are_split_by_protocol_then_peer() {
     assert_eq!(egress.len(), 6);
     assert_eq!(
         egress[1],
-        json!({"action": "Deny", "destination": {
-            "namespaceSelector": "k4 == 'v4'", "selector": format!("k5 == 'v5' && {K8S}"),
+        json!({"metadata": {"annotations": {"name": "out"}}, "action": "Deny", "destination": {
+            "namespaceSelector": "k4 == 'v4'", "selector": format!("{K8S} && k5 == 'v5'"),
             "ports": named}})
     );
     assert_eq!(
         egress[4],
-        json!({"action": "Deny", "protocol": "UDP",
+        json!({"metadata": {"annotations": {"name": "out"}}, "action": "Deny", "protocol": "UDP",
                "destination": {"namespaceSelector": "k3 == 'v3'", "ports": ["20:30"]}})
     );
     assert_eq!(s["types"], json!(["Ingress", "Egress"]));
@@ -192,8 +194,10 @@ fn egress_networks_are_networks() {
     assert_eq!(
         s["egress"],
         json!([
-            {"action": "Deny", "destination": {"namespaceSelector": "k3 == 'v3'"}},
-            {"action": "Deny", "destination": {"nets": ["10.10.10.0/24", "1.1.1.1/32", "::/0"]}},
+            {"metadata": {"annotations": {"name": "out"}}, "action": "Deny",
+             "destination": {"namespaceSelector": "k3 == 'v3'"}},
+            {"metadata": {"annotations": {"name": "out"}}, "action": "Deny",
+             "destination": {"nets": ["10.10.10.0/24", "1.1.1.1/32", "::/0"]}},
         ])
     );
     assert_eq!(s["types"], json!(["Egress"]));
@@ -225,13 +229,14 @@ fn rules_that_do_not_convert_fail_closed() {
         ]),
     );
     let s = calico_spec(&spec).unwrap();
+    // Calico's fail-closed rule carries no name.
     let deny_all = json!({"action": "Deny"});
     assert_eq!(s["ingress"], json!([deny_all]));
     assert_eq!(
         s["egress"],
         json!([
             deny_all,
-            {"action": "Deny", "protocol": "TCP",
+            {"metadata": {"annotations": {"name": "e"}}, "action": "Deny", "protocol": "TCP",
              "destination": {"namespaceSelector": "k4 == 'v4'", "ports": [80]}},
             deny_all,
             deny_all,
