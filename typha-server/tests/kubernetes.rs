@@ -860,17 +860,20 @@ async fn cluster_network_policies_are_served_in_calicos_tiers() {
     // What Calico's Kubernetes driver makes of it, written out.
     let want = |tier: &str, order: f64| {
         let from = json!({"namespaceSelector": "team == 'db'"});
+        // Each rule's name, as Calico's driver puts it in the rule's metadata.
+        let no_db = json!({"annotations": {"name": "no-db"}});
         Resource::from_json(v3(
             "KubernetesClusterNetworkPolicy",
             json!({"name": "guard"}),
             json!({"tier": tier, "order": order, "namespaceSelector": "team == 'a'",
                    "selector": "projectcalico.org/orchestrator == 'k8s'",
                    "types": ["Ingress", "Egress"],
-                   "ingress": [{"action": "Deny", "source": from,
+                   "ingress": [{"metadata": no_db, "action": "Deny", "source": from,
                                 "destination": {"ports": ["metrics"]}},
-                               {"action": "Deny", "protocol": "TCP", "source": from,
-                                "destination": {"ports": [5432]}}],
-                   "egress": [{"action": "Allow", "destination": {"nets": ["10.0.0.0/8"]}}]}),
+                               {"metadata": no_db, "action": "Deny", "protocol": "TCP",
+                                "source": from, "destination": {"ports": [5432]}}],
+                   "egress": [{"metadata": {"annotations": {"name": "out"}}, "action": "Allow",
+                               "destination": {"nets": ["10.0.0.0/8"]}}]}),
         ))
         .unwrap()
     };
