@@ -449,6 +449,68 @@ async fn kubernetes_network_policies_are_served_as_calicos() {
     let mut p = run.peer().await;
     run.converge(&mut p, "the policy served").await;
 
+    // Issue 38: a Calico client (calico-node's Felix) is sent the exact text Calico v3.32's
+    // Typha sends for a NetworkPolicy written through the real API server (which fills in
+    // `policyTypes` and each port's protocol): the orchestrator term first, the user's parts
+    // verbatim in Calico's parentheses, one rule for the peer carrying all its ports.
+    apply(
+        &run.admin,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+               "metadata": {"name": "db", "namespace": "web"},
+               "spec": {"podSelector": {"matchLabels": {"app": "web"}},
+                        "ingress": [{
+                            "from": [{"podSelector": {"matchLabels": {"role": "db"}},
+                                      "namespaceSelector": {"matchLabels": {"team": "x"}}}],
+                            "ports": [{"port": "http"}, {"port": 9000, "endPort": 9100}]}]}}),
+    )
+    .await;
+    let db = Resource::from_json(v3(
+        "KubernetesNetworkPolicy",
+        json!({"name": "knp.default.db", "namespace": "web"}),
+        json!({"order": 1000.0,
+               "selector": "projectcalico.org/orchestrator == 'k8s' && app == 'web'",
+               "types": ["Ingress"],
+               "ingress": [{"action": "Allow", "protocol": "TCP",
+                            "source": {"selector": "projectcalico.org/orchestrator == 'k8s' && role == 'db'",
+                                       "namespaceSelector": "team == 'x'"},
+                            "destination": {"ports": ["http", "9000:9100"]}}]}),
+    ))
+    .unwrap();
+    run.want.insert(db.id(), db.clone());
+    run.converge(&mut p, "the policy with peers and ports")
+        .await;
+    let tcp = tokio::net::TcpStream::connect(run.srv.addr).await.unwrap();
+    let felix = typha_client::calico::run(
+        tcp,
+        &typha_client::calico::CalicoHello::calico_node("node-1", "felix"),
+        typha_client::calico::Until::InSync,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    let got = &felix.kvs["/calico/v1/policy/KubernetesNetworkPolicy/web/db"];
+    assert_eq!(
+        std::str::from_utf8(&got.value).unwrap(),
+        concat!(
+            r#"{"namespace":"web","tier":"default","order":1000,"inbound_rules":[{"action":"allow","protocol":"tcp","#,
+            r#""src_selector":"(pcns.team == \"x\") \u0026\u0026 (projectcalico.org/orchestrator == 'k8s' \u0026\u0026 role == 'db')","#,
+            r#""dst_ports":["http","9000:9100"],"#,
+            r#""orig_src_selector":"projectcalico.org/orchestrator == 'k8s' \u0026\u0026 role == 'db'","#,
+            r#""orig_src_namespace_selector":"team == 'x'"}],"#,
+            r#""selector":"(projectcalico.org/orchestrator == 'k8s' \u0026\u0026 app == 'web') \u0026\u0026 projectcalico.org/namespace == 'web'","#,
+            r#""types":["ingress"]}"#
+        )
+    );
+    delete(
+        &run.admin,
+        "networking.k8s.io/v1",
+        "NetworkPolicy",
+        "web",
+        "db",
+    )
+    .await;
+    run.want.remove(&db.id());
+
     // The API server rejects what Kubernetes does not allow: nothing reaches the cache.
     let bad = common::kube::try_create(
         &run.admin,
