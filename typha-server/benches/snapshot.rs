@@ -9,7 +9,9 @@
 //! the server sends it. Building and decoding run on this thread alone.
 //!
 //! Run: `cargo bench -p typha-server --bench snapshot` (add `-- NODES PODS` for another size;
-//! `SNAPSHOT_BENCH_HELD=1` instead measures the values held compressed in memory).
+//! `SNAPSHOT_BENCH_HELD=1` instead measures the values held compressed in memory;
+//! `SNAPSHOT_BENCH_CALICO=1` what translating every update for Calico's clients would add to
+//! the cache writer's work, against that work itself).
 //! Results: BENCHMARKS.md, "Snapshot bytes per KV and storm (issue 22)".
 
 // A benchmark of generated data: a panic is a bug in the bench.
@@ -368,6 +370,77 @@ fn held(kvs: &[Update]) {
     }
 }
 
+/// Issue 38: what translating every update for Calico's clients in the cache writer (eagerly,
+/// as each breadcrumb is made) would cost, against the writer's own work for the same updates
+/// in the same run: the whole cluster as one initial load (every KV new), then every KV
+/// changed once (an update: the old value is translated too). The server translates lazily,
+/// once per breadcrumb, only when a Calico client reaches it.
+fn calico_translation(kvs: &[Update]) {
+    use typha_protocol::message::Epoch;
+    use typha_server::cache::CacheConfig;
+    use typha_server::cache::writer::CacheWriter;
+    use typha_server::calico::libcalico::calico_changes_encoded;
+    use typha_server::metrics::Metrics;
+    use typha_server::syncer::SyncerEvent;
+
+    let changed: Vec<Update> = kvs
+        .iter()
+        .map(|u| Update {
+            revision: typha_protocol::model::Revision(u.revision.0 + 1_000_000),
+            kind: UpdateKind::Updated,
+            ..u.clone()
+        })
+        .collect();
+    let mut writer_load = Vec::new();
+    let mut translate_load = Vec::new();
+    let mut translate_update = Vec::new();
+    for _ in 0..ROUNDS {
+        let (mut w, _cache) =
+            CacheWriter::new(CacheConfig::default(), Epoch(1), Metrics::unregistered());
+        let load = kvs.to_vec();
+        let t = Instant::now();
+        w.handle(SyncerEvent::Kvs(load));
+        w.flush();
+        writer_load.push(t.elapsed());
+
+        let t = Instant::now();
+        let mut n = 0;
+        for u in kvs {
+            n += calico_changes_encoded(&u.key, None, u.value.as_ref())
+                .unwrap()
+                .len();
+        }
+        translate_load.push(t.elapsed());
+        assert!(n > 0);
+
+        let t = Instant::now();
+        for (old, new) in kvs.iter().zip(&changed) {
+            calico_changes_encoded(&new.key, old.value.as_ref(), new.value.as_ref()).unwrap();
+        }
+        translate_update.push(t.elapsed());
+    }
+    let (w, tl, tu) = (
+        median(writer_load),
+        median(translate_load),
+        median(translate_update),
+    );
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / kvs.len() as f64;
+    println!("| what, {} KVs | ms | µs per KV | vs the writer's load |", kvs.len());
+    println!("|---|---|---|---|");
+    for (what, d) in [
+        ("the cache writer: the initial load (baseline)", w),
+        ("Calico translation of the initial load", tl),
+        ("Calico translation of every KV updated once", tu),
+    ] {
+        println!(
+            "| {what} | {:.0} | {:.2} | {:.2} |",
+            d.as_secs_f64() * 1e3,
+            us(d),
+            d.as_secs_f64() / w.as_secs_f64()
+        );
+    }
+}
+
 fn measure_wire(kvs: &[Update], chunk_kvs: usize, chunk_bytes: usize, level: i32) -> usize {
     let mut enc = FrameEncoder::zstd(level).unwrap();
     cut(kvs, chunk_kvs, chunk_bytes)
@@ -389,6 +462,10 @@ fn main() {
     per_kind(&kvs);
     if std::env::var_os("SNAPSHOT_BENCH_HELD").is_some() {
         held(&kvs);
+        return;
+    }
+    if std::env::var_os("SNAPSHOT_BENCH_CALICO").is_some() {
+        calico_translation(&kvs);
         return;
     }
     if let Ok(file) = std::env::var("SNAPSHOT_BENCH_DUMP_KVS") {
