@@ -675,11 +675,7 @@ impl DirSource {
             let claimed = claimed_id(&doc);
             let resource = Resource::from_json(doc)
                 .map_err(|e| e.to_string())
-                .and_then(|r| {
-                    crate::calico::convert::convert(&r)
-                        .map(|_| r)
-                        .map_err(|e| e.to_string())
-                });
+                .and_then(|r| crate::calico::convert::accept_write(r).map_err(|e| e.to_string()));
             match resource {
                 Ok(r) => {
                     let id = r.id();

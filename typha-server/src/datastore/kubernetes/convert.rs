@@ -449,7 +449,9 @@ pub(super) fn node_spec(o: &DynamicObject, pod_cidr: bool) -> Value {
             bgp.insert(field.into(), v.into());
         }
     }
-    if let Ok(asn) = get("ASNumber").parse::<u32>() {
+    // A number, or the dotted form (`1.10`), as Calico's `numorstring.ASNumber` reads it.
+    let asn = get("ASNumber");
+    if serde_json::from_value::<crate::calico::v3::AsNumber>(Value::String(asn.clone())).is_ok() {
         bgp.insert("asNumber".into(), asn.into());
     }
     if !bgp.is_empty() {

@@ -147,7 +147,7 @@ fn a_node_takes_its_addresses_and_calicos_annotations() {
     };
     let bgp = n.bgp.as_ref().unwrap();
     assert_eq!(bgp.ipv4_address, "172.16.0.5/24");
-    assert_eq!(bgp.as_number, Some(64512));
+    assert_eq!(bgp.as_number, Some(crate::calico::v3::AsNumber(64512)));
     assert_eq!(n.ipv4_vxlan_tunnel_addr, "10.244.1.0");
     let addrs: Vec<_> = n
         .addresses
