@@ -68,7 +68,7 @@ pub fn convert_noting(r: &Resource) -> Result<Converted, ConvertError> {
 /// and with the defaults Calico's client library fills in on writing (a policy's `types`).
 /// The embedded store checks every resource it is given with this.
 pub fn accept_write(mut r: Resource) -> Result<Resource, ConvertError> {
-    policy::default_types(&mut r.spec);
+    write_defaults(&mut r);
     let c = convert_noting(&r)?;
     match c.notes.into_iter().next() {
         None => Ok(r),
@@ -87,6 +87,13 @@ pub(crate) fn convert_unchecked(r: &Resource) -> Result<Vec<(Key, Value)>, Conve
     let id = r.id();
     let notes = RefCell::new(Vec::new());
     convert_in(&Cx::new(&id, &notes), r, false)
+}
+
+/// What Calico's client library fills in when a resource is written: a policy's types, from
+/// its rules. The embedded store applies it to every resource it is given; resources read from
+/// etcd or Kubernetes are taken as stored, as Calico's syncers take them.
+pub fn write_defaults(r: &mut Resource) {
+    policy::default_types(&mut r.spec);
 }
 
 /// The conversion; `v3_checks` runs Calico's v3 validator on the kinds carried whole.
