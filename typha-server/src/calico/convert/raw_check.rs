@@ -338,6 +338,25 @@ fn filter_rule(cx: &Cx<'_>, r: &BgpFilterRule, v4: bool) -> Result<(), ConvertEr
         if set.iter().filter(|s| **s).count() != 1 {
             return Err(at(&format!("operations[{i}]")).err("exactly one operation must be set"));
         }
+        let missing = op.add_community.as_ref().is_some_and(|c| c.value.is_none())
+            || op
+                .prepend_as_path
+                .as_ref()
+                .is_some_and(|p| p.prefix.is_none())
+            || op.set_priority.as_ref().is_some_and(|p| p.value.is_none());
+        if missing {
+            return Err(at(&format!("operations[{i}]")).err("the operation's value is required"));
+        }
+        if op
+            .set_priority
+            .as_ref()
+            .and_then(|p| p.value)
+            .is_some_and(|p| !(1..=2_147_483_646).contains(&p))
+        {
+            return Err(
+                at(&format!("operations[{i}].setPriority.value")).err("must be 1-2147483646")
+            );
+        }
     }
     Ok(())
 }

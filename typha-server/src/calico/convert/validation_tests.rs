@@ -997,6 +997,14 @@ fn bgp_filter_checks_calicos_validator_makes() {
             "{importV4: [{action: Accept, operations: [{setPriority: {value: 1}, prependASPath: {prefix: [1]}}]}]}",
             "spec.importV4[0].operations[0]",
         ),
+        (
+            "{importV4: [{action: Accept, operations: [{addCommunity: {}}]}]}",
+            "spec.importV4[0].operations[0]",
+        ),
+        (
+            "{importV4: [{action: Accept, operations: [{setPriority: {value: 0}}]}]}",
+            "spec.importV4[0].operations[0].setPriority.value",
+        ),
     ] {
         assert_eq!(
             raw("BGPFilter", "f", spec).unwrap_err().field,
