@@ -59,6 +59,12 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             if let (Some(g), Some(m)) = (o.metadata.generation, metadata.as_object_mut()) {
                 m.insert("generation".into(), g.into());
             }
+            // Felix honours `config.projectcalico.org/<Name>` annotations on these.
+            if kind == Kind::FelixConfiguration
+                && let Some(m) = metadata.as_object_mut()
+            {
+                m.insert("annotations".into(), crd_annotations(o));
+            }
             let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
             (id, v3_doc(kind, metadata, spec))
         }
@@ -299,6 +305,26 @@ fn calico_metadata(
         None => name.to_owned(),
     };
     Ok((name, labels))
+}
+
+/// A custom resource's annotations as Calico's driver gives them to the v3 resource: the CRD's
+/// own (but the metadata annotation), then those the metadata annotation holds.
+fn crd_annotations(o: &DynamicObject) -> Value {
+    let own = o.metadata.annotations.clone().unwrap_or_default();
+    let mut out: Map<String, Value> = own
+        .iter()
+        .filter(|(k, _)| *k != METADATA_ANNOTATION)
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    let stored = own
+        .get(METADATA_ANNOTATION)
+        .and_then(|t| serde_json::from_str::<Value>(t).ok());
+    if let Some(Value::Object(a)) = stored.as_ref().map(|m| at(m, "/annotations")) {
+        for (k, v) in a {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(out)
 }
 
 /// Calico's workload endpoint name: `<node>-k8s-<pod>-eth0`, with `-` doubled in each part.

@@ -121,6 +121,42 @@ fn a_pod_becomes_its_workload_endpoint() {
     assert_eq!(w.ip_networks, ["10.9.9.9/32"]);
 }
 
+/// A FelixConfiguration's annotations reach the conversion (the CRD's own and those in
+/// Calico's metadata annotation), so `config.projectcalico.org/<Name>` overrides work here too.
+#[test]
+fn a_felix_configuration_keeps_its_override_annotations() {
+    let o = object(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "FelixConfiguration",
+        "metadata": {"name": "default", "annotations": {
+            "config.projectcalico.org/LogSeverityScreen": "Debug",
+            "projectcalico.org/metadata":
+                r#"{"annotations": {"config.projectcalico.org/PrometheusMetricsEnabled": "true"}}"#}},
+        "spec": {"logSeverityScreen": "Info"}}));
+    let r = convert(Conversion::Crd(Kind::FelixConfiguration), &o)
+        .1
+        .unwrap()
+        .unwrap();
+    let mut keys: Vec<(String, String)> = crate::calico::convert::convert(&r)
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| match v {
+            typha_protocol::model::Value::Config(v) => (k.to_string(), v),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            ("/calico/v1/config/LogSeverityScreen".into(), "Debug".into()),
+            (
+                "/calico/v1/config/PrometheusMetricsEnabled".into(),
+                "true".into()
+            ),
+        ]
+    );
+}
+
 /// Calico's CNI annotations for floating IPs (the endpoint's 1:1 NATs onto the pod's address
 /// of their family) and for the source prefixes a pod may send from, read as Calico's driver
 /// reads them: one that is not a JSON list (of CIDRs, for the prefixes) makes the endpoint
