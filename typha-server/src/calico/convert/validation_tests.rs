@@ -595,6 +595,10 @@ fn workload_endpoint_bad_nat_is_skipped() {
         }]
     );
     assert_eq!(notes(&c), [("spec.ipNATs[1]", Effect::Skipped)]);
+    // An address left out is Go's empty string: the NAT is skipped too.
+    let c = wep("ipNATs: [{internalIP: 10.0.0.5}]").unwrap();
+    assert!(the_wep(&c).ipv4_nat.is_empty());
+    assert_eq!(notes(&c), [("spec.ipNATs[0]", Effect::Skipped)]);
 }
 
 #[test]
@@ -622,6 +626,14 @@ fn workload_endpoint_named_port_checks_calicos_validator_makes() {
         "[{name: ping, protocol: ICMP, port: 1}]",
         "[{name: 'a b', protocol: TCP, port: 80}]",
     ] {
+        assert_eq!(
+            wep(&format!("ports: {ports}")).unwrap_err().field,
+            "spec.ports[0]",
+            "{ports}"
+        );
+    }
+    // A named port without a protocol or a port number is Go's zero value: refused.
+    for ports in ["[{name: dns, port: 53}]", "[{name: dns, protocol: UDP}]"] {
         assert_eq!(
             wep(&format!("ports: {ports}")).unwrap_err().field,
             "spec.ports[0]",
