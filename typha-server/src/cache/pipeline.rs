@@ -445,6 +445,46 @@ mod tests {
         assert_eq!(p.invalid, 2);
     }
 
+    /// An entry skipped where Calico skips it is logged, not counted; a KV of the resource left
+    /// out as invalid (a profile's rules) is counted and deleted, the rest kept.
+    #[test]
+    fn skipped_entries_are_not_counted_and_dropped_parts_are() {
+        let res = |v: serde_json::Value| Resource::from_json(v).unwrap();
+        let mut p = Pipeline::default();
+        let out = p.put(
+            Revision(1),
+            Ok(res(serde_json::json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+                "metadata": {"name": "feed"}, "spec": {"nets": ["10.1.0.0/16", "bogus"]}
+            }))
+            .into()),
+        );
+        assert!(out.len() == 1 && out[0].value.is_some());
+        assert_eq!(p.invalid, 0);
+        let profile = |ports: serde_json::Value| {
+            res(serde_json::json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "Profile",
+                "metadata": {"name": "prof"},
+                "spec": {"labelsToApply": {"a": "b"}, "ingress": [{"action": "Allow",
+                         "protocol": "TCP", "destination": {"ports": ports}}]}
+            }))
+        };
+        let out = p.put(Revision(2), Ok(profile(serde_json::json!([80])).into()));
+        assert_eq!(out.iter().filter(|c| c.value.is_some()).count(), 2);
+        let out = p.put(Revision(3), Ok(profile(serde_json::json!([0])).into()));
+        assert_eq!(p.invalid, 1);
+        let deleted: Vec<&str> = out
+            .iter()
+            .filter(|c| c.value.is_none())
+            .map(|c| c.key.as_str())
+            .collect();
+        assert_eq!(deleted, ["/calico/v1/policy/profile/prof/rules"]);
+        assert!(
+            out.iter()
+                .any(|c| c.value.is_some() && c.key.as_str().ends_with("/labels"))
+        );
+    }
+
     #[test]
     fn resync_deletes_what_is_gone() {
         let mut p = Pipeline::default();
