@@ -47,7 +47,7 @@ pub enum InvalidValue {
         source: SelectorError,
     },
     /// Port numbers in a rule whose protocol has none (or without a protocol).
-    #[error("{side}: ports need protocol TCP, UDP, SCTP or UDPLite")]
+    #[error("{side}: ports need protocol TCP, UDP or SCTP")]
     PortsWithoutProtocol {
         /// Where: `inbound[0].destination`, ...
         side: String,

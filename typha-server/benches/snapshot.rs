@@ -425,7 +425,10 @@ fn calico_translation(kvs: &[Update]) {
         median(translate_update),
     );
     let us = |d: Duration| d.as_secs_f64() * 1e6 / kvs.len() as f64;
-    println!("| what, {} KVs | ms | µs per KV | vs the writer's load |", kvs.len());
+    println!(
+        "| what, {} KVs | ms | µs per KV | vs the writer's load |",
+        kvs.len()
+    );
     println!("|---|---|---|---|");
     for (what, d) in [
         ("the cache writer: the initial load (baseline)", w),

@@ -106,7 +106,10 @@ impl Backend for EmbeddedBackend {
     }
     async fn put(&mut self, r: &Resource) -> Resource {
         self.store.put(r.clone());
-        r.clone()
+        // Stored as Calico's client library writes it (a policy's types filled in).
+        let mut stored = r.clone();
+        typha_server::calico::convert::write_defaults(&mut stored);
+        stored
     }
     async fn delete(&mut self, id: &ResourceId) {
         self.store.delete(id);

@@ -194,7 +194,7 @@ async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
     common::etcd::put_raw(&mut c, "globalnetworksets/impostor", valid.as_bytes()).await;
     // A kind this server does not serve: skipped, not invalid.
     common::etcd::put_raw(&mut c, "ipreservations/r-1", b"{}").await;
-    // Staged policies: an action Calico does not have and a selector that does not parse are
+    // Staged policies: an action that is not text and a selector that does not parse are
     // invalid; a staged deletion is valid and sends nothing.
     let staged = |kind: &str, metadata: serde_json::Value, spec: serde_json::Value| {
         serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": kind,
@@ -204,7 +204,7 @@ async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
     let bad_action = staged(
         "StagedNetworkPolicy",
         serde_json::json!({"name": "p", "namespace": "ns"}),
-        serde_json::json!({"stagedAction": "Remove", "selector": "all()"}),
+        serde_json::json!({"stagedAction": 7, "selector": "all()"}),
     );
     let bad_selector = staged(
         "StagedGlobalNetworkPolicy",
@@ -252,6 +252,62 @@ async fn values_that_are_not_resources_are_counted_and_the_rest_is_served() {
     .await;
     assert_eq!(p.state.len(), want.1);
     assert!(p.goodbye.is_none());
+    srv.shutdown().await;
+}
+
+/// Issue 38: a threat-feed GlobalNetworkSet with one bad CIDR among good ones, written to etcd
+/// as `kubectl apply` of the CRD or a direct write would leave it, reaches a Calico client
+/// with its good CIDRs (Calico's syncers skip the bad entry), and is not counted invalid. A
+/// policy that names its protocol by number reaches it with the number, as Calico sends it.
+#[tokio::test]
+async fn a_network_set_with_one_bad_cidr_reaches_calico_clients_with_the_good_ones() {
+    let etcd = EtcdServer::start().await;
+    let mut c = etcd.client().await;
+    let set = json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+        "metadata": {"name": "threat-feed", "labels": {"feed": "bad-actors"}},
+        "spec": {"nets": ["10.1.0.0/16", "not-a-cidr", "192.168.5.0/24"]}});
+    common::etcd::put_raw(
+        &mut c,
+        "globalnetworksets/threat-feed",
+        set.to_string().as_bytes(),
+    )
+    .await;
+    let policy = json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
+        "metadata": {"name": "deny-feed"},
+        "spec": {"selector": "all()", "types": ["Egress"], "egress": [{"action": "Deny",
+            "protocol": 6, "destination": {"selector": "feed == 'bad-actors'",
+            "nets": ["203.0.113.0/24", "also-bad"]}}]}});
+    common::etcd::put_raw(
+        &mut c,
+        "globalnetworkpolicies/deny-feed",
+        policy.to_string().as_bytes(),
+    )
+    .await;
+
+    let ds = Arc::new(backend(&etcd).await);
+    let srv = start(Config::for_tests(), ds).await.unwrap();
+    let tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let hello = typha_client::calico::CalicoHello::calico_node("node-a", "felix");
+    let state = typha_client::calico::run(
+        tcp,
+        &hello,
+        typha_client::calico::Until::InSync,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let value = |key: &str| -> serde_json::Value {
+        let kv = state.kvs.get(key).unwrap_or_else(|| panic!("no {key}"));
+        serde_json::from_slice(&kv.value).unwrap()
+    };
+    assert_eq!(
+        value("/calico/v1/netset/threat-feed"),
+        json!({"nets": ["10.1.0.0/16", "192.168.5.0/24"], "labels": {"feed": "bad-actors"}})
+    );
+    let rule = &value("/calico/v1/policy/GlobalNetworkPolicy//deny-feed")["outbound_rules"][0];
+    assert_eq!(rule["protocol"], json!(6));
+    assert_eq!(rule["dst_nets"], json!(["203.0.113.0/24"]));
+    assert_eq!(metric(&srv, "typha_updates_invalid_total"), 0.0);
     srv.shutdown().await;
 }
 

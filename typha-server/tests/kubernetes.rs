@@ -323,24 +323,40 @@ async fn an_object_that_does_not_convert_is_invalid_and_the_rest_is_served() {
         return;
     };
     run.seed().await;
-    // Calico's CRD schema takes any string as a net; the conversion does not.
-    apply(
-        &run.admin,
-        json!({"apiVersion": CRD, "kind": "GlobalNetworkSet",
-               "metadata": {"name": "bad"}, "spec": {"nets": ["not-a-cidr"]}}),
-    )
+    // Calico's CRD schema takes any string as a net: Calico's syncers skip the bad one and
+    // serve the set with the rest (issue 38), and so do we, without counting it invalid.
+    run.put(v3(
+        "GlobalNetworkSet",
+        json!({"name": "feed"}),
+        json!({"nets": ["10.1.0.0/16", "not-a-cidr", "192.168.5.0/24"]}),
+    ))
     .await;
     let mut p = run.peer().await;
-    run.converge(&mut p, "the initial sync without the bad set")
+    run.converge(&mut p, "the initial sync with the set's good nets")
         .await;
-    assert!(metric(&run.srv, "typha_updates_invalid_total") >= 1.0);
+    assert_eq!(metric(&run.srv, "typha_updates_invalid_total"), 0.0);
+    // A policy Calico's validator drops (port 0, which the CRD schema takes).
+    apply(
+        &run.admin,
+        json!({"apiVersion": CRD, "kind": "GlobalNetworkPolicy", "metadata": {"name": "bad"},
+               "spec": {"selector": "all()", "ingress": [{"action": "Allow", "protocol": "TCP",
+                        "destination": {"ports": [0]}}]}}),
+    )
+    .await;
+    eventually("the bad policy counted", || {
+        metric(&run.srv, "typha_updates_invalid_total") >= 1.0
+    })
+    .await;
+    run.converge(&mut p, "the sync without the bad policy")
+        .await;
 
     // A bad update to a good object removes it; fixing it brings it back.
     apply(
         &run.admin,
         json!({"apiVersion": CRD, "kind": "GlobalNetworkSet",
-               "metadata": {"name": "gset-0", "labels": {"gen": "0"}},
-               "spec": {"nets": ["10.0.0.0/33"]}}),
+               "metadata": {"name": "gset-0", "labels": {"gen": "0"},
+                            "annotations": {"projectcalico.org/metadata": "{not json"}},
+               "spec": {"nets": ["10.0.0.0/8"]}}),
     )
     .await;
     let gone = Resource::from_json(global_set(0, 0)).unwrap().id();

@@ -175,8 +175,8 @@ impl EncodedValue {
         // unsupported serde types, and Vec output never runs out of space.
         let mut out = postcard::to_allocvec(value).unwrap_or_default();
         match value {
-            Value::Node(n) if !n.detail.is_empty() => {
-                out = postcard::to_extend(&n.detail, out).unwrap_or_default();
+            Value::Node(n) => {
+                out = n.detail.encode_tail(out).unwrap_or_default();
             }
             Value::Block(b) if !b.table.is_empty() => {
                 out = postcard::to_extend(&b.table, out).unwrap_or_default();
@@ -213,9 +213,7 @@ impl EncodedValue {
         if !tail.is_empty() {
             match &mut value {
                 Value::Node(n) => {
-                    n.detail = postcard::take_from_bytes(tail)
-                        .map_err(ValueError::Decode)?
-                        .0;
+                    n.detail = NodeDetail::decode_tail(tail).map_err(ValueError::Decode)?;
                 }
                 Value::Block(b) => {
                     b.table = postcard::take_from_bytes(tail)
@@ -451,10 +449,38 @@ mod tests {
                     kind: "InternalIP".into(),
                 }],
                 route_reflector_cluster_id: "224.0.0.1".into(),
+                invalid_as_v3: true,
                 ..NodeDetail::default()
             },
             ..Node::default()
         })
+    }
+
+    /// A node's second tail is written only when the node is invalid as a v3 Node, so a
+    /// valid one encodes as before it existed; one with nothing but the flag writes both.
+    #[test]
+    fn node_validity_tail_is_written_only_when_set() {
+        let Value::Node(mut n) = node_with_detail() else {
+            unreachable!()
+        };
+        let with_flag = EncodedValue::encode(&Value::Node(n.clone()));
+        n.detail.invalid_as_v3 = false;
+        let without = EncodedValue::encode(&Value::Node(n.clone()));
+        let mut expected = postcard::to_allocvec(&Value::Node(n.clone())).unwrap();
+        expected = postcard::to_extend(&n.detail, expected).unwrap();
+        assert_eq!(without.as_bytes(), &expected[..]);
+        assert_eq!(with_flag.len(), without.len() + 1);
+        let only_flag = Value::Node(Node {
+            detail: NodeDetail {
+                invalid_as_v3: true,
+                ..NodeDetail::default()
+            },
+            ..Node::default()
+        });
+        assert_eq!(
+            EncodedValue::encode(&only_flag).decode().unwrap(),
+            only_flag
+        );
     }
 
     fn block_with_table() -> Value {

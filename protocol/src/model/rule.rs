@@ -51,12 +51,11 @@ impl Protocol {
         }
     }
 
-    /// Whether rules with this protocol may match ports.
+    /// Whether rules with this protocol may match port numbers: TCP, UDP and SCTP, as
+    /// Calico's `SupportsPorts` says (not UDP-Lite, although it has ports: Calico's validator
+    /// refuses a rule that gives it ports, and Felix never sees one).
     pub fn has_ports(self) -> bool {
-        matches!(
-            self,
-            Protocol::Tcp | Protocol::Udp | Protocol::Sctp | Protocol::UdpLite
-        )
+        matches!(self, Protocol::Tcp | Protocol::Udp | Protocol::Sctp)
     }
 }
 

@@ -403,12 +403,51 @@ pub struct NodeDetail {
     pub wireguard_public_key_v6: String,
     /// `status.podCIDRs`.
     pub pod_cidrs: Vec<String>,
+    /// Calico's validator refuses this node as a v3 Node (a bad address, MAC or key, or a bad
+    /// name), so Calico's Typha sends its v3 Node as a deletion, while its host IP, tunnel
+    /// addresses and WireGuard key are sent. On the wire a second tail after the first, written
+    /// only when set ([`NodeDetail::encode_tail`]).
+    #[serde(skip)]
+    pub invalid_as_v3: bool,
+}
+
+/// The second tail of a [`Node`] (see [`NodeDetail::invalid_as_v3`]).
+#[derive(Serialize, Deserialize)]
+struct NodeValidityTail {
+    invalid_as_v3: bool,
 }
 
 impl NodeDetail {
     /// Whether nothing is set.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// Appends the tails to `out` (nothing when empty): the detail, then the validity when set.
+    pub(super) fn encode_tail(&self, out: Vec<u8>) -> Result<Vec<u8>, postcard::Error> {
+        if self.is_empty() {
+            return Ok(out);
+        }
+        let out = postcard::to_extend(self, out)?;
+        if !self.invalid_as_v3 {
+            return Ok(out);
+        }
+        postcard::to_extend(
+            &NodeValidityTail {
+                invalid_as_v3: true,
+            },
+            out,
+        )
+    }
+
+    /// Reads the tails from `bytes`; bytes after those this version knows are ignored.
+    pub(super) fn decode_tail(bytes: &[u8]) -> Result<Self, postcard::Error> {
+        let (mut detail, rest) = postcard::take_from_bytes::<NodeDetail>(bytes)?;
+        if !rest.is_empty() {
+            let (v, _) = postcard::take_from_bytes::<NodeValidityTail>(rest)?;
+            detail.invalid_as_v3 = v.invalid_as_v3;
+        }
+        Ok(detail)
     }
 }
 

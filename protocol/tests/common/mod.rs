@@ -850,7 +850,7 @@ fn allocation_table() -> impl Strategy<Value = AllocationTable> {
     ]
 }
 
-/// A node's detail: empty (a version 1 value) or filled.
+/// A node's detail: empty (a version 1 value) or filled, with its second tail or without.
 fn node_detail() -> impl Strategy<Value = NodeDetail> {
     prop_oneof![
         Just(NodeDetail::default()),
@@ -860,9 +860,10 @@ fn node_detail() -> impl Strategy<Value = NodeDetail> {
             option::of((text(), text())),
             vec((text(), vec(text(), 0..2)), 0..2),
             vec(text(), 0..2),
+            any::<bool>(),
         )
             .prop_map(
-                |(addresses, rr, wireguard, interfaces, pod_cidrs)| NodeDetail {
+                |(addresses, rr, wireguard, interfaces, pod_cidrs, invalid_as_v3)| NodeDetail {
                     addresses: addresses
                         .into_iter()
                         .map(|(address, kind)| NodeAddress { address, kind })
@@ -878,6 +879,7 @@ fn node_detail() -> impl Strategy<Value = NodeDetail> {
                         .map(|(name, addresses)| NodeInterface { name, addresses })
                         .collect(),
                     pod_cidrs,
+                    invalid_as_v3,
                     ..NodeDetail::default()
                 }
             ),

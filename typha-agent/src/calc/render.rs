@@ -152,8 +152,14 @@ pub fn render_rules(rules: &[Rule], stats: &mut RenderStats) -> Vec<String> {
     lines
 }
 
-fn proto_arg(p: Protocol) -> String {
-    proto_name(p.number())
+/// `-p`'s argument as Felix writes it: the number when the rule gave the protocol as one
+/// (`RuleDetail::protocol_number`), else its name.
+fn proto_arg(p: Protocol, given_as_number: bool) -> String {
+    if given_as_number {
+        p.number().to_string()
+    } else {
+        proto_name(p.number())
+    }
 }
 
 fn v4_nets(nets: &[IpNet]) -> (Vec<Ipv4Net>, bool) {
@@ -322,10 +328,13 @@ fn render_rule(r: &Rule, lines: &mut Vec<String>, sets: &mut Vec<SetDef>, stats:
     }
     let mut base = String::new();
     if let Some(p) = r.protocol {
-        base.push_str(&format!(" -p {}", proto_arg(p)));
+        base.push_str(&format!(" -p {}", proto_arg(p, r.detail.protocol_number)));
     }
     if let Some(p) = r.not_protocol {
-        base.push_str(&format!(" ! -p {}", proto_arg(p)));
+        base.push_str(&format!(
+            " ! -p {}",
+            proto_arg(p, r.detail.not_protocol_number)
+        ));
     }
     let mut rule_sets = Vec::new();
     let mut src_variants = Vec::new();

@@ -6,11 +6,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
-use tracing::warn;
+use tracing::{debug, warn};
 use typha_protocol::model::{EncodedValue, Key, KeyPath, KeyType, Revision, Value};
 use typha_protocol::selector::{Selector, SelectorError};
 
-use crate::calico::convert::convert;
+use crate::calico::convert::{Effect, Note, convert_noting};
 use crate::calico::v3::ResourceId;
 use crate::datastore::{Invalid, Item, Listing};
 
@@ -92,8 +92,11 @@ impl Pipeline {
         match item {
             Ok(r) => {
                 let id = r.id();
-                match convert(&r) {
-                    Ok(kvs) => self.replace(id, revision, kvs),
+                match convert_noting(&r) {
+                    Ok(c) => {
+                        self.noted(&id, &c.notes);
+                        self.replace(id, revision, c.kvs)
+                    }
                     Err(e) => {
                         warn!(resource = %id, field = %e.field, reason = %e.reason, "invalid resource; treated as deleted");
                         self.invalid += 1;
@@ -112,6 +115,25 @@ impl Pipeline {
                         warn!(%reason, "invalid object in the datastore; ignored");
                         Vec::new()
                     }
+                }
+            }
+        }
+    }
+
+    /// Logs what a conversion left out, as Calico's processors log it; a KV left out as
+    /// invalid is counted as one that fails validation is.
+    fn noted(&mut self, id: &ResourceId, notes: &[Note]) {
+        for n in notes {
+            match n.effect {
+                Effect::Skipped => {
+                    warn!(resource = %id, field = %n.field, reason = %n.reason, "invalid entry skipped; the rest of the resource kept");
+                }
+                Effect::Dropped => {
+                    warn!(resource = %id, field = %n.field, reason = %n.reason, "invalid part of a resource; its key treated as deleted");
+                    self.invalid += 1;
+                }
+                Effect::Passed => {
+                    debug!(resource = %id, field = %n.field, reason = %n.reason, "passed on as Calico does, although Calico's API refuses it");
                 }
             }
         }
@@ -287,18 +309,13 @@ pub enum InvalidKv {
         /// The key's type.
         key: KeyType,
     },
-    /// A workload endpoint's interface name is empty or longer than Linux allows.
-    #[error("interface name {0:?} must be 1-15 characters")]
-    InterfaceNameLength(String),
-    /// A workload endpoint's interface name has characters Linux or iptables would refuse.
-    #[error("interface name {0:?} has invalid characters")]
-    InterfaceNameChars(String),
+    /// A workload endpoint without an interface name (Calico's Typha refuses only that; a
+    /// name Linux would refuse is the agent's to refuse).
+    #[error("workload endpoint has no interface name")]
+    NoInterfaceName,
     /// A workload endpoint without any address.
     #[error("workload endpoint has no addresses")]
     NoAddresses,
-    /// A workload endpoint naming an empty profile.
-    #[error("empty profile id")]
-    EmptyProfileId,
     /// A selector that does not parse.
     #[error("{0}")]
     Selector(#[from] SelectorError),
@@ -323,21 +340,11 @@ pub fn validate(key: &Key, value: &Value, encoded: &EncodedValue) -> Result<(), 
     }
     match value {
         Value::WorkloadEndpoint(w) => {
-            if w.name.is_empty() || w.name.len() > 15 {
-                return Err(InvalidKv::InterfaceNameLength(w.name.clone()));
-            }
-            if !w
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-            {
-                return Err(InvalidKv::InterfaceNameChars(w.name.clone()));
+            if w.name.is_empty() {
+                return Err(InvalidKv::NoInterfaceName);
             }
             if w.ipv4_nets.is_empty() && w.ipv6_nets.is_empty() {
                 return Err(InvalidKv::NoAddresses);
-            }
-            if w.profile_ids.iter().any(String::is_empty) {
-                return Err(InvalidKv::EmptyProfileId);
             }
         }
         Value::Policy(p) => {
@@ -422,10 +429,7 @@ mod tests {
     fn invalid_values_become_deletions_and_are_counted() {
         let mut p = Pipeline::default();
         p.put(Revision(1), Ok(wep("pod", "node-1", "cali1").into()));
-        let out = p.put(
-            Revision(2),
-            Ok(wep("pod", "node-1", "an-interface-name-that-is-too-long").into()),
-        );
+        let out = p.put(Revision(2), Ok(wep("pod", "node-1", "").into()));
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].value, None);
         assert_eq!(p.invalid, 1);
@@ -439,6 +443,46 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].value, None);
         assert_eq!(p.invalid, 2);
+    }
+
+    /// An entry skipped where Calico skips it is logged, not counted; a KV of the resource left
+    /// out as invalid (a profile's rules) is counted and deleted, the rest kept.
+    #[test]
+    fn skipped_entries_are_not_counted_and_dropped_parts_are() {
+        let res = |v: serde_json::Value| Resource::from_json(v).unwrap();
+        let mut p = Pipeline::default();
+        let out = p.put(
+            Revision(1),
+            Ok(res(serde_json::json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet",
+                "metadata": {"name": "feed"}, "spec": {"nets": ["10.1.0.0/16", "bogus"]}
+            }))
+            .into()),
+        );
+        assert!(out.len() == 1 && out[0].value.is_some());
+        assert_eq!(p.invalid, 0);
+        let profile = |ports: serde_json::Value| {
+            res(serde_json::json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "Profile",
+                "metadata": {"name": "prof"},
+                "spec": {"labelsToApply": {"a": "b"}, "ingress": [{"action": "Allow",
+                         "protocol": "TCP", "destination": {"ports": ports}}]}
+            }))
+        };
+        let out = p.put(Revision(2), Ok(profile(serde_json::json!([80])).into()));
+        assert_eq!(out.iter().filter(|c| c.value.is_some()).count(), 2);
+        let out = p.put(Revision(3), Ok(profile(serde_json::json!([0])).into()));
+        assert_eq!(p.invalid, 1);
+        let deleted: Vec<&str> = out
+            .iter()
+            .filter(|c| c.value.is_none())
+            .map(|c| c.key.as_str())
+            .collect();
+        assert_eq!(deleted, ["/calico/v1/policy/profile/prof/rules"]);
+        assert!(
+            out.iter()
+                .any(|c| c.value.is_some() && c.key.as_str().ends_with("/labels"))
+        );
     }
 
     #[test]

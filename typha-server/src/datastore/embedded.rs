@@ -322,7 +322,11 @@ impl Embedded {
         let changes: Vec<(ResourceId, Option<Form>)> = changes
             .into_iter()
             .map(|w| match w {
-                Write::Put(r) => (r.id(), Some(Form::of(&r, dict.as_ref()))),
+                Write::Put(mut r) => {
+                    // As Calico's client library writes it (a policy's types filled in).
+                    crate::calico::convert::write_defaults(&mut r);
+                    (r.id(), Some(Form::of(&r, dict.as_ref())))
+                }
                 Write::Delete(id) => (id, None),
             })
             .collect();
@@ -675,11 +679,7 @@ impl DirSource {
             let claimed = claimed_id(&doc);
             let resource = Resource::from_json(doc)
                 .map_err(|e| e.to_string())
-                .and_then(|r| {
-                    crate::calico::convert::convert(&r)
-                        .map(|_| r)
-                        .map_err(|e| e.to_string())
-                });
+                .and_then(|r| crate::calico::convert::accept_write(r).map_err(|e| e.to_string()));
             match resource {
                 Ok(r) => {
                     let id = r.id();

@@ -156,6 +156,19 @@ fn icmp_and_protocol_negation() {
     assert_eq!(lines(r), ["! -p udp -j DROP"]);
 }
 
+/// A protocol the policy gave as a number is written as one, as Felix writes it.
+#[test]
+fn a_protocol_given_as_a_number_is_written_as_one() {
+    let mut r = rule(Action::Deny);
+    r.protocol = Some(Protocol::Tcp);
+    r.not_protocol = Some(Protocol::Sctp);
+    r.detail.protocol_number = true;
+    r.detail.not_protocol_number = true;
+    assert_eq!(lines(r.clone()), ["-p 6 ! -p 132 -j DROP"]);
+    r.detail.protocol_number = false;
+    assert_eq!(lines(r), ["-p tcp ! -p 132 -j DROP"]);
+}
+
 #[test]
 fn unenforceable_rules_fail_closed() {
     let svc = Some(ServiceMatch {

@@ -9,7 +9,9 @@ use typha_protocol::model::{
 };
 use typha_protocol::selector::NAMESPACE_LABEL;
 
-use super::context::{ConvertError, Cx, ORCHESTRATOR_LABEL, SERVICE_ACCOUNT_LABEL, opt};
+use super::context::{
+    ConvertError, Cx, ORCHESTRATOR_LABEL, SERVICE_ACCOUNT_LABEL, given_as_number, opt,
+};
 use crate::calico::v3::{EndpointPortSpec, HostEndpointSpec, ObjectMeta, WorkloadEndpointSpec};
 
 pub(super) fn workload_endpoint(
@@ -51,9 +53,15 @@ pub(super) fn workload_endpoint(
     let mut ipv4_nat = Vec::new();
     let mut ipv6_nat = Vec::new();
     for (i, nat) in s.ip_nats.iter().enumerate() {
+        // Calico's processor skips a NAT whose addresses do not parse.
         let c = cx.at(&format!("spec.ipNATs[{i}]"));
-        let int_ip = c.ip(&nat.internal_ip)?;
-        let ext_ip = c.ip(&nat.external_ip)?;
+        let (int_ip, ext_ip) = match (c.ip(&nat.internal_ip), c.ip(&nat.external_ip)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => {
+                c.skip(format!("{}; skipped", e.reason));
+                continue;
+            }
+        };
         let m = IpNat { int_ip, ext_ip };
         if int_ip.is_ipv4() {
             ipv4_nat.push(m)
@@ -83,19 +91,13 @@ pub(super) fn workload_endpoint(
         ipv4_nat,
         ipv6_nat,
         labels,
-        ipv4_gateway: match opt(&s.ipv4_gateway) {
-            Some(g) => match cx.at("spec.ipv4Gateway").ip(g)? {
-                IpAddr::V4(a) => Some(a),
-                IpAddr::V6(_) => return Err(cx.at("spec.ipv4Gateway").err("not IPv4")),
-            },
-            None => None,
+        ipv4_gateway: match gateway(&cx.at("spec.ipv4Gateway"), &s.ipv4_gateway)? {
+            Some(IpAddr::V4(a)) => Some(a),
+            _ => None,
         },
-        ipv6_gateway: match opt(&s.ipv6_gateway) {
-            Some(g) => match cx.at("spec.ipv6Gateway").ip(g)? {
-                IpAddr::V6(a) => Some(a),
-                IpAddr::V4(_) => return Err(cx.at("spec.ipv6Gateway").err("not IPv6")),
-            },
-            None => None,
+        ipv6_gateway: match gateway(&cx.at("spec.ipv6Gateway"), &s.ipv6_gateway)? {
+            Some(IpAddr::V6(a)) => Some(a),
+            _ => None,
         },
         ports: endpoint_ports(cx, &s.ports, true)?,
         generate_name: meta.generate_name.clone(),
@@ -120,14 +122,38 @@ pub(super) fn host_endpoint(
     cx.require("spec.node", &s.node)?;
     let mut v4 = Vec::new();
     let mut v6 = Vec::new();
+    // Calico's processor skips an expected IP that does not parse.
     for (i, a) in s.expected_ips.iter().enumerate() {
-        match cx.at(&format!("spec.expectedIPs[{i}]")).ip(a)? {
-            IpAddr::V4(a) => v4.push(a),
-            IpAddr::V6(a) => v6.push(a),
+        let c = cx.at(&format!("spec.expectedIPs[{i}]"));
+        match c.ip(a) {
+            Ok(IpAddr::V4(a)) => v4.push(a),
+            Ok(IpAddr::V6(a)) => v6.push(a),
+            Err(e) => c.skip(format!("{}; skipped", e.reason)),
         }
     }
-    if s.interface_name.is_empty() && v4.is_empty() && v6.is_empty() {
-        return Err(cx.at("spec").err("needs interfaceName or expectedIPs"));
+    // Calico's API refuses a host endpoint with neither; its syncers pass it on (it matches
+    // no interface and no address).
+    if s.interface_name.is_empty() && s.expected_ips.is_empty() {
+        cx.at("spec")
+            .pass("needs interfaceName or expectedIPs; passed on as Calico does");
+    }
+    // What Calico's validator checks on the host endpoint it sends: an interface name Linux
+    // could have, or `*`, and profile names.
+    if !(s.interface_name.is_empty()
+        || s.interface_name == "*"
+        || interface_name(&s.interface_name))
+    {
+        return Err(cx.at("spec.interfaceName").err(format!(
+            "{:?} is not an interface name (1-15 of A-Z, a-z, 0-9, '_', '.', '-') or '*'",
+            s.interface_name
+        )));
+    }
+    for (i, p) in s.profiles.iter().enumerate() {
+        if !calico_name(p) {
+            return Err(cx.at(&format!("spec.profiles[{i}]")).err(format!(
+                "{p:?} is not a name (1-128 of A-Z, a-z, 0-9, '_', '.', '-')"
+            )));
+        }
     }
     Ok(vec![(
         Key::HostEndpoint(HostEndpointKey {
@@ -145,8 +171,29 @@ pub(super) fn host_endpoint(
     )])
 }
 
+/// A gateway as Calico's processor reads it: an address, or a CIDR whose address is taken. One
+/// of the other family (which Calico carries) has no place in our model: it is left out.
+fn gateway(cx: &Cx<'_>, g: &str) -> Result<Option<IpAddr>, ConvertError> {
+    let Some(g) = opt(g) else {
+        return Ok(None);
+    };
+    let addr = match g.parse::<IpNet>() {
+        Ok(n) => n.addr(),
+        Err(_) => cx.ip(g)?,
+    };
+    let v4_field = cx.field().ends_with("ipv4Gateway");
+    if addr.is_ipv4() != v4_field {
+        cx.skip(format!(
+            "{g:?} is of the other family; Calico carries it, our model has no place for it: left out"
+        ));
+    }
+    Ok(Some(addr))
+}
+
 /// `named_only` for workload endpoints, whose unnamed ports Calico's processor drops
-/// (`docs/calico-conversion.md`).
+/// (`docs/calico-conversion.md`). What is left must pass Calico's validator: a name of
+/// `[A-Za-z0-9_.-]` (so a host endpoint's port needs one), a port number, and protocol TCP, UDP
+/// or SCTP given by name.
 fn endpoint_ports(
     cx: &Cx<'_>,
     ps: &[EndpointPortSpec],
@@ -158,14 +205,38 @@ fn endpoint_ports(
         if p.name.is_empty() && named_only {
             continue;
         }
+        if !calico_name(&p.name) {
+            return Err(c.err(format!(
+                "name {:?} is not 1-128 of A-Z, a-z, 0-9, '_', '.', '-'",
+                p.name
+            )));
+        }
         if p.port == 0 {
             return Err(c.err("port must be 1-65535"));
         }
+        let protocol = c.protocol(&p.protocol)?;
+        if given_as_number(Some(&p.protocol)) || !protocol.has_ports() {
+            return Err(c.err("protocol must be TCP, UDP or SCTP, by name"));
+        }
         out.push(EndpointPort {
             name: p.name.clone(),
-            protocol: c.protocol(&p.protocol)?,
+            protocol,
             port: p.port,
         });
     }
     Ok(out)
+}
+
+/// Calico's `name` rule (profile ids, endpoint port names).
+fn calico_name(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// Calico's `interface` rule.
+fn interface_name(s: &str) -> bool {
+    (1..=15).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }

@@ -1,19 +1,20 @@
 //! The network around the endpoints: network sets, IP pools, IPAM blocks and their affinities,
 //! and nodes (their host IPs and tunnel addresses).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
 use typha_protocol::model::{
     AllocationAttribute, AllocationTable, Block, BlockKey, EncapMode, HostConfigKey, HostIpKey,
-    IpPool, IpPoolKey, Key, NetworkSet, NetworkSetKey, Node, NodeAddress, NodeDetail,
+    IpPool, IpPoolKey, Key, Mac, NetworkSet, NetworkSetKey, Node, NodeAddress, NodeDetail,
     NodeInterface, OrchRef, Resource as ResourceValue, ResourceKey, ResourceKind, Value,
 };
 use typha_protocol::selector::NAMESPACE_LABEL;
 
 use super::context::{ConvertError, Cx, opt};
+use super::v3check::{self, Problem};
 use crate::calico::v3::{
-    BlockAffinitySpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec, NodeSpec, ObjectMeta,
+    BlockAffinitySpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec, NodeBgpSpec, NodeSpec, ObjectMeta,
 };
 
 /// A namespaced network set: selectable by its namespace label, and a member of the
@@ -31,7 +32,7 @@ pub(super) fn network_set(
             name: format!("{ns}/{}", meta.name),
         }),
         Value::NetworkSet(NetworkSet {
-            nets: cx.nets("spec.nets", &s.nets)?,
+            nets: cx.nets("spec.nets", &s.nets),
             labels,
             profile_ids: vec![format!("kns.{ns}")],
         }),
@@ -48,29 +49,41 @@ pub(super) fn global_network_set(
             name: meta.name.clone(),
         }),
         Value::NetworkSet(NetworkSet {
-            nets: cx.nets("spec.nets", &s.nets)?,
+            nets: cx.nets("spec.nets", &s.nets),
             labels: meta.labels.to_btree(),
             profile_ids: vec![],
         }),
     )])
 }
 
+/// An IP pool. Calico reads its CIDR as a CIDR only (a bare address is refused), and an
+/// encapsulation mode it does not know as Never.
 pub(super) fn ip_pool(cx: &Cx<'_>, s: &IpPoolSpec) -> Result<Vec<(Key, Value)>, ConvertError> {
-    let cidr = cx.at("spec.cidr").net(&s.cidr)?;
+    let cidr = s
+        .cidr
+        .parse::<IpNet>()
+        .map_err(|_| {
+            cx.at("spec.cidr")
+                .err(format!("{:?} is not a CIDR", s.cidr))
+        })?
+        .trunc();
     let mode = |field: &str, m: &str| match m {
-        "" | "Never" => Ok(EncapMode::Never),
-        "Always" => Ok(EncapMode::Always),
-        "CrossSubnet" => Ok(EncapMode::CrossSubnet),
-        other => Err(cx.at(field).err(format!(
-            "{other:?} is not one of Always, CrossSubnet, Never"
-        ))),
+        "" | "Never" => EncapMode::Never,
+        "Always" => EncapMode::Always,
+        "CrossSubnet" => EncapMode::CrossSubnet,
+        other => {
+            cx.at(field).skip(format!(
+                "{other:?} is not one of Always, CrossSubnet, Never; read as Never, as Calico reads it"
+            ));
+            EncapMode::Never
+        }
     };
     Ok(vec![(
         Key::IpPool(IpPoolKey { cidr }),
         Value::IpPool(IpPool {
             cidr,
-            ipip_mode: mode("spec.ipipMode", &s.ipip_mode)?,
-            vxlan_mode: mode("spec.vxlanMode", &s.vxlan_mode)?,
+            ipip_mode: mode("spec.ipipMode", &s.ipip_mode),
+            vxlan_mode: mode("spec.vxlanMode", &s.vxlan_mode),
             masquerade: s.nat_outgoing,
             ipam: !s.disabled,
             disabled: s.disabled,
@@ -134,7 +147,12 @@ pub(super) fn block_affinity(meta: &ObjectMeta, s: &BlockAffinitySpec) -> Vec<(K
     )]
 }
 
-/// A node's host IP, its tunnel addresses as host config, and the node itself.
+/// A node's host IP, its tunnel addresses as host config, and the node itself. As in Calico's
+/// felix node processor, each field is read on its own: one that does not parse leaves out
+/// only what derives from it (its config key; the host IP falls back to the node's first
+/// internal, then external, IPv4 address), and the MACs are passed on as written. A node that
+/// fails Calico's v3 validator is still sent, marked so that Calico's clients are sent its v3
+/// Node as a deletion, as Calico's Typha sends it (`NodeDetail::invalid_as_v3`).
 pub(super) fn node(
     cx: &Cx<'_>,
     meta: &ObjectMeta,
@@ -142,39 +160,45 @@ pub(super) fn node(
 ) -> Result<Vec<(Key, Value)>, ConvertError> {
     let name = &meta.name;
     let bgp = s.bgp.clone().unwrap_or_default();
-    let ipv4_address = opt(&bgp.ipv4_address)
-        .map(|a| cx.at("spec.bgp.ipv4Address").iface_net(a))
-        .transpose()?
-        .map(|n| match n {
-            IpNet::V4(n) => Ok(n),
-            IpNet::V6(_) => Err(cx.at("spec.bgp.ipv4Address").err("not IPv4")),
-        })
-        .transpose()?;
-    let ipv6_address = opt(&bgp.ipv6_address)
-        .map(|a| cx.at("spec.bgp.ipv6Address").iface_net(a))
-        .transpose()?
-        .map(|n| match n {
-            IpNet::V6(n) => Ok(n),
-            IpNet::V4(_) => Err(cx.at("spec.bgp.ipv6Address").err("not IPv6")),
-        })
-        .transpose()?;
-    let v4 = |field: &str, a: &str| -> Result<Option<Ipv4Addr>, ConvertError> {
-        match opt(a) {
-            None => Ok(None),
-            Some(a) => match cx.at(field).ip(a)? {
-                IpAddr::V4(a) => Ok(Some(a)),
-                IpAddr::V6(_) => Err(cx.at(field).err("not IPv4")),
-            },
-        }
+    let v3_problems = v3_node_problems(meta, s);
+    // Where a value Calico's validator refuses is read leniently, it is noted: Calico's API
+    // refuses the node when it is written.
+    let note = |field: &str, reason: &str| cx.at(field).skip(reason.to_owned());
+    for (field, reason) in &v3_problems {
+        note(
+            field,
+            &format!("{reason}; Calico's clients are sent no v3 Node"),
+        );
+    }
+    // The BGP address: any family for the host IP (Calico's processor takes what parses), the
+    // node's IPv4 and IPv6 addresses only of their family.
+    let bgp_v4 = opt(&bgp.ipv4_address).and_then(|a| {
+        a.parse::<IpNet>()
+            .ok()
+            .or_else(|| a.parse::<IpAddr>().ok().map(IpNet::from))
+    });
+    let ipv4_address = match bgp_v4 {
+        Some(IpNet::V4(n)) => Some(n),
+        _ => None,
     };
-    let ipip = v4("spec.bgp.ipv4IPIPTunnelAddr", &bgp.ipv4_ipip_tunnel_addr)?;
-    let vxlan = v4("spec.ipv4VXLANTunnelAddr", &s.ipv4_vxlan_tunnel_addr)?;
-    let vxlan_mac = opt(&s.vxlan_tunnel_mac_addr)
-        .map(|m| cx.at("spec.vxlanTunnelMACAddr").mac(m))
-        .transpose()?;
+    let ipv6_address = match opt(&bgp.ipv6_address).and_then(|a| cx.iface_net(a).ok()) {
+        Some(IpNet::V6(n)) => Some(n),
+        _ => None,
+    };
+    // Tunnel addresses: Calico sends what parses as an address, of either family, as the
+    // config value; our node carries the IPv4 ones.
+    let tunnel = |a: &str| opt(a).and_then(|a| a.parse::<IpAddr>().ok());
+    let ipip = tunnel(&bgp.ipv4_ipip_tunnel_addr);
+    let vxlan = tunnel(&s.ipv4_vxlan_tunnel_addr);
+    let vxlan_v6 = tunnel(&s.ipv6_vxlan_tunnel_addr);
+    let v4_of = |a: Option<IpAddr>| match a {
+        Some(IpAddr::V4(a)) => Some(a),
+        _ => None,
+    };
+    let vxlan_mac = opt(&s.vxlan_tunnel_mac_addr).and_then(|m| m.parse::<Mac>().ok());
     // The host IP agents route to: the BGP address, else the first internal, then
-    // external, IPv4 address (as older Calico releases did).
-    let host_ip = ipv4_address.map(|n| IpAddr::V4(n.addr())).or_else(|| {
+    // external, IPv4 address.
+    let host_ip = bgp_v4.map(|n| n.addr()).or_else(|| {
         ["InternalIP", "ExternalIP"].iter().find_map(|t| {
             s.addresses
                 .iter()
@@ -211,18 +235,14 @@ pub(super) fn node(
     if let Some(a) = vxlan {
         out.push(host_config("IPv4VXLANTunnelAddr", a.to_string()));
     }
-    if let Some(m) = vxlan_mac {
-        out.push(host_config("VXLANTunnelMACAddr", m.to_string()));
+    if let Some(m) = opt(&s.vxlan_tunnel_mac_addr) {
+        out.push(host_config("VXLANTunnelMACAddr", m.to_owned()));
     }
-    if let Some(a) = opt(&s.ipv6_vxlan_tunnel_addr) {
-        match cx.at("spec.ipv6VXLANTunnelAddr").ip(a)? {
-            IpAddr::V6(a) => out.push(host_config("IPv6VXLANTunnelAddr", a.to_string())),
-            IpAddr::V4(_) => return Err(cx.at("spec.ipv6VXLANTunnelAddr").err("not IPv6")),
-        }
+    if let Some(a) = vxlan_v6 {
+        out.push(host_config("IPv6VXLANTunnelAddr", a.to_string()));
     }
     if let Some(m) = opt(&s.vxlan_tunnel_mac_addr_v6) {
-        let m = cx.at("spec.vxlanTunnelMACAddrV6").mac(m)?;
-        out.push(host_config("VXLANTunnelMACAddrV6", m.to_string()));
+        out.push(host_config("VXLANTunnelMACAddrV6", m.to_owned()));
     }
     let detail = NodeDetail {
         addresses: s
@@ -260,6 +280,7 @@ pub(super) fn node(
             .collect(),
         wireguard_public_key_v6: s.status.wireguard_public_key_v6.clone(),
         pod_cidrs: s.status.pod_cidrs.clone(),
+        invalid_as_v3: !v3_problems.is_empty(),
     };
     if s.status.pod_cidr_blocks {
         // Host-local IPAM: each pod CIDR is a block affine to this node, with no allocations
@@ -290,14 +311,108 @@ pub(super) fn node(
         Value::Node(Node {
             ipv4_address,
             ipv6_address,
-            ipv4_ipip_tunnel_addr: ipip,
-            ipv4_vxlan_tunnel_addr: vxlan,
+            ipv4_ipip_tunnel_addr: v4_of(ipip),
+            ipv4_vxlan_tunnel_addr: v4_of(vxlan),
             vxlan_tunnel_mac: vxlan_mac,
             wireguard_public_key: s.status.wireguard_public_key.clone(),
-            as_number: bgp.as_number,
+            as_number: bgp.as_number.map(|a| a.0),
             labels: meta.labels.to_btree(),
             detail,
         }),
     ));
     Ok(out)
+}
+
+/// What Calico's v3 validator refuses in a node (so Calico's Typha sends no v3 Node for it):
+/// its metadata, an empty `bgp`, addresses not of their family, tunnel and route reflector
+/// addresses that are not IPv4 / IPv6 addresses, MACs, WireGuard addresses and keys.
+fn v3_node_problems(meta: &ObjectMeta, s: &NodeSpec) -> Vec<Problem> {
+    let mut out: Vec<Problem> = v3check::object_meta(meta).into_iter().collect();
+    let mut check = |field: &str, v: &str, ok: fn(&str) -> bool, what: &str| {
+        if !v.is_empty() && !ok(v) {
+            out.push((field.to_owned(), format!("{v:?} is not {what}")));
+        }
+    };
+    let v4_cidr = |v: &str| v3check::cidr_or_ip(v).is_some_and(|a| a.is_ipv4());
+    let v6_cidr = |v: &str| v3check::cidr_or_ip(v).is_some_and(|a| a.is_ipv6());
+    if let Some(b) = &s.bgp {
+        check(
+            "spec.bgp.ipv4Address",
+            &b.ipv4_address,
+            v4_cidr,
+            "an IPv4 CIDR or address",
+        );
+        check(
+            "spec.bgp.ipv6Address",
+            &b.ipv6_address,
+            v6_cidr,
+            "an IPv6 CIDR or address",
+        );
+        check(
+            "spec.bgp.ipv4IPIPTunnelAddr",
+            &b.ipv4_ipip_tunnel_addr,
+            v3check::ipv4,
+            "an IPv4 address",
+        );
+        check(
+            "spec.bgp.routeReflectorClusterID",
+            &b.route_reflector_cluster_id,
+            v3check::ipv4,
+            "an IPv4 address",
+        );
+    }
+    check(
+        "spec.ipv4VXLANTunnelAddr",
+        &s.ipv4_vxlan_tunnel_addr,
+        v3check::ipv4,
+        "an IPv4 address",
+    );
+    check(
+        "spec.ipv6VXLANTunnelAddr",
+        &s.ipv6_vxlan_tunnel_addr,
+        v3check::ipv6,
+        "an IPv6 address",
+    );
+    check(
+        "spec.vxlanTunnelMACAddr",
+        &s.vxlan_tunnel_mac_addr,
+        v3check::mac,
+        "a MAC address",
+    );
+    check(
+        "spec.vxlanTunnelMACAddrV6",
+        &s.vxlan_tunnel_mac_addr_v6,
+        v3check::mac,
+        "a MAC address",
+    );
+    if let Some(w) = &s.wireguard {
+        check(
+            "spec.wireguard.interfaceIPv4Address",
+            &w.interface_ipv4_address,
+            v3check::ipv4,
+            "an IPv4 address",
+        );
+        check(
+            "spec.wireguard.interfaceIPv6Address",
+            &w.interface_ipv6_address,
+            v3check::ipv6,
+            "an IPv6 address",
+        );
+    }
+    check(
+        "status.wireguardPublicKey",
+        &s.status.wireguard_public_key,
+        v3check::wireguard_key,
+        "a WireGuard key",
+    );
+    check(
+        "status.wireguardPublicKeyV6",
+        &s.status.wireguard_public_key_v6,
+        v3check::wireguard_key,
+        "a WireGuard key",
+    );
+    if s.bgp.as_ref().is_some_and(|b| *b == NodeBgpSpec::default()) {
+        out.push(("spec.bgp".into(), "present but empty".into()));
+    }
+    out
 }

@@ -5,9 +5,9 @@ use typha_protocol::model::{
     Action, EntityRule, HttpMatch, Icmp, Port, Protocol, Rule, RuleDetail, ServiceMatch,
 };
 
-use super::context::{ConvertError, Cx};
+use super::context::{ConvertError, Cx, given_as_number};
 use super::selector;
-use crate::calico::v3::{ActionSpec, EntityRuleSpec, IcmpSpec, Kind, PortSpec, RuleSpec};
+use crate::calico::v3::{ActionSpec, EntityRuleSpec, IcmpSpec, PortSpec, RuleSpec};
 
 /// The rules at `field`; `ns` scopes their selectors to a namespaced policy's namespace.
 pub(super) fn rules(
@@ -19,7 +19,13 @@ pub(super) fn rules(
     rules
         .iter()
         .enumerate()
-        .map(|(i, r)| rule(&cx.at(&format!("{field}[{i}]")), r, ns))
+        .map(|(i, r)| {
+            let mut out = rule(&cx.at(&format!("{field}[{i}]")), r, ns)?;
+            // Calico keeps a protocol given as a number a number (Felix writes `-p 6`).
+            out.detail.protocol_number = given_as_number(r.protocol.as_ref());
+            out.detail.not_protocol_number = given_as_number(r.not_protocol.as_ref());
+            Ok(out)
+        })
         .collect()
 }
 
@@ -36,43 +42,30 @@ fn rule(cx: &Cx<'_>, r: &RuleSpec, ns: Option<&str>) -> Result<Rule, ConvertErro
     };
     let src = entity(cx, &f("source"), &r.source, ns)?;
     let dst = entity(cx, &f("destination"), &r.destination, ns)?;
-    let has_ports = !(src.ports.is_empty()
-        && src.not_ports.is_empty()
-        && dst.ports.is_empty()
-        && dst.not_ports.is_empty());
-    // Calico's Kubernetes driver gives a ClusterNetworkPolicy's named ports no protocol (a
-    // named port of any protocol, as Felix matches it); Calico's validator refuses that in the
-    // kinds written through its API, and that path runs no validator.
-    let named_any = cx.kind() == Kind::KubernetesClusterNetworkPolicy
-        && protocol.is_none()
-        && [&src.ports, &src.not_ports, &dst.ports, &dst.not_ports]
+    // Calico's validator: without a protocol, only named ports (a named port of any protocol,
+    // as Felix matches it); with one, ports only if it has them.
+    let port_lists = [&src.ports, &src.not_ports, &dst.ports, &dst.not_ports];
+    let ports_ok = match protocol {
+        None => port_lists
             .iter()
-            .all(|ps| ps.iter().all(|p| matches!(p, Port::Named(_))));
-    if has_ports && !named_any && !protocol.is_some_and(Protocol::has_ports) {
-        return Err(cx.err("ports need protocol TCP, UDP, SCTP or UDPLite"));
+            .all(|ps| ps.iter().all(|p| matches!(p, Port::Named(_)))),
+        Some(p) => p.has_ports() || port_lists.iter().all(|ps| ps.is_empty()),
+    };
+    if !ports_ok {
+        return Err(cx.err(
+            "port numbers need protocol TCP, UDP or SCTP, and ports a protocol that has them",
+        ));
     }
-    let icmp = r
-        .icmp
-        .as_ref()
-        .map(|i| icmp_match(&cx.at(&f("icmp")), i))
-        .transpose()?;
-    let not_icmp = r
-        .not_icmp
-        .as_ref()
-        .map(|i| icmp_match(&cx.at(&f("notICMP")), i))
-        .transpose()?;
-    if (icmp.is_some() || not_icmp.is_some())
-        && !matches!(protocol, Some(Protocol::Icmp | Protocol::IcmpV6))
-    {
-        return Err(cx.err("icmp needs protocol ICMP or ICMPv6"));
+    // Calico passes ICMP matches on whatever the protocol (Felix's dataplane decides what they
+    // mean), and one with a code but no type as no match at all (Felix ignores the code).
+    let icmp = icmp_match(&cx.at(&f("icmp")), r.icmp.as_ref())?;
+    let not_icmp = icmp_match(&cx.at(&f("notICMP")), r.not_icmp.as_ref())?;
+    if icmp.is_some() && !matches!(protocol, Some(Protocol::Icmp | Protocol::IcmpV6)) {
+        cx.at(&f("icmp"))
+            .pass("an ICMP match needs protocol ICMP or ICMPv6; passed on as Calico does");
     }
     Ok(Rule {
-        action: match r.action {
-            ActionSpec::Allow => Action::Allow,
-            ActionSpec::Deny => Action::Deny,
-            ActionSpec::Log => Action::Log,
-            ActionSpec::Pass => Action::Pass,
-        },
+        action: action(&cx.at(&f("action")), &r.action)?,
         ip_version,
         protocol,
         not_protocol: r
@@ -138,7 +131,7 @@ fn entity(
     let composed = selector::endpoint(&e.namespace_selector, &e.selector, &sa, &e.not_selector, ns);
     c("selector").selector(&composed)?;
     Ok(EntityRule {
-        nets: cx.nets(&format!("{field}.nets"), &e.nets)?,
+        nets: cx.nets(&format!("{field}.nets"), &e.nets),
         selector: composed,
         namespace_selector: e.namespace_selector.clone(),
         ports: ports(cx, &format!("{field}.ports"), &e.ports)?,
@@ -160,7 +153,7 @@ fn entity(
                 name: s.name.clone(),
                 namespace: s.namespace.clone(),
             }),
-        not_nets: cx.nets(&format!("{field}.notNets"), &e.not_nets)?,
+        not_nets: cx.nets(&format!("{field}.notNets"), &e.not_nets),
         not_selector: e.not_selector.clone(),
         not_ports: ports(cx, &format!("{field}.notPorts"), &e.not_ports)?,
     })
@@ -173,56 +166,108 @@ fn ports(cx: &Cx<'_>, field: &str, ps: &[PortSpec]) -> Result<Vec<Port>, Convert
         .collect()
 }
 
+/// Calico lower-cases a rule's action and passes on anything; Felix knows `allow`, `deny`,
+/// `log` and `pass` (and takes an empty one for allow), and stops on any other. We take the
+/// four in any case and refuse the rest, missing or empty included: a deliberate difference.
+fn action(cx: &Cx<'_>, a: &ActionSpec) -> Result<Action, ConvertError> {
+    let action = match a.0.to_ascii_lowercase().as_str() {
+        "allow" => Action::Allow,
+        "deny" => Action::Deny,
+        "log" => Action::Log,
+        "pass" => Action::Pass,
+        _ => return Err(cx.err(format!("{:?} is not Allow, Deny, Log or Pass", a.0))),
+    };
+    if !matches!(a.0.as_str(), "Allow" | "Deny" | "Log" | "Pass") {
+        cx.pass(format!(
+            "{:?} is not in Calico's spelling; read as {action:?}",
+            a.0
+        ));
+    }
+    Ok(action)
+}
+
+/// A port as Calico's `numorstring.Port` reads it and its validator accepts: a number or
+/// `first:last` of numbers 1-65535, or a Kubernetes port name.
 fn port(cx: &Cx<'_>, p: &PortSpec) -> Result<Port, ConvertError> {
     let text = match p {
-        PortSpec::Number(n) => {
-            return Ok(Port::Range {
-                first: *n,
-                last: *n,
-            });
-        }
+        PortSpec::Number(n) => return range(cx, *n, *n),
         PortSpec::Text(t) => t.as_str(),
     };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let num = |s: &str| {
         s.parse::<u16>()
             .map_err(|_| cx.err(format!("bad port {text:?}")))
     };
-    if text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty() {
+    if digits(text) {
         let n = num(text)?;
-        return Ok(Port::Range { first: n, last: n });
+        return range(cx, n, n);
     }
-    if let Some((a, b)) = text.split_once(':') {
-        let (first, last) = (num(a)?, num(b)?);
-        if first > last {
-            return Err(cx.err(format!("port range {text:?} has first > last")));
-        }
-        return Ok(Port::Range { first, last });
+    if let Some((a, b)) = text.split_once(':')
+        && digits(a)
+        && digits(b)
+    {
+        return range(cx, num(a)?, num(b)?);
     }
-    let named_ok = !text.is_empty()
+    let syntax_ok = !text.is_empty()
         && text.len() <= 128
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if named_ok {
-        Ok(Port::Named(text.to_owned()))
-    } else {
-        Err(cx.err(format!(
+    if !syntax_ok {
+        return Err(cx.err(format!(
             "{text:?} is not a port, a range a:b or a port name"
-        )))
+        )));
     }
+    if !kubernetes_port_name(text) {
+        return Err(cx.err(format!(
+            "{text:?} is not a Kubernetes port name (1-15 of a-z, 0-9 and inner single '-', \
+             a letter among them)"
+        )));
+    }
+    Ok(Port::Named(text.to_owned()))
 }
 
-fn icmp_match(cx: &Cx<'_>, i: &IcmpSpec) -> Result<Icmp, ConvertError> {
+fn range(cx: &Cx<'_>, first: u16, last: u16) -> Result<Port, ConvertError> {
+    if first > last {
+        return Err(cx.err(format!("port range {first}:{last} has first > last")));
+    }
+    if first == 0 {
+        return Err(cx.err("port 0 is not a port"));
+    }
+    Ok(Port::Range { first, last })
+}
+
+/// Kubernetes' rule for port names (`IsValidPortName`), which Calico's validator applies to a
+/// rule's named ports.
+pub(super) fn kubernetes_port_name(s: &str) -> bool {
+    s.len() <= 15
+        && !s.is_empty()
+        && s.bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'))
+        && s.bytes().any(|b| b.is_ascii_lowercase())
+        && !s.contains("--")
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// An ICMP match: `None` for none, and for a code without a type, which Felix ignores.
+fn icmp_match(cx: &Cx<'_>, i: Option<&IcmpSpec>) -> Result<Option<Icmp>, ConvertError> {
+    let Some(i) = i else {
+        return Ok(None);
+    };
+    let code = i
+        .code
+        .map(|c| u8::try_from(c).map_err(|_| cx.err("code must be 0-255")))
+        .transpose()?;
     let Some(t) = i.icmp_type else {
-        return Err(cx.err("code given without type"));
+        if code.is_some() {
+            cx.skip("an ICMP code without a type matches nothing more; ignored");
+        }
+        return Ok(None);
     };
     let icmp_type = u8::try_from(t)
         .ok()
         .filter(|t| *t <= 254)
         .ok_or_else(|| cx.err("type must be 0-254"))?;
-    let code = i
-        .code
-        .map(|c| u8::try_from(c).map_err(|_| cx.err("code must be 0-255")))
-        .transpose()?;
-    Ok(Icmp { icmp_type, code })
+    Ok(Some(Icmp { icmp_type, code }))
 }

@@ -215,7 +215,12 @@ fn v3_key(k: &ResourceKey) -> CalicoKey {
 fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
     match (k.kind, v) {
         (ResourceKind::Node, Some(Value::Node(n))) => vec![
-            Entry::new(POOLS, v3_key(k), Some(v3_node(&k.name, n))),
+            // Calico's Typha sends a node its v3 validator refuses as a deletion.
+            Entry::new(
+                POOLS,
+                v3_key(k),
+                (!n.detail.invalid_as_v3).then(|| v3_node(&k.name, n)),
+            ),
             // Calico's felix processor always emits the WireGuard key, as a deletion when the
             // node has none.
             Entry::new(FELIX, CalicoKey::Wireguard(k.name.clone()), wireguard(n)),

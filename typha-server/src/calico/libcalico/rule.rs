@@ -31,10 +31,10 @@ fn rule(j: &mut Json, r: &Rule) {
             o.field("ip_version").uint(u64::from(v));
         }
         if let Some(p) = r.protocol {
-            protocol(o.field("protocol"), p);
+            protocol_as_given(o.field("protocol"), p, r.detail.protocol_number);
         }
         if let Some(p) = r.not_protocol {
-            protocol(o.field("!protocol"), p);
+            protocol_as_given(o.field("!protocol"), p, r.detail.not_protocol_number);
         }
         if let Some(i) = r.icmp {
             o.field("icmp_type").uint(u64::from(i.icmp_type));
@@ -137,9 +137,18 @@ fn ports(o: &mut Obj<'_>, name: &str, ps: &[Port]) {
     });
 }
 
-/// `numorstring.Protocol` in its v1 form: Calico lower-cases protocol names (`ToV1`); a
-/// protocol given by number stays a number. Our model does not remember which of the two the
-/// resource used, so the well-known protocols are always written by name.
+/// A rule's protocol as Calico's `ToV1` leaves it: a number when the resource gave one
+/// (`RuleDetail::protocol_number`), else as [`protocol`] writes it.
+fn protocol_as_given(j: &mut Json, p: Protocol, number: bool) {
+    if number {
+        j.uint(u64::from(p.number()));
+    } else {
+        protocol(j, p);
+    }
+}
+
+/// `numorstring.Protocol` in its v1 form for a protocol given by name: Calico lower-cases
+/// protocol names (`ToV1`); the protocols without a name are numbers.
 pub(super) fn protocol(j: &mut Json, p: Protocol) {
     match p {
         Protocol::Tcp => j.string("tcp", Escape::Std),

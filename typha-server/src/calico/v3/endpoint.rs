@@ -4,26 +4,35 @@ use serde::{Deserialize, Serialize};
 
 use super::policy::ProtocolSpec;
 
-/// A named port on an endpoint.
+/// A named port on an endpoint. A field left out is Go's zero value, as Calico reads it (an
+/// unnamed port, protocol `""`, port 0), for the conversion to judge.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointPortSpec {
     /// Name.
+    #[serde(default)]
     pub name: String,
     /// Protocol.
+    #[serde(default = "no_protocol")]
     pub protocol: ProtocolSpec,
     /// Port.
+    #[serde(default)]
     pub port: u16,
 }
 
-/// A 1:1 NAT of a workload address.
+fn no_protocol() -> ProtocolSpec {
+    ProtocolSpec::Name(String::new())
+}
+
+/// A 1:1 NAT of a workload address. An address left out is `""` (the conversion skips the NAT,
+/// as Calico's processor does).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpNatSpec {
     /// Inside address.
-    #[serde(rename = "internalIP")]
+    #[serde(rename = "internalIP", default)]
     pub internal_ip: String,
     /// Outside address.
-    #[serde(rename = "externalIP")]
+    #[serde(rename = "externalIP", default)]
     pub external_ip: String,
 }
 

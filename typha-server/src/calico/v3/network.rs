@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::bgp::AsNumber;
 use super::strmap::StrMap;
 
 /// NetworkSet / GlobalNetworkSet spec.
@@ -146,9 +147,10 @@ pub struct NodeBgpSpec {
     /// IP-in-IP tunnel address.
     #[serde(rename = "ipv4IPIPTunnelAddr")]
     pub ipv4_ipip_tunnel_addr: String,
-    /// AS number.
+    /// AS number (a number, or a string Calico's `numorstring.ASNumber` reads: `"64512"`,
+    /// `"1.10"`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub as_number: Option<u32>,
+    pub as_number: Option<AsNumber>,
     /// Route reflector cluster ID (an IPv4 address), when the node is a route reflector.
     #[serde(
         rename = "routeReflectorClusterID",

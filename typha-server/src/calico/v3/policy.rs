@@ -104,15 +104,11 @@ pub struct HttpSpec {
     pub paths: Vec<HttpPathSpec>,
 }
 
-/// A rule action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[allow(missing_docs)]
-pub enum ActionSpec {
-    Allow,
-    Deny,
-    Log,
-    Pass,
-}
+/// A rule action as written: `Allow`, `Deny`, `Log` or `Pass`. Calico's syncers lower-case
+/// whatever is written; the conversion takes these four in any case and refuses the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ActionSpec(pub String);
 
 /// A policy or profile rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,7 +191,7 @@ pub struct PolicySpec {
 }
 
 /// What a staged policy would do once enforced (`stagedAction`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StagedAction {
     /// Create the policy, or replace the enforced one of the same name.
     Set,
@@ -205,16 +201,21 @@ pub enum StagedAction {
     Learn,
     /// Ignore (Calico Enterprise); sent as it is.
     Ignore,
+    /// Any other text (Calico's validator refuses it when the policy is written; its syncers
+    /// pass it on as they pass `Set`).
+    #[serde(untagged)]
+    Other(String),
 }
 
 impl StagedAction {
     /// As written in manifests and in the felix syncer's `staged_action`.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             StagedAction::Set => "Set",
             StagedAction::Delete => "Delete",
             StagedAction::Learn => "Learn",
             StagedAction::Ignore => "Ignore",
+            StagedAction::Other(s) => s,
         }
     }
 }
@@ -224,7 +225,7 @@ impl StagedAction {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StagedPolicySpec {
-    /// The staged action; another value than Set, Delete, Learn or Ignore does not parse.
+    /// The staged action.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -242,7 +243,7 @@ pub struct StagedPolicySpec {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StagedKubernetesPolicySpec {
-    /// The staged action; another value than Set, Delete, Learn or Ignore does not parse.
+    /// The staged action.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

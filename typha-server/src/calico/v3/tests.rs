@@ -64,14 +64,15 @@ spec:
 
 #[test]
 fn errors_name_the_resource_and_reason() {
+    // A rule without an action (which the conversion, not the parse, judges).
     let bad = serde_json::json!({
         "apiVersion": "projectcalico.org/v3", "kind": "NetworkPolicy",
         "metadata": {"name": "p", "namespace": "ns"},
-        "spec": {"ingress": [{"action": "Allw"}]}
+        "spec": {"ingress": [{"protocol": "TCP"}]}
     });
     let e = Resource::from_json(bad).unwrap_err().to_string();
     assert!(
-        e.contains("NetworkPolicy ns/p") && e.contains("Allw"),
+        e.contains("NetworkPolicy ns/p") && e.contains("action"),
         "{e}"
     );
     let e = Resource::from_json(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "Widget", "metadata": {"name": "w"}}))

@@ -25,7 +25,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use super::{Embedded, claimed_id};
-use crate::calico::convert::convert;
+use crate::calico::convert::accept_write;
 use crate::calico::v3::{Resource, ResourceId, YamlError, yaml_documents};
 
 /// Largest request body.
@@ -90,7 +90,7 @@ async fn apply(State(store): State<Embedded>, body: Bytes) -> Response {
         let what = which(i, &doc);
         let r = Resource::from_json(doc)
             .map_err(|e| e.to_string())
-            .and_then(|r| convert(&r).map(|_| r).map_err(|e| e.to_string()));
+            .and_then(|r| accept_write(r).map_err(|e| e.to_string()));
         match r {
             Ok(r) => resources.push(r),
             Err(e) => {

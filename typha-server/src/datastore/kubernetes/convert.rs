@@ -59,6 +59,12 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             if let (Some(g), Some(m)) = (o.metadata.generation, metadata.as_object_mut()) {
                 m.insert("generation".into(), g.into());
             }
+            // Felix honours `config.projectcalico.org/<Name>` annotations on these.
+            if kind == Kind::FelixConfiguration
+                && let Some(m) = metadata.as_object_mut()
+            {
+                m.insert("annotations".into(), crd_annotations(o));
+            }
             let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
             (id, v3_doc(kind, metadata, spec))
         }
@@ -96,9 +102,16 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
                 workload_endpoint_name(node, &name),
             );
             match pod_spec(o, &namespace, &name, labels) {
-                Some((metadata, spec)) => (id, v3_doc(Kind::WorkloadEndpoint, metadata, spec)),
+                Ok(Some((metadata, spec))) => (id, v3_doc(Kind::WorkloadEndpoint, metadata, spec)),
                 // Not networked by Calico (yet, or any more): nothing to serve.
-                None => return (Some(id), None),
+                Ok(None) => return (Some(id), None),
+                Err(reason) => {
+                    let invalid = Invalid {
+                        id: Some(id.clone()),
+                        reason,
+                    };
+                    return (Some(id), Some(Err(invalid)));
+                }
             }
         }
         Conversion::Node { pod_cidr } => {
@@ -294,6 +307,26 @@ fn calico_metadata(
     Ok((name, labels))
 }
 
+/// A custom resource's annotations as Calico's driver gives them to the v3 resource: the CRD's
+/// own (but the metadata annotation), then those the metadata annotation holds.
+fn crd_annotations(o: &DynamicObject) -> Value {
+    let own = o.metadata.annotations.clone().unwrap_or_default();
+    let mut out: Map<String, Value> = own
+        .iter()
+        .filter(|(k, _)| *k != METADATA_ANNOTATION)
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    let stored = own
+        .get(METADATA_ANNOTATION)
+        .and_then(|t| serde_json::from_str::<Value>(t).ok());
+    if let Some(Value::Object(a)) = stored.as_ref().map(|m| at(m, "/annotations")) {
+        for (k, v) in a {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
 /// Calico's workload endpoint name: `<node>-k8s-<pod>-eth0`, with `-` doubled in each part.
 pub(super) fn workload_endpoint_name(node: &str, pod: &str) -> String {
     format!(
@@ -314,27 +347,41 @@ pub fn interface_name(namespace: &str, pod: &str) -> String {
     format!("cali{}", hex.get(..11).unwrap_or_default())
 }
 
-/// The pod's addresses as CIDRs: Calico's CNI annotations first, else `status.podIPs`.
+/// The pod's addresses as CIDRs, from where Calico's Kubernetes driver takes them, the first
+/// that has any: `status.podIPs`, `status.podIP`, Calico's CNI annotations
+/// `cni.projectcalico.org/podIPs` and `podIP`, then AWS's `vpc.amazonaws.com/pod-ips`. An
+/// address that does not parse makes the endpoint invalid, in the conversion.
 pub(super) fn pod_networks(o: &DynamicObject) -> Vec<String> {
-    let annotations = o.meta().annotations.as_ref();
-    let annotated = annotations.and_then(|a| {
-        a.get("cni.projectcalico.org/podIPs")
-            .or_else(|| a.get("cni.projectcalico.org/podIP"))
-    });
-    let ips: Vec<String> = match annotated {
-        Some(list) => list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect(),
-        None => at(&o.data, "/status/podIPs")
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| at(p, "/ip").as_str())
-            .map(String::from)
-            .collect(),
+    let annotation = |k: &str| {
+        o.meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .filter(|v| !v.is_empty())
+    };
+    let split = |list: &str| -> Vec<String> { list.split(',').map(String::from).collect() };
+    let status: Vec<String> = at(&o.data, "/status/podIPs")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| at(p, "/ip").as_str())
+        .map(String::from)
+        .collect();
+    let ips = if !status.is_empty() {
+        status
+    } else if let Some(ip) = at(&o.data, "/status/podIP")
+        .as_str()
+        .filter(|s| !s.is_empty())
+    {
+        vec![ip.to_owned()]
+    } else if let Some(list) = annotation("cni.projectcalico.org/podIPs") {
+        split(list)
+    } else if let Some(ip) = annotation("cni.projectcalico.org/podIP") {
+        vec![ip.clone()]
+    } else if let Some(list) = annotation("vpc.amazonaws.com/pod-ips") {
+        split(list)
+    } else {
+        Vec::new()
     };
     ips.into_iter()
         .map(|ip| {
@@ -349,29 +396,99 @@ pub(super) fn pod_networks(o: &DynamicObject) -> Vec<String> {
         .collect()
 }
 
+/// A pod's floating IPs (`cni.projectcalico.org/floatingIPs`, a JSON list of addresses) as the
+/// workload endpoint's 1:1 NATs, each onto the pod's address of its family, as Calico's driver
+/// makes them: an annotation that is not such a list, or a pod address that is not a single
+/// address, makes the endpoint invalid; an entry that is not an address is left to the
+/// conversion, which skips it.
+fn floating_ips(o: &DynamicObject, nets: &[String]) -> Result<Vec<Value>, String> {
+    const KEY: &str = "cni.projectcalico.org/floatingIPs";
+    let Some(a) = o.meta().annotations.as_ref().and_then(|a| a.get(KEY)) else {
+        return Ok(Vec::new());
+    };
+    if nets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ips: Option<Vec<String>> = serde_json::from_str(a)
+        .map_err(|e| format!("{KEY}: {a:?} is not a JSON list of strings: {e}"))?;
+    let (mut v4, mut v6) = (None, None);
+    for n in nets {
+        let net: ipnet::IpNet = n
+            .parse()
+            .map_err(|_| format!("pod address {n:?} is not a CIDR"))?;
+        if net.prefix_len() != net.max_prefix_len() {
+            return Err(format!("{KEY}: pod address {n:?} is not a single address"));
+        }
+        match net.addr() {
+            a @ IpAddr::V4(_) => v4 = Some(a),
+            a @ IpAddr::V6(_) => v6 = Some(a),
+        }
+    }
+    Ok(ips
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|ip| {
+            let internal = if ip.contains(':') { v6 } else { v4 }?;
+            Some(json!({"internalIP": internal.to_string(), "externalIP": ip}))
+        })
+        .collect())
+}
+
+/// The source prefixes a pod may send from (`cni.projectcalico.org/allowedSourcePrefixes`, a
+/// JSON list of CIDRs), masked; as in Calico's driver, an annotation that is not such a list,
+/// or holds anything but CIDRs, makes the endpoint invalid.
+fn allowed_source_prefixes(o: &DynamicObject) -> Result<Vec<String>, String> {
+    const KEY: &str = "cni.projectcalico.org/allowedSourcePrefixes";
+    let Some(a) = o
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(KEY))
+        .filter(|a| !a.is_empty())
+    else {
+        return Ok(Vec::new());
+    };
+    let prefixes: Option<Vec<String>> = serde_json::from_str(a)
+        .map_err(|e| format!("{KEY}: {a:?} is not a JSON list of strings: {e}"))?;
+    prefixes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            p.parse::<ipnet::IpNet>()
+                .map(|n| n.trunc().to_string())
+                .map_err(|_| format!("{KEY}: {p:?} is not a CIDR"))
+        })
+        .collect()
+}
+
 /// A pod's workload endpoint (metadata, spec), or `None` when Calico does not network it:
-/// host-networked, not scheduled, finished, or without an address.
+/// host-networked, not scheduled, finished, or without an address; an error when Calico's
+/// driver cannot convert it (a bad floating IP or source prefix annotation).
 pub(super) fn pod_spec(
     o: &DynamicObject,
     namespace: &str,
     name: &str,
     mut labels: Map<String, Value>,
-) -> Option<(Value, Value)> {
+) -> Result<Option<(Value, Value)>, String> {
     let spec = at(&o.data, "/spec");
     if at(spec, "/hostNetwork").as_bool() == Some(true) {
-        return None;
+        return Ok(None);
     }
-    let node = at(spec, "/nodeName").as_str().filter(|n| !n.is_empty())?;
+    let Some(node) = at(spec, "/nodeName").as_str().filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
     if matches!(
         at(&o.data, "/status/phase").as_str(),
         Some("Succeeded" | "Failed")
     ) {
-        return None;
+        return Ok(None);
     }
     let nets = pod_networks(o);
     if nets.is_empty() {
-        return None;
+        return Ok(None);
     }
+    let nats = floating_ips(o, &nets)?;
+    let spoofable = allowed_source_prefixes(o)?;
     let sa = at(spec, "/serviceAccountName").as_str().unwrap_or_default();
     let mut profiles = vec![format!("kns.{namespace}")];
     labels.insert("projectcalico.org/namespace".into(), namespace.into());
@@ -380,18 +497,22 @@ pub(super) fn pod_spec(
         profiles.push(format!("ksa.{namespace}.{sa}"));
         labels.insert("projectcalico.org/serviceaccount".into(), sa.into());
     }
-    let ports: Vec<Value> = at(spec, "/containers")
-        .as_array()
-        .into_iter()
-        .flatten()
+    // Named ports of the containers and init containers, as Calico's driver maps them: TCP
+    // (also when none is given), UDP and SCTP; a port of another protocol is left out.
+    let ports: Vec<Value> = ["/containers", "/initContainers"]
+        .iter()
+        .flat_map(|list| at(spec, list).as_array().into_iter().flatten())
         .flat_map(|c| at(c, "/ports").as_array().into_iter().flatten())
         .filter_map(|p| {
             let name = at(p, "/name").as_str().filter(|n| !n.is_empty())?;
-            Some(json!({
-                "name": name,
-                "protocol": at(p, "/protocol").as_str().unwrap_or("TCP"),
-                "port": at(p, "/containerPort"),
-            }))
+            let port = at(p, "/containerPort").as_u64().filter(|p| *p != 0)?;
+            let protocol = match at(p, "/protocol").as_str().unwrap_or("") {
+                "TCP" | "" => "tcp",
+                "UDP" => "udp",
+                "SCTP" => "sctp",
+                _ => return None,
+            };
+            Some(json!({"name": name, "protocol": protocol, "port": port}))
         })
         .collect();
     let metadata = json!({
@@ -407,10 +528,12 @@ pub(super) fn pod_spec(
         "serviceAccountName": sa,
         "interfaceName": interface_name(namespace, name),
         "ipNetworks": nets,
+        "ipNATs": nats,
         "profiles": profiles,
         "ports": ports,
+        "allowSpoofedSourcePrefixes": spoofable,
     });
-    Some((metadata, spec))
+    Ok(Some((metadata, spec)))
 }
 
 /// A Kubernetes node's Calico spec, as Calico's Kubernetes driver builds it from calico-node's
@@ -449,7 +572,9 @@ pub(super) fn node_spec(o: &DynamicObject, pod_cidr: bool) -> Value {
             bgp.insert(field.into(), v.into());
         }
     }
-    if let Ok(asn) = get("ASNumber").parse::<u32>() {
+    // A number, or the dotted form (`1.10`), as Calico's `numorstring.ASNumber` reads it.
+    let asn = get("ASNumber");
+    if serde_json::from_value::<crate::calico::v3::AsNumber>(Value::String(asn.clone())).is_ok() {
         bgp.insert("asNumber".into(), asn.into());
     }
     if !bgp.is_empty() {

@@ -104,14 +104,125 @@ fn a_pod_becomes_its_workload_endpoint() {
     assert_eq!(w.interface_name, "calif32b024f777");
     assert_eq!(w.ports.len(), 1, "named ports only");
 
-    // Calico's CNI annotation wins over the status.
-    let annotated = pod(json!({"metadata": {"annotations":
-        {"cni.projectcalico.org/podIPs": "10.9.9.9/32"}}}));
+    // The status wins over Calico's CNI annotation (Calico v3.32's order), which is read when
+    // the status has no address yet.
+    let annotation = json!({"cni.projectcalico.org/podIPs": "10.9.9.9/32"});
+    let annotated = pod(json!({"metadata": {"annotations": annotation}}));
     let r = convert(Conversion::Pod, &annotated).1.unwrap().unwrap();
     let Spec::WorkloadEndpoint(w) = &r.spec else {
         panic!("{r:?}")
     };
+    assert_eq!(w.ip_networks, ["10.0.0.5/32", "fd00::5/128"]);
+    let early = pod(json!({"metadata": {"annotations": annotation}, "status": {"podIPs": []}}));
+    let r = convert(Conversion::Pod, &early).1.unwrap().unwrap();
+    let Spec::WorkloadEndpoint(w) = &r.spec else {
+        panic!("{r:?}")
+    };
     assert_eq!(w.ip_networks, ["10.9.9.9/32"]);
+}
+
+/// A FelixConfiguration's annotations reach the conversion (the CRD's own and those in
+/// Calico's metadata annotation), so `config.projectcalico.org/<Name>` overrides work here too.
+#[test]
+fn a_felix_configuration_keeps_its_override_annotations() {
+    let o = object(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "FelixConfiguration",
+        "metadata": {"name": "default", "annotations": {
+            "config.projectcalico.org/LogSeverityScreen": "Debug",
+            "projectcalico.org/metadata":
+                r#"{"annotations": {"config.projectcalico.org/PrometheusMetricsEnabled": "true"}}"#}},
+        "spec": {"logSeverityScreen": "Info"}}));
+    let r = convert(Conversion::Crd(Kind::FelixConfiguration), &o)
+        .1
+        .unwrap()
+        .unwrap();
+    let mut keys: Vec<(String, String)> = crate::calico::convert::convert(&r)
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| match v {
+            typha_protocol::model::Value::Config(v) => (k.to_string(), v),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            ("/calico/v1/config/LogSeverityScreen".into(), "Debug".into()),
+            (
+                "/calico/v1/config/PrometheusMetricsEnabled".into(),
+                "true".into()
+            ),
+        ]
+    );
+}
+
+/// Calico's CNI annotations for floating IPs (the endpoint's 1:1 NATs onto the pod's address
+/// of their family) and for the source prefixes a pod may send from, read as Calico's driver
+/// reads them: one that is not a JSON list (of CIDRs, for the prefixes) makes the endpoint
+/// invalid; a floating IP that is not an address is skipped by the conversion.
+#[test]
+fn a_pods_floating_ips_and_allowed_source_prefixes_are_read() {
+    let annotated = pod(json!({"metadata": {"annotations": {
+        "cni.projectcalico.org/floatingIPs": r#"["192.0.2.10", "2001:db8::10", "nope"]"#,
+        "cni.projectcalico.org/allowedSourcePrefixes": r#"["198.51.100.1/24"]"#}}}));
+    let r = convert(Conversion::Pod, &annotated).1.unwrap().unwrap();
+    let kvs = crate::calico::convert::convert(&r).unwrap();
+    let typha_protocol::model::Value::WorkloadEndpoint(w) = &kvs[0].1 else {
+        panic!("{kvs:?}")
+    };
+    let nat = |i: &str, e: &str| typha_protocol::model::IpNat {
+        int_ip: i.parse().unwrap(),
+        ext_ip: e.parse().unwrap(),
+    };
+    assert_eq!(w.ipv4_nat, [nat("10.0.0.5", "192.0.2.10")]);
+    assert_eq!(w.ipv6_nat, [nat("fd00::5", "2001:db8::10")]);
+    assert_eq!(
+        w.allow_spoofed_source_prefixes,
+        ["198.51.100.0/24".parse::<ipnet::IpNet>().unwrap()]
+    );
+    for annotations in [
+        json!({"cni.projectcalico.org/floatingIPs": "192.0.2.10"}),
+        json!({"cni.projectcalico.org/floatingIPs": ""}),
+        json!({"cni.projectcalico.org/allowedSourcePrefixes": "[\"10.0.0.1\"]"}),
+        json!({"cni.projectcalico.org/allowedSourcePrefixes": "10.0.0.0/8"}),
+    ] {
+        let (id, item) = convert(
+            Conversion::Pod,
+            &pod(json!({"metadata": {"annotations": annotations}})),
+        );
+        let e = item.unwrap().unwrap_err();
+        assert_eq!(e.id, id, "{annotations}");
+    }
+    // A pod address that is not a single address cannot take a floating IP.
+    let wide = pod(json!({"metadata": {"annotations": {
+        "cni.projectcalico.org/floatingIPs": r#"["192.0.2.10"]"#}},
+        "status": {"podIPs": [{"ip": "10.0.0.0/24"}]}}));
+    assert!(convert(Conversion::Pod, &wide).1.unwrap().is_err());
+    // An empty allowedSourcePrefixes is none.
+    let empty = pod(json!({"metadata": {"annotations": {
+        "cni.projectcalico.org/allowedSourcePrefixes": ""}}}));
+    assert!(convert(Conversion::Pod, &empty).1.unwrap().is_ok());
+}
+
+/// Named ports of init containers count, and a port of a protocol Calico does not map is
+/// left out.
+#[test]
+fn a_pods_named_ports_are_mapped_as_calico_maps_them() {
+    let p = pod(json!({"spec": {
+        "containers": [{"name": "c", "ports": [
+            {"name": "http", "containerPort": 8080},
+            {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+            {"name": "odd", "containerPort": 9, "protocol": "FOO"}]}],
+        "initContainers": [{"name": "i", "ports": [
+            {"name": "sidecar", "containerPort": 15001, "protocol": "SCTP"}]}]}}));
+    let r = convert(Conversion::Pod, &p).1.unwrap().unwrap();
+    let Spec::WorkloadEndpoint(w) = &r.spec else {
+        panic!("{r:?}")
+    };
+    let ports: Vec<(&str, u16)> = w.ports.iter().map(|p| (p.name.as_str(), p.port)).collect();
+    assert_eq!(ports, [("http", 8080), ("dns", 53), ("sidecar", 15001)]);
+    assert!(crate::calico::convert::convert(&r).is_ok());
 }
 
 #[test]
@@ -147,7 +258,7 @@ fn a_node_takes_its_addresses_and_calicos_annotations() {
     };
     let bgp = n.bgp.as_ref().unwrap();
     assert_eq!(bgp.ipv4_address, "172.16.0.5/24");
-    assert_eq!(bgp.as_number, Some(64512));
+    assert_eq!(bgp.as_number, Some(crate::calico::v3::AsNumber(64512)));
     assert_eq!(n.ipv4_vxlan_tunnel_addr, "10.244.1.0");
     let addrs: Vec<_> = n
         .addresses
