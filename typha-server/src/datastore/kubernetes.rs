@@ -673,6 +673,10 @@ impl Datastore for Kubernetes {
         Box::pin(self.open_watch(from))
     }
 
+    fn calico_driver(&self) -> crate::calico::libcalico::Driver {
+        crate::calico::libcalico::Driver::Kubernetes
+    }
+
     fn probe(&self) -> BoxFuture<'_, Result<(), DatastoreError>> {
         Box::pin(async {
             // One object of the first type we read whose CRD is installed: proves the API

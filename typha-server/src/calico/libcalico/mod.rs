@@ -39,7 +39,7 @@ mod tests;
 use bytes::Bytes;
 use typha_protocol::model::{EncodedValue, Key, KeyPath, UpdateKind, Value, ValueError};
 
-pub use self::kv::{CalicoKv, DEFAULT_ALLOW_PROFILE, SyncerSet, SyncerType};
+pub use self::kv::{CalicoKv, DEFAULT_ALLOW_PROFILE, Driver, SyncerSet, SyncerType};
 pub use self::path::CalicoKey;
 pub use self::route::receivers;
 use self::route::{Entry, entries, share};

@@ -165,6 +165,14 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             )
         }
     };
+    // The object's own version: what Calico's driver gives its KVs as their revision.
+    let mut doc = doc;
+    if let (Some(rv), Some(m)) = (
+        meta.resource_version.as_ref(),
+        doc.pointer_mut("/metadata").and_then(Value::as_object_mut),
+    ) {
+        m.insert("resourceVersion".into(), rv.clone().into());
+    }
     let mut item = Resource::from_json(doc).map_err(|e| Invalid {
         id: Some(id.clone()),
         reason: e.to_string(),
