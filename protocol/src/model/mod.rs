@@ -26,7 +26,8 @@ pub use rule::{
 pub use value::{
     AllocationAttribute, AllocationTable, Block, EncapMode, EndpointPort, HostEndpoint, IpNat,
     IpPool, Labels, Mac, MacParseError, NetworkSet, Node, NodeAddress, NodeDetail, NodeInterface,
-    OrchRef, Policy, PolicyType, ProfileRules, Resource, ResourceDetail, Value, WorkloadEndpoint,
+    NodeMeta, OrchRef, Policy, PolicyType, ProfileDetail, ProfileLabels, ProfileRules, Resource,
+    ResourceDetail, Value, WorkloadEndpoint,
 };
 
 /// A validated key path. Cheap to clone (shared).
@@ -176,13 +177,16 @@ impl EncodedValue {
         let mut out = postcard::to_allocvec(value).unwrap_or_default();
         match value {
             Value::Node(n) if !n.detail.is_empty() => {
-                out = postcard::to_extend(&n.detail, out).unwrap_or_default();
+                out = n.detail.encode_tail(out).unwrap_or_default();
             }
             Value::Block(b) if !b.table.is_empty() => {
                 out = postcard::to_extend(&b.table, out).unwrap_or_default();
             }
             Value::Resource(r) if !r.detail.is_empty() => {
                 out = r.detail.encode_tail(out).unwrap_or_default();
+            }
+            Value::ProfileLabels(p) if !p.detail.is_empty() => {
+                out = postcard::to_extend(&p.detail, out).unwrap_or_default();
             }
             Value::Policy(p) => {
                 let rules = p.inbound_rules.iter().chain(&p.outbound_rules);
@@ -213,9 +217,7 @@ impl EncodedValue {
         if !tail.is_empty() {
             match &mut value {
                 Value::Node(n) => {
-                    n.detail = postcard::take_from_bytes(tail)
-                        .map_err(ValueError::Decode)?
-                        .0;
+                    n.detail = NodeDetail::decode_tail(tail).map_err(ValueError::Decode)?;
                 }
                 Value::Block(b) => {
                     b.table = postcard::take_from_bytes(tail)
@@ -224,6 +226,11 @@ impl EncodedValue {
                 }
                 Value::Resource(r) => {
                     r.detail = ResourceDetail::decode_tail(tail).map_err(ValueError::Decode)?;
+                }
+                Value::ProfileLabels(p) => {
+                    p.detail = postcard::take_from_bytes(tail)
+                        .map_err(ValueError::Decode)?
+                        .0;
                 }
                 Value::Policy(p) => {
                     let rules = p.inbound_rules.iter_mut().chain(&mut p.outbound_rules);
@@ -451,6 +458,12 @@ mod tests {
                     kind: "InternalIP".into(),
                 }],
                 route_reflector_cluster_id: "224.0.0.1".into(),
+                meta: NodeMeta {
+                    uid: "3f1c7d2e-0b4a-4c8e-9f10-2a3b4c5d6e7f".into(),
+                    creation_timestamp: "2025-01-02T03:04:05Z".into(),
+                    annotations: [("projectcalico.org/note".to_owned(), "x".to_owned())].into(),
+                    kube_labels: true,
+                },
                 ..NodeDetail::default()
             },
             ..Node::default()
@@ -488,6 +501,19 @@ mod tests {
         })
     }
 
+    /// A profile's labels with the rest of its v3 Profile.
+    fn profile_labels_with_detail() -> Value {
+        Value::ProfileLabels(ProfileLabels {
+            labels: [("pcns.projectcalico.org/name".to_owned(), "prod".to_owned())].into(),
+            detail: ProfileDetail {
+                uid: "0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c".into(),
+                creation_timestamp: "2025-01-02T03:04:05Z".into(),
+                ingress_json: r#"[{"action":"Allow","source":{},"destination":{}}]"#.into(),
+                ..ProfileDetail::default()
+            },
+        })
+    }
+
     /// A resource with both of its tails (a LiveMigration's uid, creation time, annotations).
     fn resource_with_object_detail() -> Value {
         Value::Resource(Resource {
@@ -500,6 +526,40 @@ mod tests {
                 annotations: [("k".to_owned(), "v".to_owned())].into(),
             },
         })
+    }
+
+    /// A node's second tail (its metadata): read by a decoder that knows it, ignored by one
+    /// that knows only the first, which reads that as before; absent when there is nothing
+    /// to put in it; and a node with metadata alone still writes the (empty) first tail
+    /// before it.
+    #[test]
+    fn the_node_tail_grows_compatibly() {
+        let v = node_with_detail();
+        let Value::Node(mut n) = v.clone() else {
+            unreachable!()
+        };
+        let meta = std::mem::take(&mut n.detail.meta);
+        let first_only = EncodedValue::encode(&Value::Node(n.clone()));
+        assert_eq!(first_only.decode().unwrap(), Value::Node(n.clone()));
+        let both = EncodedValue::encode(&v);
+        assert_eq!(both.decode().unwrap(), v);
+        assert!(both.as_bytes().starts_with(first_only.as_bytes()));
+        // What a build that knows only the first tail does with the value.
+        let (_, tail) = postcard::take_from_bytes::<Value>(both.as_bytes()).unwrap();
+        let (old, _) = postcard::take_from_bytes::<NodeDetail>(tail).unwrap();
+        assert_eq!(old, n.detail);
+
+        let metadata_only = Value::Node(Node {
+            detail: NodeDetail {
+                meta,
+                ..NodeDetail::default()
+            },
+            ..Node::default()
+        });
+        assert_eq!(
+            EncodedValue::encode(&metadata_only).decode().unwrap(),
+            metadata_only
+        );
     }
 
     /// A resource's second tail: read by a decoder that knows it, ignored by one that knows
@@ -580,6 +640,7 @@ mod tests {
             resource_with_object_detail(),
             policy_with_rule_detail(),
             profile_rules_with_rule_detail(),
+            profile_labels_with_detail(),
         ] {
             let with_tail = EncodedValue::encode(&v);
             assert_eq!(with_tail.decode().unwrap(), v);
@@ -589,6 +650,7 @@ mod tests {
                 Value::Node(n) => n.detail = NodeDetail::default(),
                 Value::Block(b) => b.table = AllocationTable::default(),
                 Value::Resource(r) => r.detail = ResourceDetail::default(),
+                Value::ProfileLabels(p) => p.detail = ProfileDetail::default(),
                 Value::Policy(p) => {
                     for r in p.inbound_rules.iter_mut().chain(&mut p.outbound_rules) {
                         r.detail = RuleDetail::default();

@@ -14,6 +14,7 @@ mod context;
 mod endpoint;
 mod network;
 mod policy;
+mod profile;
 mod raw;
 mod rule;
 #[cfg(test)]
@@ -60,7 +61,11 @@ pub fn convert(r: &Resource) -> Result<Vec<(Key, Value)>, ConvertError> {
         Spec::StagedGlobalNetworkPolicy(s) => {
             policy::staged_policy(&cx, PolicyKind::StagedGlobalNetworkPolicy, None, name, s)
         }
-        Spec::Profile(s) => policy::profile(&cx, name, s),
+        Spec::Profile(s) => Ok(profile::with_detail(
+            policy::profile(&cx, name, s)?,
+            meta,
+            s,
+        )),
         Spec::NetworkSet(s) => network::network_set(&cx, meta, &ns, s),
         Spec::GlobalNetworkSet(s) => network::global_network_set(&cx, meta, s),
         Spec::IpPool(s) => network::ip_pool(&cx, s),
