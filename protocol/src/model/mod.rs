@@ -167,7 +167,9 @@ impl EncodedValue {
     /// Fields added to a value type after version 1 travel as a tail after the version 1
     /// encoding (a Node's [`NodeDetail`](value::NodeDetail), a Block's
     /// [`AllocationTable`](value::AllocationTable), a Resource's
-    /// [`ResourceDetail`](value::ResourceDetail)). A decoder that predates them stops
+    /// [`ResourceDetail`](value::ResourceDetail), a ProfileLabels'
+    /// [`ProfileDetail`](value::ProfileDetail), a Policy's or ProfileRules' rules'
+    /// [`RuleDetail`](rule::RuleDetail)s). A decoder that predates them stops
     /// before the tail (postcard ignores trailing bytes); [`EncodedValue::decode`] reads it
     /// when present and leaves it empty when not, so servers and clients of either age
     /// understand each other (docs/protocol.md, "Compatibility rules").

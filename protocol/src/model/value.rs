@@ -570,13 +570,16 @@ pub struct ResourceDetail {
     /// spec (Calico's node status reporter tells a changed CalicoNodeStatus request from its
     /// own status write by it). Zero where the datastore keeps none (etcd).
     pub generation: i64,
-    /// `metadata.uid`; empty when not carried. Carried for LiveMigrations only: Felix gives
-    /// a migration's uid to the dataplane.
+    /// `metadata.uid`; empty when not carried. Carried for the kinds Calico's clients get as
+    /// v3 objects (BGP settings, peers and filters, node status requests, selector-scoped
+    /// Felix configurations, live migrations, Services, EndpointSlices): Felix gives a
+    /// migration's uid to the dataplane, and Calico's node status reporter writes back the
+    /// object it was sent, uid included.
     pub uid: String,
     /// `metadata.creationTimestamp` as Go writes it (RFC 3339, UTC, whole seconds); empty for
-    /// none (Go's `null`). Carried for LiveMigrations only.
+    /// none (Go's `null`). Carried as the uid is.
     pub creation_timestamp: String,
-    /// `metadata.annotations`. Carried for LiveMigrations only.
+    /// `metadata.annotations`. Carried as the uid is (not for Services and EndpointSlices).
     pub annotations: Labels,
 }
 
