@@ -363,7 +363,10 @@ impl Cluster {
                     outbound_rules: vec![Rule::new(Action::Allow)],
                 }),
             ));
-            out.push((Key::ProfileLabels(profile), Value::ProfileLabels(labels)));
+            out.push((
+                Key::ProfileLabels(profile),
+                Value::ProfileLabels(labels.into()),
+            ));
         }
         for node in 0..self.spec.nodes {
             out.push((

@@ -182,9 +182,10 @@ pub struct RunningServer {
 
 /// Starts a server over `datastore`.
 pub async fn start(
-    cfg: Config,
+    mut cfg: Config,
     datastore: Arc<dyn Datastore>,
 ) -> Result<RunningServer, StartError> {
+    cfg.cache.calico_driver = datastore.calico_driver();
     start_with(cfg, move |f: FeedContext<'_>| {
         Box::pin(run_syncer(datastore, f.tx, f.freshness))
     })

@@ -243,7 +243,7 @@ impl Backend for KubernetesBackend {
         assert!(Self::supports(r.kind()), "{} is not a CRD", r.kind());
         let stored = common::kube::put_crd(&self.admin, r).await;
         let mut r = r.clone();
-        r.metadata.generation = stored.metadata.generation;
+        common::kube::crd_metadata(&mut r, &stored);
         r
     }
     async fn delete(&mut self, id: &ResourceId) {

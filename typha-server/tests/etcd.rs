@@ -469,6 +469,117 @@ async fn ipam_blocks_and_affinities_where_calico_writes_them_reach_clients() {
     srv.shutdown().await;
 }
 
+/// What a Calico client of `syncer` holds once in sync with `srv`: key → the KV.
+async fn calico_state(
+    srv: &typha_server::server::RunningServer,
+    syncer: &str,
+) -> BTreeMap<String, typha_client::calico::CalicoKv> {
+    use typha_client::calico::{CalicoHello, Until, run};
+    let tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let hello = CalicoHello::calico_node("node-1", syncer);
+    let st = run(tcp, &hello, Until::InSync, Duration::from_secs(20))
+        .await
+        .unwrap();
+    st.kvs
+}
+
+/// Calico's etcd driver gives each KV its key's own `mod_revision`, in a listing as in a watch
+/// event, and leaves a v3 resource's `resourceVersion` empty; the metadata clientv3 stored
+/// with the resource (uid, creation time, annotations) comes back as stored. So a Calico
+/// client of ours sees what it would see from Calico's Typha on the same etcd.
+#[tokio::test]
+async fn calico_clients_get_each_keys_own_revision_and_the_stored_metadata() {
+    let etcd = EtcdServer::start().await;
+    let mut c = etcd.client().await;
+    let peer_key = format!("{PREFIX}bgppeers/peer-a");
+    let status_key = format!("{PREFIX}caliconodestatuses/status-1");
+    let peer = c
+        .put(
+            peer_key.as_str(),
+            r#"{"kind":"BGPPeer","apiVersion":"projectcalico.org/v3","metadata":{"name":"peer-a","uid":"6c1e1a2b-9d4e-4a55-8c86-2f0a7f1c3b11","creationTimestamp":"2025-01-02T03:04:05Z"},"spec":{"peerIP":"10.0.0.9","asNumber":64512}}"#,
+            None,
+        )
+        .await
+        .unwrap();
+    let status_json = |period: u32| {
+        format!(
+            r#"{{"kind":"CalicoNodeStatus","apiVersion":"projectcalico.org/v3","metadata":{{"name":"status-1","uid":"0a0b0c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d","creationTimestamp":"2025-02-03T04:05:06Z","annotations":{{"team":"net"}}}},"spec":{{"node":"node-1","classes":["Agent"],"updatePeriodSeconds":{period}}}}}"#
+        )
+    };
+    let status = c
+        .put(status_key.as_str(), status_json(10), None)
+        .await
+        .unwrap();
+    // A later write elsewhere: the listing's revision is past both keys'.
+    c.put(
+        format!("{PREFIX}globalnetworksets/other").as_str(),
+        r#"{"kind":"GlobalNetworkSet","apiVersion":"projectcalico.org/v3","metadata":{"name":"other"},"spec":{"nets":["10.9.0.0/16"]}}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    let rev = |r: &etcd_client::PutResponse| r.header().unwrap().revision().to_string();
+    let (peer_rev, status_rev) = (rev(&peer), rev(&status));
+
+    let srv = start(Config::for_tests(), Arc::new(backend(&etcd).await))
+        .await
+        .unwrap();
+    // Calico's key for a v3 resource is where etcd keeps it.
+    let bgp = calico_state(&srv, "bgp").await;
+    let got = &bgp[&peer_key];
+    assert_eq!(
+        (got.revision.as_str(), got.v3_resource_version.as_str()),
+        (peer_rev.as_str(), ""),
+        "a listed key carries its own mod_revision, not the listing's"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&got.value).unwrap();
+    assert_eq!(
+        v["metadata"],
+        json!({"name": "peer-a", "uid": "6c1e1a2b-9d4e-4a55-8c86-2f0a7f1c3b11",
+               "creationTimestamp": "2025-01-02T03:04:05Z"})
+    );
+
+    let ns = calico_state(&srv, "node-status").await;
+    let got = &ns[&status_key];
+    assert_eq!(
+        (got.revision.as_str(), got.v3_resource_version.as_str()),
+        (status_rev.as_str(), "")
+    );
+    let v: serde_json::Value = serde_json::from_slice(&got.value).unwrap();
+    assert_eq!(
+        v["metadata"],
+        json!({"name": "status-1", "uid": "0a0b0c0d-1e2f-4a3b-8c4d-5e6f7a8b9c0d",
+               "creationTimestamp": "2025-02-03T04:05:06Z", "annotations": {"team": "net"}})
+    );
+
+    // Through the watch: the key's new mod_revision.
+    let changed = c
+        .put(status_key.as_str(), status_json(30), None)
+        .await
+        .unwrap();
+    let changed_rev = rev(&changed);
+    let want = changed_rev.clone();
+    let mut ns = BTreeMap::new();
+    for _ in 0..100 {
+        ns = calico_state(&srv, "node-status").await;
+        if ns[&status_key].revision == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let got = &ns[&status_key];
+    assert_eq!(
+        (got.revision.as_str(), got.v3_resource_version.as_str()),
+        (changed_rev.as_str(), "")
+    );
+    assert!(
+        std::str::from_utf8(&got.value)
+            .unwrap()
+            .contains(r#""updatePeriodSeconds":30"#)
+    );
+    srv.shutdown().await;
+}
+
 #[tokio::test]
 async fn tls_with_client_certificates() {
     let etcd = EtcdServer::start_tls().await;

@@ -82,10 +82,6 @@ fn host_endpoint(i: usize) -> Value {
 }
 
 /// The profile Calico makes of a service account.
-fn sa_profile(ns: &str, name: &str, labels: &BTreeMap<String, String>) -> Resource {
-    common::kube::service_account_profile(ns, name, labels)
-}
-
 impl Run {
     /// A control plane, typha's identity, and the server over the backend; `None` when the
     /// peers are missing and skipping is allowed.
@@ -127,8 +123,9 @@ impl Run {
     async fn put(&mut self, doc: Value) {
         let mut r = Resource::from_json(doc).unwrap();
         let stored = common::kube::put_crd(&self.admin, &r).await;
-        // The API server's generation, which the server carries on.
-        r.metadata.generation = stored.metadata.generation;
+        // The API server's generation, which the server carries on, and the metadata
+        // Calico's driver gives the resource.
+        common::kube::crd_metadata(&mut r, &stored);
         self.want.insert(r.id(), r);
     }
 
@@ -154,20 +151,19 @@ impl Run {
             want,
             "the API server's defaulting of a namespace's labels"
         );
-        let r = common::kube::namespace_profile(name, &want);
+        let r = common::kube::namespace_profile(&stored.metadata);
         self.want.insert(r.id(), r);
     }
 
     /// Writes a service account, and the profile it must become.
     async fn service_account(&mut self, ns: &str, name: &str) {
-        apply(
+        let stored = apply(
             &self.admin,
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
                    "metadata": {"name": name, "namespace": ns, "labels": {"tier": "db"}}}),
         )
         .await;
-        let labels = BTreeMap::from([("tier".to_owned(), "db".to_owned())]);
-        let r = sa_profile(ns, name, &labels);
+        let r = common::kube::service_account_profile(&stored.metadata);
         self.want.insert(r.id(), r);
     }
 
@@ -177,7 +173,7 @@ impl Run {
         let node = json!({"apiVersion": "v1", "kind": "Node",
                "metadata": {"name": name, "labels": {"zone": "a"},
                             "annotations": {"projectcalico.org/IPv4Address": format!("{ip}/24")}}});
-        apply(&self.admin, node.clone()).await;
+        let stored = apply(&self.admin, node.clone()).await;
         set_status(
             &self.admin,
             &node,
@@ -185,9 +181,14 @@ impl Run {
                                  {"type": "Hostname", "address": name}]}),
         )
         .await;
+        // Calico's metadata for it: the node's uid and creation time, and its labels again in
+        // `projectcalico.org/kube-labels` (as json.Marshal writes a map).
         let doc = v3(
             "Node",
-            json!({"name": name, "labels": {"zone": "a"}}),
+            json!({"name": name, "uid": stored.metadata.uid,
+                   "creationTimestamp": common::kube::created(&stored.metadata),
+                   "labels": {"zone": "a"},
+                   "annotations": {"projectcalico.org/kube-labels": r#"{"zone":"a"}"#}}),
             json!({"bgp": {"ipv4Address": format!("{ip}/24")},
                    "orchRefs": [{"nodeName": name, "orchestrator": "k8s"}],
                    "addresses": [{"address": format!("{ip}/24"), "type": "CalicoNodeIP"},
@@ -1082,7 +1083,7 @@ async fn a_cluster_without_the_bgpfilters_crd_is_served_and_gets_filters_once_in
         }
     };
     let mut r = Resource::from_json(filter("Accept")).unwrap();
-    r.metadata.generation = created.metadata.generation;
+    common::kube::crd_metadata(&mut r, &created);
     run.want.insert(r.id(), r);
     run.converge(&mut p, "a filter of a CRD installed later")
         .await;
@@ -1560,4 +1561,163 @@ fn assert_no_resync(p: &Peer) {
         "no resync on the way: {:?}",
         p.statuses
     );
+}
+
+/// What a Calico client of `syncer` holds once in sync with `srv`: key → the KV.
+async fn calico_state(
+    srv: &RunningServer,
+    syncer: &str,
+) -> BTreeMap<String, typha_client::calico::CalicoKv> {
+    use typha_client::calico::{CalicoHello, Until, run};
+    let tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let hello = CalicoHello::calico_node("node-1", syncer);
+    run(tcp, &hello, Until::InSync, Duration::from_secs(20))
+        .await
+        .unwrap()
+        .kvs
+}
+
+/// A Calico client gets what Calico's Kubernetes driver gives: each KV at its object's
+/// resourceVersion (`<rv>/` for a namespace's profile), v3 resources with it as their resource
+/// version too (none for a profile); a Node with its uid, creation time and
+/// `projectcalico.org/kube-labels`; a namespace's profile with its allow rules and the
+/// namespace's uid converted; an EndpointSlice with its generation; a CalicoNodeStatus with
+/// the uid, creation time and generation Calico's node status reporter writes back.
+#[tokio::test]
+async fn calico_clients_get_calicos_revisions_and_metadata() {
+    let Some(mut run) = Run::new().await else {
+        return;
+    };
+    run.seed().await;
+    run.put(v3(
+        "CalicoNodeStatus",
+        json!({"name": "node-1-status"}),
+        json!({"node": "node-1", "classes": ["Agent"], "updatePeriodSeconds": 10}),
+    ))
+    .await;
+    apply(
+        &run.admin,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "api-1", "namespace": "web",
+                            "labels": {"kubernetes.io/service-name": "api"}},
+               "addressType": "IPv4",
+               "endpoints": [{"addresses": ["10.0.1.5"]}], "ports": []}),
+    )
+    .await;
+    run.refresh_services().await;
+    let mut p = run.peer().await;
+    run.converge(&mut p, "seeded").await;
+
+    let get = |api_version: &str, kind: &str, ns: &str, name: &str| {
+        let admin = run.admin.clone();
+        let object = if ns.is_empty() {
+            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}})
+        } else {
+            json!({"apiVersion": api_version, "kind": kind,
+                   "metadata": {"name": name, "namespace": ns}})
+        };
+        async move {
+            let res = common::kube::resource(
+                object["apiVersion"].as_str().unwrap(),
+                object["kind"].as_str().unwrap(),
+                &common::kube::plural_of(object["kind"].as_str().unwrap()),
+            );
+            let api: kube::Api<kube::api::DynamicObject> =
+                match object["metadata"]["namespace"].as_str() {
+                    Some(ns) => kube::Api::namespaced_with(admin, ns, &res),
+                    None => kube::Api::all_with(admin, &res),
+                };
+            api.get(object["metadata"]["name"].as_str().unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    let node = get("v1", "Node", "", "node-1").await;
+    let ns = get("v1", "Namespace", "", "web").await;
+    let slice = get("discovery.k8s.io/v1", "EndpointSlice", "web", "api-1").await;
+    let status = get(CRD, "CalicoNodeStatus", "", "node-1-status").await;
+    let rv = |o: &kube::api::DynamicObject| o.metadata.resource_version.clone().unwrap();
+    let json_of = |kv: &typha_client::calico::CalicoKv| -> Value {
+        serde_json::from_slice(&kv.value).unwrap()
+    };
+    let v3_key = |plural: &str, name: &str| {
+        format!("/calico/resources/v3/projectcalico.org/{plural}/{name}")
+    };
+
+    let felix = calico_state(&run.srv, "felix").await;
+    let got = &felix[&v3_key("nodes", "node-1")];
+    assert_eq!(
+        (got.revision.clone(), got.v3_resource_version.clone()),
+        (rv(&node), rv(&node))
+    );
+    let v = json_of(got);
+    assert_eq!(v["metadata"]["uid"], json!(node.metadata.uid));
+    assert_eq!(
+        v["metadata"]["creationTimestamp"],
+        json!(common::kube::created(&node.metadata))
+    );
+    assert_eq!(
+        v["metadata"]["annotations"],
+        json!({"projectcalico.org/kube-labels": r#"{"zone":"a"}"#})
+    );
+
+    let got = &felix[&v3_key("profiles", "kns.web")];
+    let ns_rev = format!("{}/", rv(&ns));
+    assert_eq!(
+        (got.revision.as_str(), got.v3_resource_version.as_str()),
+        (ns_rev.as_str(), "")
+    );
+    assert_eq!(
+        felix["/calico/v1/policy/profile/kns.web/rules"].revision,
+        ns_rev
+    );
+    let v = json_of(got);
+    assert_eq!(
+        v["metadata"],
+        json!({"name": "kns.web",
+               "uid": common::kube::calico_uid(ns.metadata.uid.as_deref().unwrap()),
+               "creationTimestamp": common::kube::created(&ns.metadata)})
+    );
+    assert_eq!(
+        v["spec"]["ingress"],
+        json!([{"action": "Allow", "source": {}, "destination": {}}])
+    );
+    assert_eq!(
+        v["spec"]["egress"],
+        json!([{"action": "Allow", "source": {}, "destination": {}}])
+    );
+    let sa = &felix[&v3_key("profiles", "ksa.web.api")];
+    assert!(
+        sa.revision.starts_with('/') && sa.revision.len() > 1,
+        "{}",
+        sa.revision
+    );
+
+    let got = &felix[&v3_key("kubernetesendpointslices", "web/api-1")];
+    assert_eq!(
+        (got.revision.clone(), got.v3_resource_version.clone()),
+        (rv(&slice), rv(&slice))
+    );
+    let v = json_of(got);
+    assert_eq!(
+        v["metadata"]["generation"],
+        json!(slice.metadata.generation.unwrap())
+    );
+    assert_eq!(v["metadata"]["uid"], json!(slice.metadata.uid));
+
+    let ns_syncer = calico_state(&run.srv, "node-status").await;
+    let got = &ns_syncer[&v3_key("caliconodestatuses", "node-1-status")];
+    assert_eq!(
+        (got.revision.clone(), got.v3_resource_version.clone()),
+        (rv(&status), rv(&status))
+    );
+    let v = json_of(got);
+    assert_eq!(
+        v["metadata"],
+        json!({"name": "node-1-status",
+               "uid": common::kube::calico_uid(status.metadata.uid.as_deref().unwrap()),
+               "generation": status.metadata.generation.unwrap(),
+               "creationTimestamp": common::kube::created(&status.metadata)})
+    );
+    run.srv.shutdown().await;
 }

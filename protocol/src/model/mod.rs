@@ -26,7 +26,8 @@ pub use rule::{
 pub use value::{
     AllocationAttribute, AllocationTable, Block, EncapMode, EndpointPort, HostEndpoint, IpNat,
     IpPool, Labels, Mac, MacParseError, NetworkSet, Node, NodeAddress, NodeDetail, NodeInterface,
-    OrchRef, Policy, PolicyType, ProfileRules, Resource, ResourceDetail, Value, WorkloadEndpoint,
+    NodeMeta, OrchRef, Policy, PolicyType, ProfileDetail, ProfileLabels, ProfileRules, Resource,
+    ResourceDetail, Value, WorkloadEndpoint,
 };
 
 /// A validated key path. Cheap to clone (shared).
@@ -166,7 +167,9 @@ impl EncodedValue {
     /// Fields added to a value type after version 1 travel as a tail after the version 1
     /// encoding (a Node's [`NodeDetail`](value::NodeDetail), a Block's
     /// [`AllocationTable`](value::AllocationTable), a Resource's
-    /// [`ResourceDetail`](value::ResourceDetail)). A decoder that predates them stops
+    /// [`ResourceDetail`](value::ResourceDetail), a ProfileLabels'
+    /// [`ProfileDetail`](value::ProfileDetail), a Policy's or ProfileRules' rules'
+    /// [`RuleDetail`](rule::RuleDetail)s). A decoder that predates them stops
     /// before the tail (postcard ignores trailing bytes); [`EncodedValue::decode`] reads it
     /// when present and leaves it empty when not, so servers and clients of either age
     /// understand each other (docs/protocol.md, "Compatibility rules").
@@ -175,7 +178,7 @@ impl EncodedValue {
         // unsupported serde types, and Vec output never runs out of space.
         let mut out = postcard::to_allocvec(value).unwrap_or_default();
         match value {
-            Value::Node(n) => {
+            Value::Node(n) if !n.detail.is_empty() => {
                 out = n.detail.encode_tail(out).unwrap_or_default();
             }
             Value::Block(b) if !b.table.is_empty() => {
@@ -183,6 +186,9 @@ impl EncodedValue {
             }
             Value::Resource(r) if !r.detail.is_empty() => {
                 out = r.detail.encode_tail(out).unwrap_or_default();
+            }
+            Value::ProfileLabels(p) if !p.detail.is_empty() => {
+                out = postcard::to_extend(&p.detail, out).unwrap_or_default();
             }
             Value::Policy(p) => {
                 let rules = p.inbound_rules.iter().chain(&p.outbound_rules);
@@ -222,6 +228,11 @@ impl EncodedValue {
                 }
                 Value::Resource(r) => {
                     r.detail = ResourceDetail::decode_tail(tail).map_err(ValueError::Decode)?;
+                }
+                Value::ProfileLabels(p) => {
+                    p.detail = postcard::take_from_bytes(tail)
+                        .map_err(ValueError::Decode)?
+                        .0;
                 }
                 Value::Policy(p) => {
                     let rules = p.inbound_rules.iter_mut().chain(&mut p.outbound_rules);
@@ -449,30 +460,40 @@ mod tests {
                     kind: "InternalIP".into(),
                 }],
                 route_reflector_cluster_id: "224.0.0.1".into(),
-                invalid_as_v3: true,
+                meta: NodeMeta {
+                    uid: "3f1c7d2e-0b4a-4c8e-9f10-2a3b4c5d6e7f".into(),
+                    creation_timestamp: "2025-01-02T03:04:05Z".into(),
+                    annotations: [("projectcalico.org/note".to_owned(), "x".to_owned())].into(),
+                    kube_labels: true,
+                    invalid_as_v3: true,
+                },
                 ..NodeDetail::default()
             },
             ..Node::default()
         })
     }
 
-    /// A node's second tail is written only when the node is invalid as a v3 Node, so a
-    /// valid one encodes as before it existed; one with nothing but the flag writes both.
+    /// A node's second tail (its metadata and its validity as a v3 Node) is written only when
+    /// something in it is set, so a node without them encodes as before it existed; one with
+    /// nothing but the validity flag writes both tails and reads back.
     #[test]
-    fn node_validity_tail_is_written_only_when_set() {
+    fn node_second_tail_is_written_only_when_set() {
         let Value::Node(mut n) = node_with_detail() else {
             unreachable!()
         };
-        let with_flag = EncodedValue::encode(&Value::Node(n.clone()));
-        n.detail.invalid_as_v3 = false;
+        let with_meta = EncodedValue::encode(&Value::Node(n.clone()));
+        n.detail.meta = NodeMeta::default();
         let without = EncodedValue::encode(&Value::Node(n.clone()));
         let mut expected = postcard::to_allocvec(&Value::Node(n.clone())).unwrap();
         expected = postcard::to_extend(&n.detail, expected).unwrap();
         assert_eq!(without.as_bytes(), &expected[..]);
-        assert_eq!(with_flag.len(), without.len() + 1);
+        assert!(with_meta.len() > without.len());
         let only_flag = Value::Node(Node {
             detail: NodeDetail {
-                invalid_as_v3: true,
+                meta: NodeMeta {
+                    invalid_as_v3: true,
+                    ..NodeMeta::default()
+                },
                 ..NodeDetail::default()
             },
             ..Node::default()
@@ -514,6 +535,19 @@ mod tests {
         })
     }
 
+    /// A profile's labels with the rest of its v3 Profile.
+    fn profile_labels_with_detail() -> Value {
+        Value::ProfileLabels(ProfileLabels {
+            labels: [("pcns.projectcalico.org/name".to_owned(), "prod".to_owned())].into(),
+            detail: ProfileDetail {
+                uid: "0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c".into(),
+                creation_timestamp: "2025-01-02T03:04:05Z".into(),
+                ingress_json: r#"[{"action":"Allow","source":{},"destination":{}}]"#.into(),
+                ..ProfileDetail::default()
+            },
+        })
+    }
+
     /// A resource with both of its tails (a LiveMigration's uid, creation time, annotations).
     fn resource_with_object_detail() -> Value {
         Value::Resource(Resource {
@@ -526,6 +560,40 @@ mod tests {
                 annotations: [("k".to_owned(), "v".to_owned())].into(),
             },
         })
+    }
+
+    /// A node's second tail (its metadata): read by a decoder that knows it, ignored by one
+    /// that knows only the first, which reads that as before; absent when there is nothing
+    /// to put in it; and a node with metadata alone still writes the (empty) first tail
+    /// before it.
+    #[test]
+    fn the_node_tail_grows_compatibly() {
+        let v = node_with_detail();
+        let Value::Node(mut n) = v.clone() else {
+            unreachable!()
+        };
+        let meta = std::mem::take(&mut n.detail.meta);
+        let first_only = EncodedValue::encode(&Value::Node(n.clone()));
+        assert_eq!(first_only.decode().unwrap(), Value::Node(n.clone()));
+        let both = EncodedValue::encode(&v);
+        assert_eq!(both.decode().unwrap(), v);
+        assert!(both.as_bytes().starts_with(first_only.as_bytes()));
+        // What a build that knows only the first tail does with the value.
+        let (_, tail) = postcard::take_from_bytes::<Value>(both.as_bytes()).unwrap();
+        let (old, _) = postcard::take_from_bytes::<NodeDetail>(tail).unwrap();
+        assert_eq!(old, n.detail);
+
+        let metadata_only = Value::Node(Node {
+            detail: NodeDetail {
+                meta,
+                ..NodeDetail::default()
+            },
+            ..Node::default()
+        });
+        assert_eq!(
+            EncodedValue::encode(&metadata_only).decode().unwrap(),
+            metadata_only
+        );
     }
 
     /// A resource's second tail: read by a decoder that knows it, ignored by one that knows
@@ -606,6 +674,7 @@ mod tests {
             resource_with_object_detail(),
             policy_with_rule_detail(),
             profile_rules_with_rule_detail(),
+            profile_labels_with_detail(),
         ] {
             let with_tail = EncodedValue::encode(&v);
             assert_eq!(with_tail.decode().unwrap(), v);
@@ -615,6 +684,7 @@ mod tests {
                 Value::Node(n) => n.detail = NodeDetail::default(),
                 Value::Block(b) => b.table = AllocationTable::default(),
                 Value::Resource(r) => r.detail = ResourceDetail::default(),
+                Value::ProfileLabels(p) => p.detail = ProfileDetail::default(),
                 Value::Policy(p) => {
                     for r in p.inbound_rules.iter_mut().chain(&mut p.outbound_rules) {
                         r.detail = RuleDetail::default();

@@ -32,7 +32,7 @@ pub enum Value {
     /// For [`KeyType::ProfileRules`].
     ProfileRules(ProfileRules),
     /// For [`KeyType::ProfileLabels`].
-    ProfileLabels(Labels),
+    ProfileLabels(ProfileLabels),
     /// For [`KeyType::NetworkSet`].
     NetworkSet(NetworkSet),
     /// For [`KeyType::IpPool`].
@@ -241,6 +241,54 @@ pub struct ProfileRules {
     pub outbound_rules: Vec<Rule>,
 }
 
+/// The labels a profile gives its endpoints (`labelsToApply`), and what Calico's syncers send of
+/// the v3 Profile beyond them ([`ProfileDetail`], the value's tail as for [`Block::table`]).
+/// Without its tail it encodes as the labels map alone, as in protocol version 1.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProfileLabels {
+    /// The labels.
+    pub labels: Labels,
+    /// The rest of the v3 Profile.
+    #[serde(skip)]
+    pub detail: ProfileDetail,
+}
+
+impl From<Labels> for ProfileLabels {
+    fn from(labels: Labels) -> Self {
+        Self {
+            labels,
+            detail: ProfileDetail::default(),
+        }
+    }
+}
+
+/// What Calico's felix syncer sends of a v3 Profile beyond the labels it applies: its
+/// metadata, and its rules in the v3 form (Felix takes the rules from the v1 `ProfileRules`;
+/// the v3 object carries them too).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileDetail {
+    /// `metadata.uid`; empty when none.
+    pub uid: String,
+    /// `metadata.creationTimestamp` as Go writes it; empty for none.
+    pub creation_timestamp: String,
+    /// `metadata.labels`: the profile's own (not those it applies).
+    pub labels: Labels,
+    /// `metadata.annotations`.
+    pub annotations: Labels,
+    /// `spec.ingress` as Calico's v3 JSON (an array); empty for none.
+    pub ingress_json: String,
+    /// `spec.egress`, the same.
+    pub egress_json: String,
+}
+
+impl ProfileDetail {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// A network set.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkSet {
@@ -381,8 +429,14 @@ pub struct Node {
 
 /// What a Calico Node holds beyond the fields agents route by: its addresses (Felix's route
 /// resolver takes them as the node's host addresses), route reflector cluster, IPv6 VXLAN,
-/// WireGuard and interface addresses, orchestrator references and pod CIDRs. Strings as
-/// stored; empty means unset, as in Calico's API.
+/// WireGuard and interface addresses, orchestrator references and pod CIDRs, and its
+/// metadata beyond name and labels. Strings as stored; empty means unset, as in Calico's
+/// API.
+///
+/// On the wire it is two tails (docs/protocol.md, "Compatibility rules" 4): first the spec and
+/// status fields, then [`NodeMeta`] (uid, creation time, annotations), written only when one
+/// of those is set; so a node without them encodes exactly as before they existed, and a
+/// decoder that knows only the first reads it and ignores the second.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeDetail {
     /// `spec.addresses`: (address, type) in order.
@@ -403,18 +457,40 @@ pub struct NodeDetail {
     pub wireguard_public_key_v6: String,
     /// `status.podCIDRs`.
     pub pod_cidrs: Vec<String>,
+    /// The node's metadata beyond name and labels: the second tail.
+    #[serde(skip)]
+    pub meta: NodeMeta,
+}
+
+/// A Calico Node's metadata beyond its name and labels, as Calico's syncers send it (the
+/// second tail of a [`Node`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMeta {
+    /// `metadata.uid`; empty when none.
+    pub uid: String,
+    /// `metadata.creationTimestamp` as Go writes it (RFC 3339, UTC, whole seconds); empty
+    /// for none.
+    pub creation_timestamp: String,
+    /// `metadata.annotations`, but `projectcalico.org/kube-labels` when `kube_labels` says
+    /// what it is.
+    pub annotations: Labels,
+    /// The node has the annotation `projectcalico.org/kube-labels` and it is its labels as
+    /// libcalico-go's `json.Marshal` writes them (`null` for none): what Calico's
+    /// Kubernetes driver adds to every node (its Kubernetes labels, which are the node's
+    /// labels unless calico-node's `projectcalico.org/labels` adds others). Kept as a flag,
+    /// not as a second copy of the labels.
+    pub kube_labels: bool,
     /// Calico's validator refuses this node as a v3 Node (a bad address, MAC or key, or a bad
     /// name), so Calico's Typha sends its v3 Node as a deletion, while its host IP, tunnel
-    /// addresses and WireGuard key are sent. On the wire a second tail after the first, written
-    /// only when set ([`NodeDetail::encode_tail`]).
-    #[serde(skip)]
+    /// addresses and WireGuard key are sent.
     pub invalid_as_v3: bool,
 }
 
-/// The second tail of a [`Node`] (see [`NodeDetail::invalid_as_v3`]).
-#[derive(Serialize, Deserialize)]
-struct NodeValidityTail {
-    invalid_as_v3: bool,
+impl NodeMeta {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl NodeDetail {
@@ -423,29 +499,24 @@ impl NodeDetail {
         *self == Self::default()
     }
 
-    /// Appends the tails to `out` (nothing when empty): the detail, then the validity when set.
+    /// Appends the tails to `out` (nothing when empty): the detail, then its metadata when set.
     pub(super) fn encode_tail(&self, out: Vec<u8>) -> Result<Vec<u8>, postcard::Error> {
         if self.is_empty() {
             return Ok(out);
         }
         let out = postcard::to_extend(self, out)?;
-        if !self.invalid_as_v3 {
+        if self.meta.is_empty() {
             return Ok(out);
         }
-        postcard::to_extend(
-            &NodeValidityTail {
-                invalid_as_v3: true,
-            },
-            out,
-        )
+        postcard::to_extend(&self.meta, out)
     }
 
-    /// Reads the tails from `bytes`; bytes after those this version knows are ignored.
+    /// Reads the tails from `bytes`: the first, then the second when there is more. Bytes
+    /// after the tails this version knows are ignored.
     pub(super) fn decode_tail(bytes: &[u8]) -> Result<Self, postcard::Error> {
         let (mut detail, rest) = postcard::take_from_bytes::<NodeDetail>(bytes)?;
         if !rest.is_empty() {
-            let (v, _) = postcard::take_from_bytes::<NodeValidityTail>(rest)?;
-            detail.invalid_as_v3 = v.invalid_as_v3;
+            detail.meta = postcard::take_from_bytes::<NodeMeta>(rest)?.0;
         }
         Ok(detail)
     }
@@ -503,13 +574,16 @@ pub struct ResourceDetail {
     /// spec (Calico's node status reporter tells a changed CalicoNodeStatus request from its
     /// own status write by it). Zero where the datastore keeps none (etcd).
     pub generation: i64,
-    /// `metadata.uid`; empty when not carried. Carried for LiveMigrations only: Felix gives
-    /// a migration's uid to the dataplane.
+    /// `metadata.uid`; empty when not carried. Carried for the kinds Calico's clients get as
+    /// v3 objects (BGP settings, peers and filters, node status requests, selector-scoped
+    /// Felix configurations, live migrations, Services, EndpointSlices): Felix gives a
+    /// migration's uid to the dataplane, and Calico's node status reporter writes back the
+    /// object it was sent, uid included.
     pub uid: String,
     /// `metadata.creationTimestamp` as Go writes it (RFC 3339, UTC, whole seconds); empty for
-    /// none (Go's `null`). Carried for LiveMigrations only.
+    /// none (Go's `null`). Carried as the uid is.
     pub creation_timestamp: String,
-    /// `metadata.annotations`. Carried for LiveMigrations only.
+    /// `metadata.annotations`. Carried as the uid is (not for Services and EndpointSlices).
     pub annotations: Labels,
 }
 

@@ -145,7 +145,7 @@ pub fn canonical_kvs() -> Vec<(Key, Value)> {
             Key::ProfileLabels(ProfileKey {
                 name: "kns.prod".into(),
             }),
-            Value::ProfileLabels(labels.clone()),
+            Value::ProfileLabels(labels.clone().into()),
         ),
         (
             Key::NetworkSet(NetworkSetKey {
@@ -733,7 +733,7 @@ pub fn value() -> impl Strategy<Value = Value> {
                 outbound_rules: o
             }
         )),
-        labels().prop_map(Value::ProfileLabels),
+        labels().prop_map(|l| Value::ProfileLabels(l.into())),
         (vec(ipnet(), 0..4), labels(), vec(text(), 0..2)).prop_map(
             |(nets, labels, profile_ids)| Value::NetworkSet(NetworkSet {
                 nets,
@@ -879,7 +879,10 @@ fn node_detail() -> impl Strategy<Value = NodeDetail> {
                         .map(|(name, addresses)| NodeInterface { name, addresses })
                         .collect(),
                     pod_cidrs,
-                    invalid_as_v3,
+                    meta: NodeMeta {
+                        invalid_as_v3,
+                        ..NodeMeta::default()
+                    },
                     ..NodeDetail::default()
                 }
             ),

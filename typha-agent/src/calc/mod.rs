@@ -261,7 +261,7 @@ impl CalcGraph {
             }
             (Key::ProfileLabels(k), v) => {
                 let labels = match v {
-                    Some(Value::ProfileLabels(l)) => Some(l),
+                    Some(Value::ProfileLabels(l)) => Some(l.labels),
                     _ => None,
                 };
                 self.set_profile_labels(&k.name, labels);

@@ -125,7 +125,7 @@ fn policies_select_with_inherited_profile_labels_in_order() {
         &Key::ProfileLabels(ProfileKey {
             name: "kns.shop".into(),
         }),
-        Some(Value::ProfileLabels(labels(&[("pcns.team", "web")]))),
+        Some(Value::ProfileLabels(labels(&[("pcns.team", "web")]).into())),
     );
     g.on_update(
         &wep_key(ME, "a"),
@@ -171,7 +171,7 @@ fn policies_select_with_inherited_profile_labels_in_order() {
         &Key::ProfileLabels(ProfileKey {
             name: "kns.shop".into(),
         }),
-        Some(Value::ProfileLabels(labels(&[("pcns.team", "ops")]))),
+        Some(Value::ProfileLabels(labels(&[("pcns.team", "ops")]).into())),
     );
     assert!(g.flush().chains);
     assert!(!g.desired().chains.contains_key("cali-pi-zeta"));
@@ -180,7 +180,7 @@ fn policies_select_with_inherited_profile_labels_in_order() {
         &Key::ProfileLabels(ProfileKey {
             name: "kns.shop".into(),
         }),
-        Some(Value::ProfileLabels(labels(&[("app", "y")]))),
+        Some(Value::ProfileLabels(labels(&[("app", "y")]).into())),
     );
     g.flush();
     assert!(!g.desired().chains.contains_key("cali-pi-other"));
@@ -583,7 +583,7 @@ fn kv(op: &Op) -> (Key, Option<Value>) {
             Key::ProfileLabels(ProfileKey {
                 name: format!("kns.n{ns}"),
             }),
-            team.map(|t| Value::ProfileLabels(labels(&[("pcns.team", &format!("t{t}"))]))),
+            team.map(|t| Value::ProfileLabels(labels(&[("pcns.team", &format!("t{t}"))]).into())),
         ),
         Op::Policy {
             id,

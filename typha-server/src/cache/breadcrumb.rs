@@ -12,18 +12,21 @@ use typha_protocol::model::{KeyPath, Revision, SyncStatus, Update};
 
 use super::calico::{CalicoCrumb, Carriage, Unencodable};
 use super::held::Held;
-use crate::calico::libcalico::SyncerType;
+use crate::calico::libcalico::{Driver, SyncerType};
 use crate::fanout::{PerVariant, Variant, View, encode};
 use crate::metrics::{FrameKind, Metrics};
 
-/// A cached value and the revision it came from.
+/// A cached value and the revisions it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kv {
     /// The value, encoded once; held compressed once the writer has a dictionary
     /// ([`Held`]).
     pub value: Held,
-    /// Datastore revision.
+    /// Datastore revision, as our protocol sends it.
     pub revision: Revision,
+    /// The revision of the stored object the value came from, as Calico's syncer sends it
+    /// ([`KvChange::object_revision`](super::pipeline::KvChange::object_revision)).
+    pub object_revision: Revision,
 }
 
 /// One version of the whole state.
@@ -60,6 +63,9 @@ pub struct Breadcrumb {
     /// the derived keys that went away), so that translation never needs an older map version
     /// (docs/server.md, "Calico clients").
     pub previous: Arc<[Option<Held>]>,
+    /// For each of `deltas`, the revision of the stored object it came from, which Calico's
+    /// clients are sent ([`Kv::object_revision`]; `Revision(0)` for a deletion).
+    pub object_revisions: Arc<[Revision]>,
     /// Sync status at this point.
     pub status: SyncStatus,
     /// Combined state digest at this point.
@@ -161,16 +167,22 @@ impl Breadcrumb {
 
 impl Breadcrumb {
     /// The `MsgKVs` taking a Calico client of `syncer` from the breadcrumb before to this one
-    /// (`None`: nothing in it for that syncer type), translated and encoded on first use.
+    /// (`None`: nothing in it for that syncer type), translated and encoded on first use, with
+    /// revisions as `driver` gives them.
     pub fn calico_frame(
         &self,
         syncer: SyncerType,
         carriage: Carriage,
+        driver: Driver,
         m: &Metrics,
     ) -> Result<Option<Bytes>, Unencodable> {
-        self.frames
-            .calico
-            .frame(&self.deltas, &self.previous, syncer, carriage, m)
+        self.frames.calico.frame(
+            &self.deltas,
+            &self.previous,
+            &self.object_revisions,
+            (syncer, carriage, driver),
+            m,
+        )
     }
 }
 

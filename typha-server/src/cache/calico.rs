@@ -40,7 +40,7 @@ use typha_protocol::message::Seq;
 use typha_protocol::model::{KeyPath, Revision, SyncStatus, Update, UpdateKind};
 
 use crate::calico::libcalico::{
-    CalicoKv, SyncerType, builtin_kvs, calico_changes_encoded, calico_kvs, receivers,
+    CalicoKv, Driver, SyncerType, builtin_kvs, calico_changes_encoded, calico_kvs, receivers,
 };
 use crate::metrics::{FrameKind, Metrics};
 
@@ -112,7 +112,7 @@ impl Carriage {
     }
 }
 
-/// A translated change, with the revision it came from.
+/// A translated change, with the revision of the object it came from.
 #[derive(Debug, Clone)]
 struct Change {
     kv: CalicoKv,
@@ -141,16 +141,20 @@ pub struct CalicoCrumb {
 impl CalicoCrumb {
     /// The `MsgKVs` taking a client of `syncer` from the breadcrumb before to this one, or
     /// `None` when nothing in `deltas` concerns it. `previous[i]` is the value `deltas[i]`'s
-    /// key held before it (`None`: absent), as the writer kept it.
+    /// key held before it (`None`: absent), as the writer kept it, and `objects[i]` the
+    /// revision of the stored object it came from. A server has one `driver`: the frames are
+    /// kept per syncer type and carriage only.
     pub fn frame(
         &self,
         deltas: &[Update],
         previous: &[Option<Held>],
-        syncer: SyncerType,
-        carriage: Carriage,
+        objects: &[Revision],
+        (syncer, carriage, driver): (SyncerType, Carriage, Driver),
         m: &Metrics,
     ) -> Frame {
-        let changes = self.changes.get_or_init(|| translate(deltas, previous, m));
+        let changes = self
+            .changes
+            .get_or_init(|| translate(deltas, previous, objects, m));
         let [felix, bgp, tunnel, status] = &self.frames;
         let per = match syncer {
             SyncerType::Felix => felix,
@@ -166,7 +170,7 @@ impl CalicoCrumb {
             let kvs: Vec<SerializedUpdate> = changes
                 .iter()
                 .filter(|c| c.kv.syncers.contains(syncer))
-                .map(|c| serialized(&c.kv, c.revision))
+                .map(|c| serialized(&c.kv, c.revision, driver))
                 .collect();
             if kvs.is_empty() {
                 return Ok(None);
@@ -181,8 +185,13 @@ impl CalicoCrumb {
 }
 
 /// The Calico changes of a breadcrumb, each change translated against the value its key held
-/// before it.
-fn translate(deltas: &[Update], previous: &[Option<Held>], m: &Metrics) -> Arc<[Change]> {
+/// before it, with the revision of the object it came from.
+fn translate(
+    deltas: &[Update],
+    previous: &[Option<Held>],
+    objects: &[Revision],
+    m: &Metrics,
+) -> Arc<[Change]> {
     let mut out = Vec::with_capacity(deltas.len());
     for (i, u) in deltas.iter().enumerate() {
         let before = previous.get(i).and_then(|p| p.as_ref()).map(Held::encoded);
@@ -203,26 +212,49 @@ fn translate(deltas: &[Update], previous: &[Option<Held>], m: &Metrics) -> Arc<[
                 calico_changes_encoded(&u.key, b.as_ref(), c.as_ref()).unwrap_or_default()
             }
         };
-        out.extend(kvs.into_iter().map(|kv| Change {
-            kv,
-            revision: u.revision,
-        }));
+        // Our writer keeps one for every change; a breadcrumb made without (a test's) falls
+        // back to our protocol's revision.
+        let revision = objects.get(i).copied().unwrap_or(u.revision);
+        out.extend(kvs.into_iter().map(|kv| Change { kv, revision }));
     }
     Arc::from(out)
 }
 
-/// One KV as `SerializedUpdate`: the revision as a decimal string, and for v3 resources also as
-/// `V3ResourceVersion`.
-fn serialized(kv: &CalicoKv, revision: Revision) -> SerializedUpdate {
-    let rev = revision.to_string();
+/// One KV as `SerializedUpdate`, with the revisions Calico's `driver` gives (libcalico-go's
+/// `KVPair.Revision`, and a v3 resource's `resourceVersion`, which Typha moves to
+/// `V3ResourceVersion`):
+///
+/// - a deletion: neither (Calico's watcher cache sends a deletion without a revision);
+/// - [`Driver::Etcd`]: `revision` (the key's `mod_revision`), and no resource version;
+/// - [`Driver::Kubernetes`]: `revision` (the object's `resourceVersion`) in both, except for a
+///   profile made from a namespace (`kns.`: `<rv>/`) or a service account (`ksa.`: `/<rv>`),
+///   which has no resource version.
+fn serialized(kv: &CalicoKv, revision: Revision, driver: Driver) -> SerializedUpdate {
+    let (rev, v3) = match &kv.value {
+        None => (String::new(), String::new()),
+        Some(_) => {
+            let rev = if revision.0 == 0 {
+                String::new()
+            } else {
+                revision.to_string()
+            };
+            match (driver, profile_name(&kv.key)) {
+                (Driver::Etcd, _) => (rev, String::new()),
+                (Driver::Kubernetes, Some(p)) if p.starts_with("kns.") => {
+                    (format!("{rev}/"), String::new())
+                }
+                (Driver::Kubernetes, Some(p)) if p.starts_with("ksa.") => {
+                    (format!("/{rev}"), String::new())
+                }
+                (Driver::Kubernetes, _) if kv.is_v3_resource() => (rev.clone(), rev),
+                (Driver::Kubernetes, _) => (rev, String::new()),
+            }
+        }
+    };
     SerializedUpdate {
         key: kv.key.to_string(),
         value: kv.value.clone().unwrap_or_default(),
-        v3_resource_version: if kv.is_v3_resource() {
-            rev.clone()
-        } else {
-            String::new()
-        },
+        v3_resource_version: v3,
         revision: CalicoRevision::String(rev),
         ttl: 0,
         update_type: match kv.kind {
@@ -231,6 +263,16 @@ fn serialized(kv: &CalicoKv, revision: Revision) -> SerializedUpdate {
             UpdateKind::Deleted => UpdateType::Deleted,
         },
     }
+}
+
+/// The profile a Calico key belongs to: its rules, its labels, or its v3 resource.
+fn profile_name(key: &str) -> Option<&str> {
+    if let Some(rest) = key.strip_prefix("/calico/v1/policy/profile/") {
+        return rest
+            .strip_suffix("/rules")
+            .or_else(|| rest.strip_suffix("/labels"));
+    }
+    key.strip_prefix("/calico/resources/v3/projectcalico.org/profiles/")
 }
 
 /// A Calico snapshot of one map version for one syncer type and carriage.
@@ -296,13 +338,13 @@ impl CalicoSnapshots {
     }
 }
 
-/// A Calico snapshot for `syncer` of the KVs `kvs` (a map version at breadcrumb `seq`): each
+/// A Calico snapshot for `syncer` of the KVs `kvs` (a map version at breadcrumb `seq`, each
+/// KV with the revision of the object it came from; revisions as `driver` gives them): each
 /// KV translated, sorted by Calico key, cut into `MsgKVs` of [`SNAPSHOT_BATCH_SNAPPY`] or
 /// [`SNAPSHOT_BATCH_PLAIN`] KVs, each encoded once. A cached value that does not decode (a
 /// bug) is left out, logged and counted, as a value Typha's validation filter refuses is.
 pub fn build<'a>(
-    syncer: SyncerType,
-    carriage: Carriage,
+    (syncer, carriage, driver): (SyncerType, Carriage, Driver),
     (seq, status): (Seq, SyncStatus),
     kvs: impl Iterator<Item = (&'a KeyPath, &'a Held, Revision)>,
     m: &Metrics,
@@ -325,14 +367,14 @@ pub fn build<'a>(
             calico_kvs(&key, &v)
                 .iter()
                 .filter(|kv| kv.syncers.contains(syncer))
-                .map(|kv| serialized(kv, revision)),
+                .map(|kv| serialized(kv, revision, driver)),
         );
     }
-    // Calico's drivers give these revision 1.
+    // Calico's drivers give these revision 1, and the v3 profile no resource version.
     all.extend(
         builtin_kvs(syncer)
             .iter()
-            .map(|kv| serialized(kv, Revision(1))),
+            .map(|kv| serialized(kv, Revision(1), Driver::Etcd)),
     );
     all.sort_by(|a, b| a.key.cmp(&b.key));
     let batch = match carriage {

@@ -35,6 +35,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use typha_protocol::message::{Epoch, Seq};
 
+use crate::calico::libcalico::Driver;
 use crate::fanout::Variant;
 use crate::metrics::Metrics;
 use breadcrumb::Breadcrumb;
@@ -77,6 +78,10 @@ pub struct CacheConfig {
     /// they fall out of the history; Calico's protocol has no resume, so for them the history
     /// must reach as far back as Typha's own rule lets them lag.
     pub pinned_max_age: Duration,
+    /// Whose revisions Calico's clients are sent: those of Calico's etcd driver (the default)
+    /// or of its Kubernetes driver. [`crate::server::start`] sets it from the datastore
+    /// ([`crate::datastore::Datastore::calico_driver`]).
+    pub calico_driver: Driver,
 }
 
 impl CacheConfig {
@@ -101,6 +106,7 @@ impl Default for CacheConfig {
             fanout_frames_per_sec: 15_000,
             max_interval: Duration::from_millis(100),
             pinned_max_age: Duration::from_secs(600),
+            calico_driver: Driver::Etcd,
         }
     }
 }
@@ -115,6 +121,8 @@ pub struct Cache {
     /// The cursors of connections that cannot resume (Calico's protocol): the breadcrumbs
     /// after the oldest are kept up to [`CacheConfig::pinned_max_age`].
     pins: Mutex<Vec<Weak<AtomicU64>>>,
+    /// Whose revisions Calico's clients are sent ([`CacheConfig::calico_driver`]).
+    pub calico_driver: Driver,
     /// Metrics.
     pub metrics: Arc<Metrics>,
 }

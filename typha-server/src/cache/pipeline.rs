@@ -24,8 +24,13 @@ pub struct KvChange {
     pub key: KeyPath,
     /// New value; `None` deletes.
     pub value: Option<EncodedValue>,
-    /// Datastore revision.
+    /// Datastore revision: the event's (a listing's, or the watch's position on Kubernetes),
+    /// which the cache's own revision follows and our protocol sends.
     pub revision: Revision,
+    /// The revision of the stored object the value came from, as Calico's syncer gives it
+    /// with the KV: the key's own `mod_revision` on etcd, even in a listing; the object's
+    /// `resourceVersion` on Kubernetes. `Revision(0)` for a deletion (Calico sends none).
+    pub object_revision: Revision,
 }
 
 /// Conversion, validation and key ownership.
@@ -92,10 +97,11 @@ impl Pipeline {
         match item {
             Ok(r) => {
                 let id = r.id();
+                let object = object_revision(&r, revision);
                 match convert_noting(&r) {
                     Ok(c) => {
                         self.noted(&id, &c.notes);
-                        self.replace(id, revision, c.kvs)
+                        self.replace(id, (revision, object), c.kvs)
                     }
                     Err(e) => {
                         warn!(resource = %id, field = %e.field, reason = %e.reason, "invalid resource; treated as deleted");
@@ -168,14 +174,16 @@ impl Pipeline {
             key,
             value: None,
             revision,
+            object_revision: Revision(0),
         }));
         out
     }
 
+    /// `revision` is the event's revision and the object's (see [`KvChange`]).
     fn replace(
         &mut self,
         id: ResourceId,
-        revision: Revision,
+        (revision, object): (Revision, Revision),
         kvs: Vec<(Key, Value)>,
     ) -> Vec<KvChange> {
         let rid = Rid::of(&id, &mut self.scratch);
@@ -201,10 +209,12 @@ impl Pipeline {
                 }
             }
             keys.push(path.clone());
+            let object_revision = if value.is_some() { object } else { Revision(0) };
             out.push(KvChange {
                 key: path,
                 value,
                 revision,
+                object_revision,
             });
         }
         // Keys this resource produced before and no longer does.
@@ -240,10 +250,24 @@ impl Pipeline {
                     key,
                     value: None,
                     revision,
+                    object_revision: Revision(0),
                 });
             }
         }
     }
+}
+
+/// The revision of the stored object `r` (see [`KvChange::object_revision`]): its
+/// `resourceVersion` as the backend gives it (etcd: the key's `mod_revision`; Kubernetes: the
+/// object's; the embedded store: the write's), `event` when it has none or one that is not a
+/// number.
+fn object_revision(r: &crate::calico::v3::Resource, event: Revision) -> Revision {
+    r.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|v| *v > 0)
+        .map_or(event, Revision)
 }
 
 /// The keys one resource produced: nearly always one, kept without a `Vec`.
@@ -502,7 +526,8 @@ mod tests {
             KvChange {
                 key: gone_key,
                 value: None,
-                revision: Revision(9)
+                revision: Revision(9),
+                object_revision: Revision(0),
             }
         );
     }

@@ -271,7 +271,12 @@ async fn after_a_quiet_spell_a_change_is_translated_for_calico_clients_from_its_
     );
     assert!(cache.get(next.seq).is_some());
     let frame = next
-        .calico_frame(SyncerType::Felix, Carriage::Plain, &cache.metrics)
+        .calico_frame(
+            SyncerType::Felix,
+            Carriage::Plain,
+            Driver::Etcd,
+            &cache.metrics,
+        )
         .unwrap()
         .expect("the change concerns felix clients");
     let mut dec = typha_protocol::calico::StreamDecoder::new(
@@ -764,4 +769,57 @@ fn values_held_compressed_change_nothing_that_is_published() {
     let latest = cache.latest();
     assert_eq!(map_of(&latest.map().unwrap()), state);
     assert_eq!(latest.digest, digest_of(&state));
+}
+
+/// A listing gives each KV the revision of its own object (what Calico's clients are sent),
+/// while the cache's revision and what our protocol sends stay the listing's: the datastore's
+/// revision, which a resuming client's floor is compared with. A change that leaves the
+/// value as it was (a no-op) keeps the revision of the last real change, as Typha does.
+#[test]
+fn a_listing_keeps_each_objects_own_revision_beside_the_datastores() {
+    let (mut w, cache) = writer(CacheConfig::default());
+    let versioned = |name: &str, net: &str, rv: u64| {
+        let mut r = netset(name, net);
+        r.metadata.resource_version = Some(rv.to_string());
+        r
+    };
+    let listing = Listing {
+        revision: Revision(50),
+        items: vec![
+            Ok(versioned("a", "10.1.0.0/16", 7).into()),
+            Ok(versioned("b", "10.2.0.0/16", 31).into()),
+        ]
+        .into(),
+    };
+    w.handle(SyncerEvent::Resync(listing));
+    w.flush();
+    let crumb = cache.latest();
+    assert_eq!(crumb.revision, Revision(50));
+    let map = crumb.map().unwrap();
+    let revs: Vec<(Revision, Revision)> = map
+        .values()
+        .map(|kv| (kv.revision, kv.object_revision))
+        .collect();
+    assert_eq!(
+        revs,
+        [(Revision(50), Revision(7)), (Revision(50), Revision(31))]
+    );
+    assert_eq!(&*crumb.object_revisions, &[Revision(7), Revision(31)]);
+    assert!(crumb.deltas.iter().all(|u| u.revision == Revision(50)));
+
+    // The same value again at a later revision: nothing changes, not even the revisions.
+    w.handle(put(60, versioned("a", "10.1.0.0/16", 60)));
+    // A real change, and a deletion (which carries no object revision).
+    w.handle(put(61, versioned("b", "10.3.0.0/16", 61)));
+    w.handle(del(62, "a"));
+    w.flush();
+    let crumb = cache.latest();
+    assert_eq!(crumb.revision, Revision(62));
+    assert_eq!(&*crumb.object_revisions, &[Revision(61), Revision(0)]);
+    let map = crumb.map().unwrap();
+    let b = map.values().next().unwrap();
+    assert_eq!(
+        (b.revision, b.object_revision),
+        (Revision(61), Revision(61))
+    );
 }

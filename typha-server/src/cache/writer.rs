@@ -69,6 +69,7 @@ impl CacheWriter {
             kvs: 0,
             deltas: Arc::from(Vec::new()),
             previous: Arc::from(Vec::new()),
+            object_revisions: Arc::from(Vec::new()),
             status: SyncStatus::WaitForDatastore,
             digest: 0,
             digest_v1: 0,
@@ -82,6 +83,7 @@ impl CacheWriter {
             latest: watch::channel(first).0,
             ever_in_sync: std::sync::atomic::AtomicBool::new(false),
             pins: Default::default(),
+            calico_driver: cfg.calico_driver,
             metrics,
         });
         let writer = CacheWriter {
@@ -132,6 +134,13 @@ impl CacheWriter {
             SyncerEvent::Kvs(updates) => updates
                 .into_iter()
                 .map(|u| KvChange {
+                    // An upstream server of ours sends one revision per change: the best there
+                    // is for Calico's clients too.
+                    object_revision: if u.value.is_some() {
+                        u.revision
+                    } else {
+                        Revision(0)
+                    },
                     key: u.key,
                     value: u.value,
                     revision: u.revision,
@@ -164,8 +173,10 @@ impl CacheWriter {
         let m = self.cache.metrics.clone();
         let changes = std::mem::take(&mut self.pending);
         let mut batch: Vec<Update> = Vec::new();
-        // What each change's key held before it, beside `batch`.
+        // What each change's key held before it, and each change's object revision, beside
+        // `batch`.
         let mut previous: Vec<Option<Held>> = Vec::new();
+        let mut objects: Vec<Revision> = Vec::new();
         let mut batch_bytes = 0;
         let n = changes.len();
         for (i, c) in changes.into_iter().enumerate() {
@@ -223,6 +234,7 @@ impl CacheWriter {
                         Kv {
                             value: held,
                             revision: c.revision,
+                            object_revision: c.object_revision,
                         },
                     );
                     if self.map.len() >= self.next_training {
@@ -233,6 +245,7 @@ impl CacheWriter {
                 None => self.map.remove(&c.key),
             };
             previous.push(before.map(|kv| kv.value));
+            objects.push(c.object_revision);
             self.revision = self.revision.max(c.revision);
             batch.push(Update {
                 key: c.key,
@@ -248,13 +261,14 @@ impl CacheWriter {
                 self.publish(
                     std::mem::take(&mut batch),
                     std::mem::take(&mut previous),
+                    std::mem::take(&mut objects),
                     status,
                 );
                 batch_bytes = 0;
             }
         }
         if !batch.is_empty() || self.pending_status != self.status {
-            self.publish(batch, previous, self.pending_status);
+            self.publish(batch, previous, objects, self.pending_status);
         }
     }
 
@@ -316,6 +330,7 @@ impl CacheWriter {
                     Kv {
                         value: kv.value.rehold(&dict),
                         revision: kv.revision,
+                        object_revision: kv.object_revision,
                     },
                 )
             })
@@ -329,7 +344,13 @@ impl CacheWriter {
         self.dict = Some(dict);
     }
 
-    fn publish(&mut self, deltas: Vec<Update>, previous: Vec<Option<Held>>, status: SyncStatus) {
+    fn publish(
+        &mut self,
+        deltas: Vec<Update>,
+        previous: Vec<Option<Held>>,
+        object_revisions: Vec<Revision>,
+        status: SyncStatus,
+    ) {
         self.seq += 1;
         self.last_publish = Some(Instant::now());
         self.status = status;
@@ -348,6 +369,7 @@ impl CacheWriter {
             kvs: self.map.len(),
             deltas: Arc::from(deltas),
             previous: Arc::from(previous),
+            object_revisions: Arc::from(object_revisions),
             status,
             digest,
             digest_v1: digest ^ self.later.digest,

@@ -326,12 +326,13 @@ where
         let build = {
             let (map, metrics) = (latest.map(), m.clone());
             let at = (latest.seq, latest.status);
+            let driver = ctx.cache.calico_driver;
             move || {
                 let kvs = map
                     .iter()
                     .flat_map(|m| m.iter())
-                    .map(|(k, kv)| (k, &kv.value, kv.revision));
-                build_snapshot(syncer, carriage, at, kvs, &metrics)
+                    .map(|(k, kv)| (k, &kv.value, kv.object_revision));
+                build_snapshot((syncer, carriage, driver), at, kvs, &metrics)
             }
         };
         let snap = ctx
@@ -392,7 +393,7 @@ where
                     crumb.created.elapsed()
                 )));
             }
-            if let Some(frame) = crumb.calico_frame(syncer, carriage, m)? {
+            if let Some(frame) = crumb.calico_frame(syncer, carriage, ctx.cache.calico_driver, m)? {
                 out.queue(frame)?;
             }
             if crumb.status != sent_status {

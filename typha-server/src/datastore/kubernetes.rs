@@ -5,16 +5,22 @@
 //! [`Api::watch`], with bookmarks. What is read becomes Calico v3 [`Resource`]s, as Calico's
 //! Kubernetes datastore driver makes them:
 //!
-//! - `crd.projectcalico.org/v1` objects ([`CRD_KINDS`]) carry the v3 spec as it is;
-//! - a namespace becomes profile `kns.<ns>` (labels `pcns.`-prefixed, rules allow all);
-//! - a service account becomes profile `ksa.<ns>.<sa>` (labels `pcsa.`-prefixed);
+//! - `crd.projectcalico.org/v1` objects ([`CRD_KINDS`]) carry the v3 spec as it is, and the
+//!   metadata Calico's driver gives them (the uid converted by Calico's `ConvertUID`, the
+//!   creation time and annotations of Calico's metadata annotation over the CR's);
+//! - a namespace becomes profile `kns.<ns>` (labels `pcns.`-prefixed, rules allow all; the
+//!   namespace's uid converted and its creation time);
+//! - a service account becomes profile `ksa.<ns>.<sa>` (labels `pcsa.`-prefixed; uid and
+//!   creation time as for namespaces);
 //! - a pod becomes a workload endpoint `<node>-k8s-<pod>-eth0` (addresses from Calico's
 //!   `cni.projectcalico.org/podIPs` annotation, else `status.podIPs`; interface `cali` + 11 hex
 //!   digits of SHA-1 of `<ns>.<pod>`; profiles `kns.<ns>`, `ksa.<ns>.<sa>`); a pod that is
 //!   host-networked, unscheduled, finished or without an address is not one (and an update
 //!   that makes it so deletes the endpoint);
 //! - a node becomes a Calico node: calico-node's `projectcalico.org/*` annotations (BGP
-//!   addresses, AS number, tunnel addresses) and its InternalIP/ExternalIP addresses;
+//!   addresses, AS number, tunnel addresses) and its InternalIP/ExternalIP addresses; its uid,
+//!   creation time, the labels of `projectcalico.org/labels` under its own, the annotations of
+//!   `projectcalico.org/annotations` and `projectcalico.org/kube-labels` (its labels as JSON);
 //! - a `networking.k8s.io/v1` NetworkPolicy becomes KubernetesNetworkPolicy
 //!   `knp.default.<name>`: order 1000, one Allow rule per (port, peer);
 //! - a `policy.networking.k8s.io/v1alpha2` ClusterNetworkPolicy becomes
@@ -25,7 +31,8 @@
 //!   missing from most clusters and is treated as Calico's missing CRDs are (below);
 //! - a Service becomes a KubernetesService (name, namespace, labels and spec: what Felix
 //!   reads), an EndpointSlice a KubernetesEndpointSlice (labels, address type, endpoints,
-//!   ports), both as Calico's felix syncer passes them on;
+//!   ports), both as Calico's felix syncer passes them on, with their uid, creation time and
+//!   generation (not their annotations, owner references or managed fields);
 //! - a KubeVirt `kubevirt.io/v1` VirtualMachineInstanceMigration becomes a LiveMigration of the
 //!   same namespace and name while its phase is one Felix needs it in (Scheduling, Scheduled,
 //!   PreparingTarget, TargetReady, Running, Failed) and it names its VMI and has a uid; in any
@@ -46,6 +53,10 @@
 //! An object that does not convert is an [`Invalid`] item, never an error.
 //!
 //! # One revision for every type
+//!
+//! Each resource carries its object's resourceVersion (`metadata.resourceVersion`): the
+//! revision Calico's clients are sent with what it becomes
+//! ([`crate::calico::libcalico::Driver::Kubernetes`]); the revision below is the datastore's.
 //!
 //! The [`Datastore`] trait has one revision, Kubernetes has a resourceVersion per object and
 //! per list. resourceVersions are documented as opaque, but every API server in use stores in
@@ -671,6 +682,10 @@ impl Datastore for Kubernetes {
 
     fn watch(&self, from: Revision) -> BoxFuture<'_, Result<WatchStream, DatastoreError>> {
         Box::pin(self.open_watch(from))
+    }
+
+    fn calico_driver(&self) -> crate::calico::libcalico::Driver {
+        crate::calico::libcalico::Driver::Kubernetes
     }
 
     fn probe(&self) -> BoxFuture<'_, Result<(), DatastoreError>> {

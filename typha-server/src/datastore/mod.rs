@@ -19,6 +19,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use typha_protocol::model::Revision;
 
+use crate::calico::libcalico::Driver;
 use crate::calico::v3::{Resource, ResourceId};
 
 /// A stored object that is not a valid resource (bad JSON in etcd, a manifest that does not
@@ -249,5 +250,12 @@ pub trait Datastore: Send + Sync + 'static {
     /// always fine.
     fn probe(&self) -> BoxFuture<'_, Result<(), DatastoreError>> {
         Box::pin(async { Ok(()) })
+    }
+
+    /// Which of Calico's datastore drivers Calico's clients expect revisions from, for what
+    /// this backend reads: etcd's unless it says otherwise (the embedded store, whose
+    /// revisions are etcd-like, per write).
+    fn calico_driver(&self) -> Driver {
+        Driver::Etcd
     }
 }

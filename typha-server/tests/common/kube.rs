@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
@@ -155,9 +156,59 @@ pub async fn put_crd(client: &kube::Client, r: &Resource) -> DynamicObject {
     apply(client, typha_server::control_plane::crd_object(r)).await
 }
 
+/// Calico's `ConvertUID`, written again for the tests' own expectations: the uid Calico gives
+/// what it makes of a Kubernetes object (a CRD's v3 resource, a namespace's or a service
+/// account's profile): every byte's bits in reverse order, but the 7th's and the 9th's.
+pub fn calico_uid(uid: &str) -> String {
+    let hex: Vec<u8> = uid.bytes().filter(|c| *c != b'-').collect();
+    let mut out = String::new();
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let b = u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap();
+        let b = if i == 6 || i == 8 {
+            b
+        } else {
+            (0..8).fold(0u8, |acc, bit| acc | (((b >> bit) & 1) << (7 - bit)))
+        };
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// An object's creation time as the API server wrote it.
+pub fn created(meta: &ObjectMeta) -> Option<String> {
+    meta.creation_timestamp.as_ref().map(|t| {
+        serde_json::to_value(t)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    })
+}
+
+/// The metadata Calico's driver gives the v3 resource a Calico CRD object (`stored`, without
+/// Calico's metadata annotation) holds, set on `r`: the API server's generation, the uid
+/// converted, the creation time and the annotations.
+pub fn crd_metadata(r: &mut Resource, stored: &DynamicObject) {
+    let m = &stored.metadata;
+    r.metadata.generation = m.generation;
+    r.metadata.uid = calico_uid(m.uid.as_deref().unwrap());
+    r.metadata.creation_timestamp = created(m);
+    let annotations: BTreeMap<String, String> = m
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k != "projectcalico.org/metadata")
+        .collect();
+    r.metadata.annotations = serde_json::from_value(json!(annotations)).unwrap();
+}
+
 /// Every Calico CRD object stored, as the v3 resource it holds (name, namespace, labels,
-/// generation and spec), read through the API as the admin: the test's own reading, not the
-/// backend's.
+/// generation, uid, creation time, annotations and spec), read through the API as the admin:
+/// the test's own reading, not the backend's.
 pub async fn calico_resources(client: &kube::Client) -> Vec<Resource> {
     let mut out = Vec::new();
     for kind in CRD_KINDS {
@@ -182,22 +233,32 @@ pub async fn calico_resources(client: &kube::Client) -> Vec<Resource> {
             }
             let doc = json!({"apiVersion": "projectcalico.org/v3", "kind": kind.as_str(),
                              "metadata": metadata, "spec": o.data["spec"]});
-            out.push(Resource::from_json(doc).unwrap());
+            let mut r = Resource::from_json(doc).unwrap();
+            crd_metadata(&mut r, &o);
+            out.push(r);
         }
     }
     out
 }
 
-/// The profile Calico makes of a namespace with these labels (as the API server stored them,
-/// `kubernetes.io/metadata.name` included).
-pub fn namespace_profile(name: &str, labels: &BTreeMap<String, String>) -> Resource {
+/// The metadata Calico gives the profile `name` it makes of a namespace or a service account
+/// whose metadata is `meta`: the uid converted and the creation time.
+fn profile_metadata(name: String, meta: &ObjectMeta) -> Value {
+    json!({"name": name, "uid": calico_uid(meta.uid.as_deref().unwrap()),
+           "creationTimestamp": created(meta)})
+}
+
+/// The profile Calico makes of a namespace as the API server stored it (its labels with
+/// `kubernetes.io/metadata.name`, its uid and creation time).
+pub fn namespace_profile(ns: &ObjectMeta) -> Resource {
+    let name = ns.name.clone().unwrap();
     let mut apply = json!({"pcns.projectcalico.org/name": name});
-    for (k, v) in labels {
+    for (k, v) in ns.labels.iter().flatten() {
         apply[format!("pcns.{k}")] = v.clone().into();
     }
     Resource::from_json(json!({
         "apiVersion": "projectcalico.org/v3", "kind": "Profile",
-        "metadata": {"name": format!("kns.{name}")},
+        "metadata": profile_metadata(format!("kns.{name}"), ns),
         "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
                  "labelsToApply": apply}}))
     .unwrap()
@@ -211,26 +272,20 @@ pub async fn namespace_profiles(client: &kube::Client) -> Vec<Resource> {
         .unwrap()
         .items
         .iter()
-        .map(|ns| {
-            let name = ns.metadata.name.clone().unwrap();
-            namespace_profile(&name, &ns.metadata.labels.clone().unwrap_or_default())
-        })
+        .map(|ns| namespace_profile(&ns.metadata))
         .collect()
 }
 
-/// The profile Calico makes of a service account with these labels.
-pub fn service_account_profile(
-    ns: &str,
-    name: &str,
-    labels: &BTreeMap<String, String>,
-) -> Resource {
+/// The profile Calico makes of a service account as the API server stored it.
+pub fn service_account_profile(sa: &ObjectMeta) -> Resource {
+    let (ns, name) = (sa.namespace.clone().unwrap(), sa.name.clone().unwrap());
     let mut apply = json!({"pcsa.projectcalico.org/name": name});
-    for (k, v) in labels {
+    for (k, v) in sa.labels.iter().flatten() {
         apply[format!("pcsa.{k}")] = v.clone().into();
     }
     Resource::from_json(json!({
         "apiVersion": "projectcalico.org/v3", "kind": "Profile",
-        "metadata": {"name": format!("ksa.{ns}.{name}")},
+        "metadata": profile_metadata(format!("ksa.{ns}.{name}"), sa),
         "spec": {"labelsToApply": apply}}))
     .unwrap()
 }
@@ -241,19 +296,15 @@ pub async fn profiles(client: &kube::Client) -> Vec<Resource> {
     let mut out = namespace_profiles(client).await;
     let api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::all(client.clone());
     for sa in api.list(&ListParams::default()).await.unwrap() {
-        out.push(service_account_profile(
-            sa.metadata.namespace.as_deref().unwrap(),
-            sa.metadata.name.as_deref().unwrap(),
-            &sa.metadata.labels.clone().unwrap_or_default(),
-        ));
+        out.push(service_account_profile(&sa.metadata));
     }
     out
 }
 
 /// Every Service and EndpointSlice that exists now (the API server's own `default/kubernetes`
 /// among them), read through the API as the admin, as the v3 resources Calico's felix syncer
-/// carries: name, namespace, labels, and the Service's spec or the slice's address type,
-/// endpoints and ports.
+/// carries: name, namespace, uid, creation time, generation, labels, and the Service's spec or
+/// the slice's address type, endpoints and ports.
 pub async fn services(client: &kube::Client) -> Vec<Resource> {
     // The API server makes its own Service (no EndpointSlice: it refuses our loopback
     // address) shortly after it is ready: wait for it, so that a test's expected state does
@@ -288,6 +339,8 @@ pub async fn services(client: &kube::Client) -> Vec<Resource> {
                 Resource::from_json(json!({
                     "apiVersion": "projectcalico.org/v3", "kind": kind,
                     "metadata": {"name": o.metadata.name, "namespace": o.metadata.namespace,
+                                 "uid": o.metadata.uid, "creationTimestamp": created(&o.metadata),
+                                 "generation": o.metadata.generation,
                                  "labels": o.metadata.labels.clone().unwrap_or_default()},
                     "spec": spec}))
                 .unwrap(),

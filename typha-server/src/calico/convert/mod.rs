@@ -21,6 +21,7 @@ mod context;
 mod endpoint;
 mod network;
 mod policy;
+mod profile;
 mod raw;
 mod raw_check;
 mod rule;
@@ -132,7 +133,7 @@ fn convert_in(
         Spec::StagedGlobalNetworkPolicy(s) => {
             policy::staged_policy(cx, PolicyKind::StagedGlobalNetworkPolicy, None, name, s)
         }
-        Spec::Profile(s) => policy::profile(cx, name, s),
+        Spec::Profile(s) => Ok(profile::with_detail(policy::profile(cx, name, s)?, meta, s)),
         Spec::NetworkSet(s) => network::network_set(cx, meta, &ns, s),
         Spec::GlobalNetworkSet(s) => network::global_network_set(cx, meta, s),
         Spec::IpPool(s) => network::ip_pool(cx, s),

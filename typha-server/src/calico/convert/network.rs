@@ -7,12 +7,13 @@ use ipnet::IpNet;
 use typha_protocol::model::{
     AllocationAttribute, AllocationTable, Block, BlockKey, EncapMode, HostConfigKey, HostIpKey,
     IpPool, IpPoolKey, Key, Mac, NetworkSet, NetworkSetKey, Node, NodeAddress, NodeDetail,
-    NodeInterface, OrchRef, Resource as ResourceValue, ResourceKey, ResourceKind, Value,
+    NodeInterface, NodeMeta, OrchRef, Resource as ResourceValue, ResourceKey, ResourceKind, Value,
 };
 use typha_protocol::selector::NAMESPACE_LABEL;
 
 use super::context::{ConvertError, Cx, opt};
 use super::v3check::{self, Problem};
+use crate::calico::libcalico::{KUBE_LABELS, go_string_map};
 use crate::calico::v3::{
     BlockAffinitySpec, IpPoolSpec, IpamBlockSpec, NetworkSetSpec, NodeBgpSpec, NodeSpec, ObjectMeta,
 };
@@ -280,7 +281,10 @@ pub(super) fn node(
             .collect(),
         wireguard_public_key_v6: s.status.wireguard_public_key_v6.clone(),
         pod_cidrs: s.status.pod_cidrs.clone(),
-        invalid_as_v3: !v3_problems.is_empty(),
+        meta: NodeMeta {
+            invalid_as_v3: !v3_problems.is_empty(),
+            ..node_meta(meta)
+        },
     };
     if s.status.pod_cidr_blocks {
         // Host-local IPAM: each pod CIDR is a block affine to this node, with no allocations
@@ -415,4 +419,25 @@ fn v3_node_problems(meta: &ObjectMeta, s: &NodeSpec) -> Vec<Problem> {
         out.push(("spec.bgp".into(), "present but empty".into()));
     }
     out
+}
+
+/// A node's metadata beyond name and labels, as Calico's syncers send it: uid, creation time
+/// and annotations as the backend read them. A `projectcalico.org/kube-labels` annotation that
+/// holds the node's own labels, as Calico's Kubernetes driver writes it on every node, is kept
+/// as a flag rather than as a second copy of the labels.
+fn node_meta(meta: &ObjectMeta) -> NodeMeta {
+    let labels = meta.labels.to_btree();
+    let mut annotations = meta.annotations.to_btree();
+    let own = go_string_map((!labels.is_empty()).then_some(&labels));
+    let kube_labels = annotations.get(KUBE_LABELS) == Some(&own);
+    if kube_labels {
+        annotations.remove(KUBE_LABELS);
+    }
+    NodeMeta {
+        uid: meta.uid.clone(),
+        creation_timestamp: meta.creation_timestamp.clone().unwrap_or_default(),
+        annotations,
+        kube_labels,
+        invalid_as_v3: false,
+    }
 }

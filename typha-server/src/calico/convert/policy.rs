@@ -251,7 +251,7 @@ pub(super) fn profile(
     if !s.labels_to_apply.is_empty() {
         out.push((
             Key::ProfileLabels(key),
-            Value::ProfileLabels(s.labels_to_apply.to_btree()),
+            Value::ProfileLabels(s.labels_to_apply.to_btree().into()),
         ));
     }
     Ok(out)

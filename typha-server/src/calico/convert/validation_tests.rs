@@ -491,7 +491,7 @@ fn profile_bad_rule_drops_only_its_rules() {
     );
     assert_eq!(c.kvs.len(), 1);
     assert!(
-        matches!(&c.kvs[0], (Key::ProfileLabels(_), Value::ProfileLabels(l)) if l["team"] == "a")
+        matches!(&c.kvs[0], (Key::ProfileLabels(_), Value::ProfileLabels(l)) if l.labels["team"] == "a")
     );
     assert_eq!(
         notes(&c),
@@ -748,7 +748,7 @@ fn node_bad_bgp_address_falls_back_for_the_host_ip() {
         [("IpInIpTunnelAddr".into(), "10.244.0.1".into())]
     );
     let (_, n) = the_node(&c);
-    assert_eq!((n.ipv4_address, n.detail.invalid_as_v3), (None, true));
+    assert_eq!((n.ipv4_address, n.detail.meta.invalid_as_v3), (None, true));
     assert_eq!(notes(&c), [("spec.bgp.ipv4Address", Effect::Skipped)]);
     // An IPv6 address there is the host IP, as Calico's processor takes it.
     let c = node("{bgp: {ipv4Address: 'fd00::7/64'}}", "{}");
@@ -768,7 +768,7 @@ fn node_bad_tunnel_address_leaves_out_only_its_key() {
     );
     let (_, n) = the_node(&c);
     assert_eq!(n.ipv4_ipip_tunnel_addr, None);
-    assert!(n.detail.invalid_as_v3);
+    assert!(n.detail.meta.invalid_as_v3);
 }
 
 #[test]
@@ -786,10 +786,10 @@ fn node_mac_is_passed_on_as_written() {
     );
     let (_, n) = the_node(&c);
     assert!(n.vxlan_tunnel_mac.is_some());
-    assert!(n.detail.invalid_as_v3);
+    assert!(n.detail.meta.invalid_as_v3);
     // Go's other MAC forms are valid.
     let c = node("{vxlanTunnelMACAddr: 0123.4567.89ab}", "{}");
-    assert!(!the_node(&c).1.detail.invalid_as_v3);
+    assert!(!the_node(&c).1.detail.meta.invalid_as_v3);
 }
 
 /// A node Calico's v3 validator refuses: its KVs are sent, and Calico's clients are sent its
@@ -801,7 +801,7 @@ fn node_invalid_as_v3_sends_no_v3_node_to_calicos_clients() {
         "{wireguardPublicKey: jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY=}",
     );
     let (k, n) = the_node(&good);
-    assert!(!n.detail.invalid_as_v3);
+    assert!(!n.detail.meta.invalid_as_v3);
     for (spec, status) in [
         (
             "{bgp: {ipv4Address: 10.0.0.7/24, routeReflectorClusterID: rr-1}}",
@@ -819,7 +819,7 @@ fn node_invalid_as_v3_sends_no_v3_node_to_calicos_clients() {
         ("{wireguard: {interfaceIPv4Address: 'fd00::1'}}", "{}"),
     ] {
         let c = node(spec, status);
-        assert!(the_node(&c).1.detail.invalid_as_v3, "{spec} {status}");
+        assert!(the_node(&c).1.detail.meta.invalid_as_v3, "{spec} {status}");
     }
     let bad = node(
         "{bgp: {ipv4Address: 10.0.0.7/24, routeReflectorClusterID: rr-1}, wireguard: {interfaceIPv4Address: 10.0.9.1}}",
@@ -847,7 +847,7 @@ fn node_invalid_as_v3_sends_no_v3_node_to_calicos_clients() {
         "apiVersion: projectcalico.org/v3\nkind: Node\nmetadata: {name: Node_1}\nspec: {}\n",
     ))
     .unwrap();
-    assert!(the_node(&c).1.detail.invalid_as_v3);
+    assert!(the_node(&c).1.detail.meta.invalid_as_v3);
 }
 
 #[test]

@@ -6,11 +6,12 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use typha_protocol::model::Node;
+use typha_protocol::model::{Node, ResourceDetail};
 
 use super::json::Json;
 use super::path::{go_cidr, go_ip};
-use super::resource::v3_object;
+use super::resource::v3_object_with;
+use super::{KUBE_LABELS, go_string_map};
 
 /// `internalapi.Node` from our Node value, fields in Go's order: metadata (name, labels),
 /// `spec` (`bgp` {asNumber, ipv4Address, ipv6Address, ipv4IPIPTunnelAddr,
@@ -18,11 +19,22 @@ use super::resource::v3_object;
 /// vxlanTunnelMACAddrV6, orchRefs, wireguard, addresses, interfaces), `status`
 /// (wireguardPublicKey, wireguardPublicKeyV6, podCIDRs). Every field is `omitempty`; Go writes
 /// `status` as `{}` when empty (a struct is never left out), and leaves `bgp` and `wireguard`
-/// out when nil. Metadata other than name and labels (uid, creation time, annotations) is not
-/// kept: no syncer client reads it.
+/// out when nil. The metadata: uid, creation time, labels and annotations, with
+/// `projectcalico.org/kube-labels` where the node has it ([`NodeMeta::kube_labels`]).
 pub(super) fn v3_node(name: &str, n: &Node) -> Vec<u8> {
     let d = &n.detail;
-    v3_object("Node", name, None, &n.labels, 0, |o| {
+    let mut meta = ResourceDetail {
+        generation: 0,
+        uid: d.meta.uid.clone(),
+        creation_timestamp: d.meta.creation_timestamp.clone(),
+        annotations: d.meta.annotations.clone(),
+    };
+    if d.meta.kube_labels {
+        let labels = (!n.labels.is_empty()).then_some(&n.labels);
+        meta.annotations
+            .insert(KUBE_LABELS.to_owned(), go_string_map(labels));
+    }
+    v3_object_with("Node", name, None, &n.labels, &meta, |o| {
         o.field("spec").object(|s| {
             let has_bgp = n.as_number.is_some()
                 || n.ipv4_address.is_some()

@@ -130,6 +130,24 @@ impl CalicoKv {
     }
 }
 
+/// Which of Calico's datastore drivers a Calico client expects its KVs' revisions from: they
+/// differ in what goes in `SerializedUpdate.Revision` and `V3ResourceVersion`
+/// (`cache::calico`). Our datastore backends say which they stand for
+/// (`Datastore::calico_driver`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Driver {
+    /// libcalico-go's etcd v3 driver: a KV's revision is its key's `mod_revision`, and a v3
+    /// resource's `resourceVersion` is left empty (clientv3 stores it cleared and the driver
+    /// never sets it on read). Our embedded store and an upstream server of ours are presented
+    /// this way too.
+    #[default]
+    Etcd,
+    /// libcalico-go's Kubernetes driver: a KV's revision is its object's `resourceVersion`,
+    /// which v3 resources also carry; a profile made from a namespace is `<rv>/`, one made
+    /// from a service account `/<rv>`, and those carry no `resourceVersion` of their own.
+    Kubernetes,
+}
+
 /// The profile Calico's datastore drivers provide whatever the datastore holds: allow
 /// everything both ways. kube-controllers' automatic host endpoints name it, so a Felix that
 /// lacked it would drop their traffic.

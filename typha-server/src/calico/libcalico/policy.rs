@@ -6,7 +6,6 @@ use typha_protocol::model::{Labels, Policy, PolicyKey, PolicyKind, PolicyType, P
 
 use super::json::{Escape, Json};
 use super::path::CalicoKey;
-use super::resource::v3_object;
 use super::rule::rules;
 
 /// The prefix our conversion gives converted Kubernetes NetworkPolicies (as Calico before 3.30
@@ -108,19 +107,6 @@ pub(super) fn profile_labels(l: &Labels) -> Vec<u8> {
     let mut j = Json::new();
     j.string_map(l, Escape::Jsoniter);
     j.into_bytes()
-}
-
-/// The v3 `Profile` the felix syncer sends beside the v1 keys, which Felix reads only for its
-/// `labelsToApply` (namespace and service account labels). Built from the labels alone: our
-/// cache keeps the rules in their v1 form only, so `spec.ingress`/`spec.egress` are absent.
-pub(super) fn v3_profile(name: &str, l: &Labels) -> Vec<u8> {
-    v3_object("Profile", name, None, &Labels::new(), 0, |o| {
-        o.field("spec").object(|s| {
-            if !l.is_empty() {
-                s.field("labelsToApply").string_map(l, Escape::Jsoniter);
-            }
-        })
-    })
 }
 
 /// `model.Tier` from a v3 Tier's spec (`order`, `defaultAction`): Calico's processor sends the

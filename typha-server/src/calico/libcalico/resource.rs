@@ -3,9 +3,11 @@
 //! json-iterator.
 //!
 //! Our cache keeps a resource's name, labels and the parts of its spec the agents use, not the
-//! whole object, so `metadata` holds the name, the namespace and the labels (and, for the
-//! kinds that carry them, the generation, uid, creation time and annotations). Go writes the
-//! zero `creationTimestamp` as `null` (a struct is never "empty" to `omitempty`); we do too.
+//! whole object, so `metadata` holds the name, the namespace and the labels, and for the
+//! kinds sent as v3 objects the uid, generation, creation time and annotations Calico's syncer
+//! gives them (`ownerReferences`, `finalizers` and `managedFields` are not carried). Go writes
+//! the zero `creationTimestamp` as `null` (a struct is never "empty" to `omitempty`); we do
+//! too.
 //! The resource version is not in the JSON: Typha moves it to `V3ResourceVersion`.
 //!
 //! Kubernetes' own objects (Services, EndpointSlices) go out as client-go decodes them, without
@@ -19,27 +21,9 @@ use super::json::{Escape, Json, Obj};
 const API_VERSION: &str = "projectcalico.org/v3";
 
 /// A v3 object of `kind`: TypeMeta, ObjectMeta, then the fields `rest` writes (`spec`, and
-/// `status` where the Go type has one). `generation` is `metadata.generation`, left out when
-/// zero (Go's `omitempty`), written where Go's ObjectMeta has it: after the namespace, before
-/// `creationTimestamp`.
-pub(super) fn v3_object(
-    kind: &str,
-    name: &str,
-    namespace: Option<&str>,
-    labels: &Labels,
-    generation: i64,
-    rest: impl FnOnce(&mut Obj<'_>),
-) -> Vec<u8> {
-    let detail = ResourceDetail {
-        generation,
-        ..ResourceDetail::default()
-    };
-    v3_object_with(kind, name, namespace, labels, &detail, rest)
-}
-
-/// [`v3_object`] with the rest of the metadata a resource may carry, each where Go's
-/// ObjectMeta has it: `uid` after the namespace, the generation, `creationTimestamp` (`null`
-/// when empty), the labels, then `annotations`; all but the timestamp `omitempty`.
+/// `status` where the Go type has one). The metadata each where Go's ObjectMeta has it: name,
+/// namespace, `uid`, `generation`, `creationTimestamp` (`null` when empty), the labels, then
+/// `annotations`; all but the timestamp `omitempty`.
 pub(super) fn v3_object_with(
     kind: &str,
     name: &str,
@@ -80,11 +64,13 @@ pub(super) fn v3_object_with(
 
 /// A Kubernetes object as Calico's Kubernetes driver passes it on (a Service, an
 /// EndpointSlice): no `kind` or `apiVersion` (client-go's typed clients clear them), then
-/// `metadata` and what `rest` writes.
+/// `metadata` (what we carry of it: name, namespace, uid, generation, creation time, labels,
+/// in ObjectMeta's order) and what `rest` writes.
 pub(super) fn k8s_object(
     name: &str,
     namespace: &str,
     labels: &Labels,
+    detail: &ResourceDetail,
     rest: impl FnOnce(&mut Obj<'_>),
 ) -> Vec<u8> {
     let mut j = Json::new();
@@ -92,7 +78,16 @@ pub(super) fn k8s_object(
         o.field("metadata").object(|m| {
             m.str_ne("name", name);
             m.str_ne("namespace", namespace);
-            m.field("creationTimestamp").null();
+            m.str_ne("uid", &detail.uid);
+            if detail.generation != 0 {
+                m.field("generation")
+                    .raw(detail.generation.to_string().as_bytes());
+            }
+            if detail.creation_timestamp.is_empty() {
+                m.field("creationTimestamp").null();
+            } else {
+                m.str("creationTimestamp", &detail.creation_timestamp);
+            }
             if !labels.is_empty() {
                 m.field("labels").string_map(labels, Escape::Jsoniter);
             }

@@ -13,9 +13,8 @@ use super::json::{Escape, Json};
 use super::kv::{DEFAULT_ALLOW_PROFILE, SyncerSet, SyncerType};
 use super::network::{affinity, block, block_affinity, ip_pool, network_set};
 use super::path::CalicoKey;
-use super::policy::{
-    legacy_policy_key, policy, policy_key, profile_labels, profile_rules, tier, v3_profile,
-};
+use super::policy::{legacy_policy_key, policy, policy_key, profile_labels, profile_rules, tier};
+use super::profile::v3_profile;
 use super::resource::{Ordered, json_text, k8s_object, v3_object_with};
 
 const FELIX: &[SyncerType] = &[SyncerType::Felix];
@@ -130,11 +129,13 @@ pub(super) fn entries(key: &Key, value: Option<&Value>) -> Vec<Entry> {
                 name: k.name.clone(),
             };
             match v {
+                // Calico sends the v1 labels only when there are some (a deletion when the
+                // profile applies none), the v3 Profile always.
                 Some(Value::ProfileLabels(l)) => vec![
                     Entry::new(
                         FELIX,
                         CalicoKey::ProfileLabels(k.name.clone()),
-                        Some(profile_labels(l)),
+                        (!l.labels.is_empty()).then(|| profile_labels(&l.labels)),
                     ),
                     Entry::new(FELIX, v3, Some(v3_profile(&k.name, l))),
                 ],
@@ -219,7 +220,7 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
             Entry::new(
                 POOLS,
                 v3_key(k),
-                (!n.detail.invalid_as_v3).then(|| v3_node(&k.name, n)),
+                (!n.detail.meta.invalid_as_v3).then(|| v3_node(&k.name, n)),
             ),
             // Calico's felix processor always emits the WireGuard key, as a deletion when the
             // node has none.
@@ -254,7 +255,7 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
         (ResourceKind::KubernetesService, v) => match v {
             Some(Value::Resource(r)) => {
                 let ns = k.namespace.as_deref().unwrap_or_default();
-                let bytes = k8s_object(&k.name, ns, &r.labels, |o| {
+                let bytes = k8s_object(&k.name, ns, &r.labels, &r.detail, |o| {
                     json_text(o.field("spec"), &r.spec_json);
                     // Not carried (Felix reads only the spec); Go writes the empty struct.
                     o.field("status")
@@ -273,7 +274,7 @@ fn resource(k: &ResourceKey, v: Option<&Value>) -> Vec<Entry> {
                     _ => Vec::new(),
                 };
                 let get = |name: &str| fields.iter().find(|(f, _)| f == name).map(|(_, v)| v);
-                let bytes = k8s_object(&k.name, ns, &r.labels, |o| {
+                let bytes = k8s_object(&k.name, ns, &r.labels, &r.detail, |o| {
                     // Go's tags: none of the three is `omitempty`.
                     for name in ["addressType", "endpoints", "ports"] {
                         let j = o.field(name);

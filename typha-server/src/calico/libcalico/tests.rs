@@ -327,7 +327,7 @@ fn profiles() {
         ("pcns.projectcalico.org/name", "prod"),
         ("pcns.team", "a&b"),
     ]);
-    let kvs = calico_kvs(&Key::ProfileLabels(pk), &Value::ProfileLabels(l));
+    let kvs = calico_kvs(&Key::ProfileLabels(pk), &Value::ProfileLabels(l.into()));
     let got: Vec<(&str, &[u8])> = kvs
         .iter()
         .map(|kv| (&*kv.key, kv.value.as_deref().unwrap()))
@@ -561,7 +561,13 @@ fn node_full() -> Node {
         }],
         wireguard_public_key_v6: String::new(),
         pod_cidrs: vec!["10.244.1.0/24".into()],
-        invalid_as_v3: false,
+        meta: NodeMeta {
+            uid: "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d".into(),
+            creation_timestamp: "2025-01-02T03:04:05Z".into(),
+            annotations: labels(&[("projectcalico.org/note", "x")]),
+            kube_labels: true,
+            invalid_as_v3: false,
+        },
     };
     n
 }
@@ -589,7 +595,7 @@ fn node_resource_with_everything() {
         vec![
             (
                 "/calico/resources/v3/projectcalico.org/nodes/node-1",
-                r#"{"kind":"Node","apiVersion":"projectcalico.org/v3","metadata":{"name":"node-1","creationTimestamp":null,"labels":{"kubernetes.io/hostname":"node-1"}},"spec":{"bgp":{"asNumber":64512,"ipv4Address":"10.0.0.5/24","ipv4IPIPTunnelAddr":"10.0.1.1","routeReflectorClusterID":"224.0.0.1"},"ipv6VXLANTunnelAddr":"fd00:10::1","vxlanTunnelMACAddrV6":"66:aa:bb:cc:dd:ef","orchRefs":[{"nodeName":"node-1","orchestrator":"k8s"}],"wireguard":{"interfaceIPv4Address":"10.0.1.2"},"addresses":[{"address":"10.0.0.5/24","type":"CalicoNodeIP"},{"address":"10.0.0.5","type":"InternalIP"}],"interfaces":[{"name":"eth0","addresses":["10.0.0.5"]}]},"status":{"wireguardPublicKey":"jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY=","podCIDRs":["10.244.1.0/24"]}}"#
+                r#"{"kind":"Node","apiVersion":"projectcalico.org/v3","metadata":{"name":"node-1","uid":"9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d","creationTimestamp":"2025-01-02T03:04:05Z","labels":{"kubernetes.io/hostname":"node-1"},"annotations":{"projectcalico.org/kube-labels":"{\"kubernetes.io/hostname\":\"node-1\"}","projectcalico.org/note":"x"}},"spec":{"bgp":{"asNumber":64512,"ipv4Address":"10.0.0.5/24","ipv4IPIPTunnelAddr":"10.0.1.1","routeReflectorClusterID":"224.0.0.1"},"ipv6VXLANTunnelAddr":"fd00:10::1","vxlanTunnelMACAddrV6":"66:aa:bb:cc:dd:ef","orchRefs":[{"nodeName":"node-1","orchestrator":"k8s"}],"wireguard":{"interfaceIPv4Address":"10.0.1.2"},"addresses":[{"address":"10.0.0.5/24","type":"CalicoNodeIP"},{"address":"10.0.0.5","type":"InternalIP"}],"interfaces":[{"name":"eth0","addresses":["10.0.0.5"]}]},"status":{"wireguardPublicKey":"jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY=","podCIDRs":["10.244.1.0/24"]}}"#
             ),
             (
                 "/calico/v1/host/node-1/wireguard",
@@ -978,7 +984,10 @@ fn any_kv() -> impl Strategy<Value = (Key, Value)> {
         |(name, labels, rules)| {
             let k = ProfileKey { name };
             prop_oneof![
-                Just((Key::ProfileLabels(k.clone()), Value::ProfileLabels(labels))),
+                Just((
+                    Key::ProfileLabels(k.clone()),
+                    Value::ProfileLabels(labels.into())
+                )),
                 Just((
                     Key::ProfileRules(k),
                     Value::ProfileRules(ProfileRules {
@@ -1775,4 +1784,198 @@ fn selector_scoped_felix_configuration() {
             "spec": {"nodeSelector": "gpu == 'true'", "bpfEnabled": true, "bpfLogLevel": ""}
         })
     );
+}
+
+/// A CalicoNodeStatus as clientv3 stored it (uid, creation time, annotations) comes back with
+/// that metadata, which Calico's node status reporter needs to write the object back
+/// (clientv3 refuses an update without a uid or a creation time).
+#[test]
+fn calico_node_status_keeps_its_stored_metadata() {
+    let stored = NODE_STATUS.replace(
+        "{name: n1-status}",
+        "{name: n1-status, uid: 7d3c1e2a-4b5f-4c6d-8e9f-0a1b2c3d4e5f, creationTimestamp: '2025-03-04T05:06:07Z', annotations: {owner: ops}, labels: {tier: a}}",
+    );
+    let (_, v, _) = only(&from_manifest(&stored));
+    assert!(
+        v.starts_with(concat!(
+            r#"{"kind":"CalicoNodeStatus","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"n1-status","uid":"7d3c1e2a-4b5f-4c6d-8e9f-0a1b2c3d4e5f","#,
+            r#""creationTimestamp":"2025-03-04T05:06:07Z","labels":{"tier":"a"},"#,
+            r#""annotations":{"owner":"ops"}},"spec":"#,
+        )),
+        "{v}"
+    );
+}
+
+/// A node's `projectcalico.org/kube-labels` annotation, written from its labels as
+/// libcalico-go's `json.Marshal` writes a map (keys sorted, HTML characters escaped), and
+/// escaped again as a string of the annotations map; `null` for a node without labels.
+#[test]
+fn node_kube_labels_annotation() {
+    let mut n = node();
+    n.labels = labels(&[("kubernetes.io/hostname", "node-1"), ("a&b", "<x>")]);
+    n.detail.meta.kube_labels = true;
+    let v3 = |n: &Node| {
+        let kvs = calico_kvs(&node_key(), &Value::Node(n.clone()));
+        let v: serde_json::Value =
+            serde_json::from_slice(kvs[0].value.as_deref().unwrap()).unwrap();
+        (
+            v["metadata"]["annotations"].clone(),
+            String::from_utf8(kvs[0].value.clone().unwrap().to_vec()).unwrap(),
+        )
+    };
+    let (annotations, text) = v3(&n);
+    assert_eq!(
+        annotations,
+        serde_json::json!({"projectcalico.org/kube-labels": r#"{"a\u0026b":"\u003cx\u003e","kubernetes.io/hostname":"node-1"}"#})
+    );
+    assert!(
+        text.contains(r#""annotations":{"projectcalico.org/kube-labels":"{\"a\\u0026b\":\"\\u003cx\\u003e\",\"kubernetes.io/hostname\":\"node-1\"}"}"#),
+        "{text}"
+    );
+    n.labels = Labels::new();
+    let (annotations, _) = v3(&n);
+    assert_eq!(
+        annotations,
+        serde_json::json!({"projectcalico.org/kube-labels": "null"})
+    );
+}
+
+/// The v3 Profile as Calico's syncer sends it, from the labels KV and its tail: metadata (uid,
+/// creation time, the profile's own labels and annotations) and the rules in the v3 form
+/// beside `labelsToApply`. A profile that applies no labels has no v1 labels KV (Calico sends a
+/// deletion) but still its v3 Profile.
+#[test]
+fn v3_profiles_with_rules_and_metadata() {
+    let pk = ProfileKey {
+        name: "kns.prod".into(),
+    };
+    let v = ProfileLabels {
+        labels: labels(&[("pcns.projectcalico.org/name", "prod")]),
+        detail: ProfileDetail {
+            uid: "0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c".into(),
+            creation_timestamp: "2025-01-02T03:04:05Z".into(),
+            ingress_json: r#"[{"action":"Allow","source":{},"destination":{}}]"#.into(),
+            egress_json: r#"[{"action":"Allow","source":{},"destination":{}}]"#.into(),
+            ..ProfileDetail::default()
+        },
+    };
+    let kvs = calico_kvs(&Key::ProfileLabels(pk), &Value::ProfileLabels(v));
+    assert_eq!(kvs.len(), 2);
+    assert_eq!(
+        std::str::from_utf8(kvs[1].value.as_deref().unwrap()).unwrap(),
+        concat!(
+            r#"{"kind":"Profile","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"kns.prod","uid":"0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c","creationTimestamp":"2025-01-02T03:04:05Z"},"#,
+            r#""spec":{"ingress":[{"action":"Allow","source":{},"destination":{}}],"#,
+            r#""egress":[{"action":"Allow","source":{},"destination":{}}],"#,
+            r#""labelsToApply":{"pcns.projectcalico.org/name":"prod"}}}"#
+        )
+    );
+
+    // An etcd profile with rules, labels of its own and nothing to apply.
+    let r = crate::calico::v3::Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "Profile",
+        "metadata": {"name": "edge", "uid": "5b0e6f1a-2c3d-4e5f-9a0b-1c2d3e4f5a6b",
+                     "creationTimestamp": "2024-12-01T00:00:00Z", "labels": {"team": "net"}},
+        "spec": {"ingress": [{"action": "Deny", "protocol": "TCP",
+                              "source": {"nets": ["10.0.0.0/8"], "notPorts": [22, "80:80", "1000:2000", "http"]}}],
+                 "egress": [{"action": "Allow", "protocol": "6", "notProtocol": 17,
+                             "destination": {"selector": "a == 'b'",
+                                             "serviceAccounts": {"names": ["x"]}}}]}
+    }))
+    .unwrap();
+    let mut all = Vec::new();
+    for (k, v) in crate::calico::convert::convert(&r).unwrap() {
+        all.extend(calico_kvs(&k, &v));
+    }
+    let keys: Vec<&str> = all.iter().map(|kv| &*kv.key).collect();
+    assert_eq!(
+        keys,
+        [
+            "/calico/v1/policy/profile/edge/rules",
+            "/calico/resources/v3/projectcalico.org/profiles/edge"
+        ]
+    );
+    assert_eq!(
+        std::str::from_utf8(all[1].value.as_deref().unwrap()).unwrap(),
+        concat!(
+            r#"{"kind":"Profile","apiVersion":"projectcalico.org/v3","#,
+            r#""metadata":{"name":"edge","uid":"5b0e6f1a-2c3d-4e5f-9a0b-1c2d3e4f5a6b","#,
+            r#""creationTimestamp":"2024-12-01T00:00:00Z","labels":{"team":"net"}},"#,
+            r#""spec":{"ingress":[{"action":"Deny","protocol":"TCP","source":{"nets":["10.0.0.0/8"],"#,
+            r#""notPorts":[22,80,"1000:2000","http"]},"destination":{}}],"#,
+            r#""egress":[{"action":"Allow","protocol":6,"notProtocol":17,"source":{},"#,
+            r#""destination":{"selector":"a == 'b'","serviceAccounts":{"names":["x"]}}}]}}"#
+        )
+    );
+}
+
+/// A Service's and an EndpointSlice's uid, generation and creation time, where Go's
+/// ObjectMeta has them.
+#[test]
+fn kubernetes_objects_carry_uid_generation_and_creation_time() {
+    let slice = Value::Resource(Resource {
+        labels: labels(&[("kubernetes.io/service-name", "web")]),
+        spec_json: r#"{"addressType":"IPv4","endpoints":null,"ports":null}"#.into(),
+        detail: ResourceDetail {
+            generation: 3,
+            uid: "1f2e3d4c-5b6a-4978-8a9b-0c1d2e3f4a5b".into(),
+            creation_timestamp: "2025-05-06T07:08:09Z".into(),
+            ..ResourceDetail::default()
+        },
+    });
+    let key = Key::Resource(ResourceKey {
+        kind: ResourceKind::KubernetesEndpointSlice,
+        namespace: Some("prod".into()),
+        name: "web-abc12".into(),
+    });
+    let (_, v, _) = one(&key, &slice);
+    assert!(
+        v.starts_with(concat!(
+            r#"{"metadata":{"name":"web-abc12","namespace":"prod","#,
+            r#""uid":"1f2e3d4c-5b6a-4978-8a9b-0c1d2e3f4a5b","generation":3,"#,
+            r#""creationTimestamp":"2025-05-06T07:08:09Z","#,
+            r#""labels":{"kubernetes.io/service-name":"web"}},"addressType":"IPv4""#,
+        )),
+        "{v}"
+    );
+}
+
+/// A node's `projectcalico.org/kube-labels` annotation that holds its own labels is kept as a
+/// flag (no second copy of the labels in the cache) and written back the same; one that holds
+/// something else is kept as it is.
+#[test]
+fn a_nodes_kube_labels_annotation_round_trips() {
+    let node = |kube_labels: &str| {
+        crate::calico::v3::Resource::from_json(serde_json::json!({
+            "apiVersion": "projectcalico.org/v3", "kind": "Node",
+            "metadata": {"name": "n1", "labels": {"zone": "a-b", "kubernetes.io/os": "linux"},
+                         "annotations": {"projectcalico.org/kube-labels": kube_labels, "x": "y"}},
+            "spec": {}
+        }))
+        .unwrap()
+    };
+    for (text, flagged) in [
+        (r#"{"kubernetes.io/os":"linux","zone":"a-b"}"#, true),
+        (r#"{"kubernetes.io/os":"linux"}"#, false),
+    ] {
+        let kvs = crate::calico::convert::convert(&node(text)).unwrap();
+        let Some((k, Value::Node(n))) = kvs.iter().find(|(_, v)| matches!(v, Value::Node(_)))
+        else {
+            panic!("{kvs:?}")
+        };
+        assert_eq!(n.detail.meta.kube_labels, flagged, "{text}");
+        assert_eq!(
+            n.detail.meta.annotations.contains_key(KUBE_LABELS),
+            !flagged
+        );
+        let out = calico_kvs(k, &Value::Node(n.clone()));
+        let v: serde_json::Value =
+            serde_json::from_slice(out[0].value.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            v["metadata"]["annotations"],
+            serde_json::json!({"projectcalico.org/kube-labels": text, "x": "y"})
+        );
+    }
 }

@@ -29,7 +29,7 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             // What Calico's own writers (calicoctl, Calico's API server) store: the v3 name,
             // labels and annotations in one annotation, the CRD's labels cleared but for
             // Calico's own (libcalico-go's ConvertCalicoResourceToK8sResource).
-            let (name, labels) = match calico_metadata(o, kind, &name, labels) {
+            let (name, labels, stored) = match calico_metadata(o, kind, &name, labels) {
                 Ok(v) => v,
                 Err(reason) => {
                     let id = if kind.is_namespaced() {
@@ -54,10 +54,15 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             } else {
                 json!({"name": name, "labels": labels})
             };
-            // Raised by the API server on every change of the spec; Calico's clients compare
-            // it (the node status reporter tells a changed request from its own write by it).
-            if let (Some(g), Some(m)) = (o.metadata.generation, metadata.as_object_mut()) {
-                m.insert("generation".into(), g.into());
+            if let Some(m) = metadata.as_object_mut() {
+                crd_metadata(o, stored.as_ref(), m);
+                // Raised by the API server on every change of the spec; Calico's clients
+                // compare it (the node status reporter tells a changed request from its own
+                // write by it). Calico's driver loses it when the metadata annotation is there
+                // (and the reporter then takes no spec change); we keep it.
+                if let Some(g) = o.metadata.generation {
+                    m.insert("generation".into(), g.into());
+                }
             }
             // Felix honours `config.projectcalico.org/<Name>` annotations on these.
             if kind == Kind::FelixConfiguration
@@ -81,7 +86,10 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
                 "labelsToApply": apply,
             });
             let id = ResourceId::global(Kind::Profile, profile.clone());
-            (id, v3_doc(Kind::Profile, json!({"name": profile}), spec))
+            (
+                id,
+                v3_doc(Kind::Profile, profile_metadata(o, profile), spec),
+            )
         }
         Conversion::ServiceAccount => {
             let mut apply: Map<String, Value> = labels
@@ -92,7 +100,10 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             let profile = format!("ksa.{namespace}.{name}");
             let id = ResourceId::global(Kind::Profile, profile.clone());
             let spec = json!({"labelsToApply": apply});
-            (id, v3_doc(Kind::Profile, json!({"name": profile}), spec))
+            (
+                id,
+                v3_doc(Kind::Profile, profile_metadata(o, profile), spec),
+            )
         }
         Conversion::Pod => {
             let node = at(&o.data, "/spec/nodeName").as_str().unwrap_or_default();
@@ -117,7 +128,7 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
         Conversion::Node { pod_cidr } => {
             let id = ResourceId::global(Kind::Node, name.clone());
             let spec = node_spec(o, pod_cidr);
-            let metadata = json!({"name": name, "labels": labels});
+            let metadata = node_metadata(o, &name);
             let mut doc = v3_doc(Kind::Node, metadata, spec);
             if let Some(d) = doc.as_object_mut() {
                 d.insert("status".into(), node_status(o));
@@ -129,7 +140,10 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             // managed fields) is not carried.
             let kind = Kind::KubernetesService;
             let id = ResourceId::namespaced(kind, namespace.clone(), name.clone());
-            let metadata = json!({"name": name, "namespace": namespace, "labels": labels});
+            let metadata = k8s_metadata(
+                o,
+                json!({"name": name, "namespace": namespace, "labels": labels}),
+            );
             let spec = match o.data.get("spec") {
                 Some(v @ Value::Object(_)) => v.clone(),
                 _ => Value::Object(Map::new()),
@@ -139,7 +153,10 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
         Conversion::EndpointSlice => {
             let kind = Kind::KubernetesEndpointSlice;
             let id = ResourceId::namespaced(kind, namespace.clone(), name.clone());
-            let metadata = json!({"name": name, "namespace": namespace, "labels": labels});
+            let metadata = k8s_metadata(
+                o,
+                json!({"name": name, "namespace": namespace, "labels": labels}),
+            );
             let mut fields = Map::new();
             for f in ["addressType", "endpoints", "ports"] {
                 fields.insert(f.into(), o.data.get(f).cloned().unwrap_or(Value::Null));
@@ -178,6 +195,14 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             )
         }
     };
+    // The object's own version: what Calico's driver gives its KVs as their revision.
+    let mut doc = doc;
+    if let (Some(rv), Some(m)) = (
+        meta.resource_version.as_ref(),
+        doc.pointer_mut("/metadata").and_then(Value::as_object_mut),
+    ) {
+        m.insert("resourceVersion".into(), rv.clone().into());
+    }
     let mut item = Resource::from_json(doc).map_err(|e| Invalid {
         id: Some(id.clone()),
         reason: e.to_string(),
@@ -261,26 +286,31 @@ pub(super) fn live_migration(
 /// The annotation in which Calico's writers keep a resource's v3 metadata.
 const METADATA_ANNOTATION: &str = "projectcalico.org/metadata";
 
+/// What [`calico_metadata`] reads: the v3 name, the labels, and the metadata annotation's
+/// contents when there is one.
+type CalicoMetadata = (String, Map<String, Value>, Option<Value>);
+
 /// A Calico CRD's v3 name and labels, as Calico's Kubernetes driver reads them
 /// (`ConvertK8sResourceToCalicoResource`): without a `projectcalico.org/metadata` annotation,
 /// the CRD's own; with one, the labels it holds merged over the CRD's (which Calico's writers
 /// clear but for `projectcalico.org/` ones), and the name it holds, or, when it holds none, the
 /// CRD's name, without a `default.` prefix for the four policy kinds in tier `default` (the
-/// name pre-3.30 Calico stored them under). An annotation that is not JSON makes the
-/// resource invalid, as in Calico.
+/// name pre-3.30 Calico stored them under); and the annotation's contents, for the rest of the
+/// metadata ([`crd_metadata`]). An annotation that is not JSON makes the resource invalid, as
+/// in Calico.
 fn calico_metadata(
     o: &DynamicObject,
     kind: Kind,
     name: &str,
     mut labels: Map<String, Value>,
-) -> Result<(String, Map<String, Value>), String> {
+) -> Result<CalicoMetadata, String> {
     let Some(text) = o
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(METADATA_ANNOTATION))
     else {
-        return Ok((name.to_owned(), labels));
+        return Ok((name.to_owned(), labels, None));
     };
     let meta: Value = serde_json::from_str(text)
         .map_err(|e| format!("annotation {METADATA_ANNOTATION} is not JSON: {e}"))?;
@@ -304,7 +334,162 @@ fn calico_metadata(
         }
         None => name.to_owned(),
     };
-    Ok((name, labels))
+    Ok((name, labels, Some(meta)))
+}
+
+/// The rest of a Calico CRD's v3 metadata, as Calico's driver makes it
+/// (`ConvertK8sResourceToCalicoResource`), into `m`: the CRD's uid converted ([`calico_uid`]);
+/// the creation time the metadata annotation (`stored`) holds, else the CRD's; the CRD's
+/// annotations but that one, with the annotation's own merged over them. Not carried:
+/// `ownerReferences`, `finalizers` and `managedFields`, which Calico also passes on.
+fn crd_metadata(o: &DynamicObject, stored: Option<&Value>, m: &mut Map<String, Value>) {
+    if let Some(uid) = o.metadata.uid.as_deref().and_then(calico_uid) {
+        m.insert("uid".into(), uid.into());
+    }
+    let stored_time = stored
+        .and_then(|s| at(s, "/creationTimestamp").as_str())
+        .filter(|t| !t.is_empty());
+    match (stored_time, &o.metadata.creation_timestamp) {
+        (Some(t), _) => {
+            m.insert("creationTimestamp".into(), t.into());
+        }
+        // k8s-openapi writes it as Go does: UTC, whole seconds.
+        (None, Some(t)) => {
+            m.insert("creationTimestamp".into(), json!(t));
+        }
+        (None, None) => {}
+    }
+    let mut annotations: Map<String, Value> = o
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| *k != METADATA_ANNOTATION)
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    let stored_annotations = stored.and_then(|s| at(s, "/annotations").as_object());
+    for (k, v) in stored_annotations.into_iter().flatten() {
+        if v.is_string() {
+            annotations.insert(k.clone(), v.clone());
+        }
+    }
+    if !annotations.is_empty() {
+        m.insert("annotations".into(), Value::Object(annotations));
+    }
+}
+
+/// Calico's `ConvertUID`: the uid Calico gives a resource derived from a Kubernetes object
+/// (a `crd.projectcalico.org/v1` resource, a profile made from a namespace or a service
+/// account), so that the two never share one. Each byte of the UUID has its bits reversed,
+/// but the 7th and 9th (version and variant); lower case. `None` for a uid that is not a
+/// UUID in its usual form (the API server makes no other; Calico's driver would fail the
+/// object, we leave the uid out).
+pub(super) fn calico_uid(uid: &str) -> Option<String> {
+    let b = uid.as_bytes();
+    if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b.get(i) != Some(&b'-')) {
+        return None;
+    }
+    let hex: Vec<u8> = b.iter().copied().filter(|c| *c != b'-').collect();
+    let mut bytes = [0u8; 16];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        let text = std::str::from_utf8(pair).ok()?;
+        let v = u8::from_str_radix(text, 16).ok()?;
+        *bytes.get_mut(i)? = if i == 6 || i == 8 {
+            v
+        } else {
+            v.reverse_bits()
+        };
+    }
+    let h: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!(
+        "{}-{}-{}-{}-{}",
+        h.get(0..8)?,
+        h.get(8..12)?,
+        h.get(12..16)?,
+        h.get(16..20)?,
+        h.get(20..32)?
+    ))
+}
+
+/// The metadata of the profile `name` Calico's driver makes of a namespace or a service
+/// account (`NamespaceToProfile`, `ServiceAccountToProfile`): the object's uid converted
+/// ([`calico_uid`]) and its creation time; no labels, no annotations.
+fn profile_metadata(o: &DynamicObject, name: String) -> Value {
+    let mut m = Map::new();
+    m.insert("name".into(), name.into());
+    if let Some(uid) = o.metadata.uid.as_deref().and_then(calico_uid) {
+        m.insert("uid".into(), uid.into());
+    }
+    if let Some(t) = &o.metadata.creation_timestamp {
+        m.insert("creationTimestamp".into(), json!(t));
+    }
+    Value::Object(m)
+}
+
+/// `metadata` with what Calico's driver passes on of a Service's or an EndpointSlice's own
+/// metadata (it passes the whole object) that is cheap to carry: uid, creation time and
+/// generation. Left out: annotations (a Service's `kubectl.kubernetes.io/last-applied-
+/// configuration` can be kilobytes), `ownerReferences` and `managedFields`.
+fn k8s_metadata(o: &DynamicObject, mut metadata: Value) -> Value {
+    if let Some(m) = metadata.as_object_mut() {
+        if let Some(uid) = &o.metadata.uid {
+            m.insert("uid".into(), uid.clone().into());
+        }
+        if let Some(t) = &o.metadata.creation_timestamp {
+            m.insert("creationTimestamp".into(), json!(t));
+        }
+        if let Some(g) = o.metadata.generation {
+            m.insert("generation".into(), g.into());
+        }
+    }
+    metadata
+}
+
+/// The annotations in which calico-node keeps a Kubernetes node's Calico labels and
+/// annotations (JSON maps).
+const NODE_LABELS_ANNOTATION: &str = "projectcalico.org/labels";
+const NODE_ANNOTATIONS_ANNOTATION: &str = "projectcalico.org/annotations";
+
+/// A Kubernetes node's v3 Node metadata, as Calico's driver makes it (`K8sNodeToCalico`):
+/// the node's uid (not converted) and creation time; the labels in its
+/// `projectcalico.org/labels` annotation with the node's own over them; the annotations in its
+/// `projectcalico.org/annotations` annotation, and `projectcalico.org/kube-labels`, the node's
+/// own labels as libcalico-go's `json.Marshal` writes them. An annotation that is not a JSON
+/// map of strings is ignored, as Calico ignores it (with a warning).
+fn node_metadata(o: &DynamicObject, name: &str) -> Value {
+    let meta = &o.metadata;
+    let stored = |annotation: &str| -> Map<String, Value> {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(annotation))
+            .and_then(|text| {
+                serde_json::from_str::<std::collections::BTreeMap<String, String>>(text).ok()
+            })
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect()
+    };
+    let mut labels = stored(NODE_LABELS_ANNOTATION);
+    for (k, v) in meta.labels.iter().flatten() {
+        labels.insert(k.clone(), Value::String(v.clone()));
+    }
+    let mut annotations = stored(NODE_ANNOTATIONS_ANNOTATION);
+    annotations.insert(
+        crate::calico::libcalico::KUBE_LABELS.into(),
+        crate::calico::libcalico::go_string_map(meta.labels.as_ref()).into(),
+    );
+    let mut m = Map::new();
+    m.insert("name".into(), name.into());
+    if let Some(uid) = &meta.uid {
+        m.insert("uid".into(), uid.clone().into());
+    }
+    if let Some(t) = &meta.creation_timestamp {
+        m.insert("creationTimestamp".into(), json!(t));
+    }
+    m.insert("labels".into(), Value::Object(labels));
+    m.insert("annotations".into(), Value::Object(annotations));
+    Value::Object(m)
 }
 
 /// A custom resource's annotations as Calico's driver gives them to the v3 resource: the CRD's

@@ -1004,3 +1004,209 @@ fn migrations_come_out_as_calicos_own_code_writes_them() {
         assert_eq!(got.as_deref(), want, "{input}");
     }
 }
+
+/// Calico's `ConvertUID`, checked against Calico's own test case.
+#[test]
+fn uids_are_converted_as_calico_converts_them() {
+    assert_eq!(
+        calico_uid("30316465-6365-4463-ad63-3564622d3638").as_deref(),
+        Some("0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c")
+    );
+    // Its own inverse; upper case is read.
+    assert_eq!(
+        calico_uid("0C8C26A6-C6A6-44C6-ADC6-AC2646B46C1C").as_deref(),
+        Some("30316465-6365-4463-ad63-3564622d3638")
+    );
+    for bad in [
+        "",
+        "not-a-uid",
+        "30316465636544630ad633564622d36380000",
+        "3031646x-6365-4463-ad63-3564622d3638",
+    ] {
+        assert_eq!(calico_uid(bad), None, "{bad}");
+    }
+}
+
+/// Every KV of a resource carries the object's own resourceVersion (Calico's revision for it).
+#[test]
+fn the_objects_resource_version_is_the_resources() {
+    let o = object(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
+        "metadata": {"name": "set", "resourceVersion": "4711"},
+        "spec": {"nets": ["10.0.0.0/8"]}}));
+    let r = convert(Conversion::Crd(Kind::GlobalNetworkSet), &o)
+        .1
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.metadata.resource_version.as_deref(), Some("4711"));
+}
+
+/// A Calico CRD's metadata as Calico's driver gives it: the uid converted, the creation time
+/// and annotations of the metadata annotation over the CRD's, the CRD's annotations but that
+/// one; without the annotation, the CRD's own.
+#[test]
+fn a_crds_uid_creation_time_and_annotations_are_calicos() {
+    let stored = json!({"creationTimestamp": "2024-06-01T00:00:00Z",
+                        "annotations": {"note": "from calicoctl"}, "labels": {"a": "b"}});
+    let o = object(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "CalicoNodeStatus",
+        "metadata": {"name": "status-1", "uid": "30316465-6365-4463-ad63-3564622d3638",
+                     "creationTimestamp": "2025-01-01T10:00:00Z", "generation": 3,
+                     "resourceVersion": "88",
+                     "annotations": {"projectcalico.org/metadata": stored.to_string(),
+                                     "projectcalico.org/owned": "yes"}},
+        "spec": {"node": "node-1", "classes": ["Agent"], "updatePeriodSeconds": 10}}));
+    let r = convert(Conversion::Crd(Kind::CalicoNodeStatus), &o)
+        .1
+        .unwrap()
+        .unwrap();
+    let m = &r.metadata;
+    assert_eq!(m.uid, "0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c");
+    assert_eq!(
+        m.creation_timestamp.as_deref(),
+        Some("2024-06-01T00:00:00Z")
+    );
+    assert_eq!(m.generation, Some(3));
+    let annotations: Vec<(&str, &str)> = m
+        .annotations
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        annotations,
+        [
+            ("note", "from calicoctl"),
+            ("projectcalico.org/owned", "yes")
+        ]
+    );
+
+    let plain = object(json!({
+        "apiVersion": "crd.projectcalico.org/v1", "kind": "BGPPeer",
+        "metadata": {"name": "peer", "uid": "30316465-6365-4463-ad63-3564622d3638",
+                     "creationTimestamp": "2025-01-01T10:00:00Z",
+                     "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+        "spec": {"peerIP": "10.0.0.1", "asNumber": 64512}}));
+    let r = convert(Conversion::Crd(Kind::BgpPeer), &plain)
+        .1
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.metadata.uid, "0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c");
+    assert_eq!(
+        r.metadata.creation_timestamp.as_deref(),
+        Some("2025-01-01T10:00:00Z")
+    );
+    assert_eq!(
+        r.metadata
+            .annotations
+            .get("kubectl.kubernetes.io/last-applied-configuration")
+            .map(String::as_str),
+        Some("{}")
+    );
+}
+
+/// A Kubernetes node's v3 Node metadata: its uid (not converted) and creation time, the labels
+/// of calico-node's `projectcalico.org/labels` with the node's over them, the annotations of
+/// `projectcalico.org/annotations`, and `projectcalico.org/kube-labels`.
+#[test]
+fn a_nodes_metadata_is_calicos() {
+    let o = object(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-1", "uid": "30316465-6365-4463-ad63-3564622d3638",
+                     "creationTimestamp": "2025-01-01T10:00:00Z", "resourceVersion": "812",
+                     "labels": {"kubernetes.io/hostname": "node-1", "zone": "a&b"},
+                     "annotations": {
+                        "projectcalico.org/labels": r#"{"zone":"calico","rack":"r1"}"#,
+                        "projectcalico.org/annotations": r#"{"owner":"net"}"#,
+                        "node.alpha.kubernetes.io/ttl": "0"}},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.5"}]}}));
+    let r = convert(Conversion::Node { pod_cidr: false }, &o)
+        .1
+        .unwrap()
+        .unwrap();
+    let m = &r.metadata;
+    assert_eq!(m.uid, "30316465-6365-4463-ad63-3564622d3638");
+    assert_eq!(
+        m.creation_timestamp.as_deref(),
+        Some("2025-01-01T10:00:00Z")
+    );
+    assert_eq!(m.resource_version.as_deref(), Some("812"));
+    let labels: Vec<(&str, &str)> = m
+        .labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("kubernetes.io/hostname", "node-1"),
+            ("rack", "r1"),
+            ("zone", "a&b")
+        ]
+    );
+    let annotations: Vec<(&str, &str)> = m
+        .annotations
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        annotations,
+        [
+            ("owner", "net"),
+            (
+                "projectcalico.org/kube-labels",
+                r#"{"kubernetes.io/hostname":"node-1","zone":"a\u0026b"}"#
+            ),
+        ]
+    );
+    // A node without labels: `null`, as Go marshals a nil map.
+    let bare = object(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-2"}}));
+    let r = convert(Conversion::Node { pod_cidr: false }, &bare)
+        .1
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        r.metadata
+            .annotations
+            .get("projectcalico.org/kube-labels")
+            .map(String::as_str),
+        Some("null")
+    );
+}
+
+/// Profiles made from namespaces and service accounts carry the object's uid converted and its
+/// creation time, and nothing else of its metadata.
+#[test]
+fn profiles_carry_the_converted_uid_and_creation_time() {
+    let ns = object(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "web", "uid": "30316465-6365-4463-ad63-3564622d3638",
+                     "creationTimestamp": "2025-01-01T10:00:00Z", "resourceVersion": "9",
+                     "labels": {"team": "a"}, "annotations": {"x": "y"}}}));
+    let r = convert(Conversion::Namespace, &ns).1.unwrap().unwrap();
+    assert_eq!(r.metadata.uid, "0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c");
+    assert_eq!(
+        r.metadata.creation_timestamp.as_deref(),
+        Some("2025-01-01T10:00:00Z")
+    );
+    assert!(r.metadata.labels.is_empty() && r.metadata.annotations.is_empty());
+    assert_eq!(r.metadata.resource_version.as_deref(), Some("9"));
+}
+
+/// An EndpointSlice's uid, creation time and generation are carried; its annotations are not.
+#[test]
+fn an_endpoint_slice_keeps_its_generation() {
+    let o = object(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-abc12", "namespace": "prod", "generation": 5,
+                     "uid": "30316465-6365-4463-ad63-3564622d3638",
+                     "creationTimestamp": "2025-01-01T10:00:00Z",
+                     "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "x"}},
+        "addressType": "IPv4", "endpoints": [], "ports": []}),
+    );
+    let r = convert(Conversion::EndpointSlice, &o).1.unwrap().unwrap();
+    assert_eq!(r.metadata.generation, Some(5));
+    assert_eq!(r.metadata.uid, "30316465-6365-4463-ad63-3564622d3638");
+    assert_eq!(
+        r.metadata.creation_timestamp.as_deref(),
+        Some("2025-01-01T10:00:00Z")
+    );
+    assert!(r.metadata.annotations.is_empty());
+}
