@@ -107,10 +107,16 @@ pub(crate) async fn datastore_digest(admin: &kube::Client) -> (u64, usize) {
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin.clone());
     for n in nodes.list(&Default::default()).await.unwrap() {
         let ip = n.metadata.annotations.as_ref().unwrap()["projectcalico.org/IPv4Address"].clone();
+        // Calico's metadata for it: the node's uid and creation time, and its labels again in
+        // `projectcalico.org/kube-labels` (as Go's json.Marshal writes a map).
+        let kube_labels = serde_json::to_string(&n.metadata.labels).unwrap();
         all.push(
             Resource::from_json(json!({
                 "apiVersion": "projectcalico.org/v3", "kind": "Node",
-                "metadata": {"name": n.metadata.name, "labels": n.metadata.labels},
+                "metadata": {"name": n.metadata.name, "labels": n.metadata.labels,
+                             "uid": n.metadata.uid,
+                             "creationTimestamp": common::kube::created(&n.metadata),
+                             "annotations": {"projectcalico.org/kube-labels": kube_labels}},
                 "spec": {"bgp": {"ipv4Address": ip},
                          "orchRefs": [{"nodeName": n.metadata.name, "orchestrator": "k8s"}],
                          "addresses": [{"address": ip, "type": "CalicoNodeIP"}]}}))
