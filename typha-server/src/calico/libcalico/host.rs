@@ -8,10 +8,24 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use typha_protocol::model::{Node, ResourceDetail};
 
-use super::json::Json;
+use super::json::{Escape, Json};
 use super::path::{go_cidr, go_ip};
 use super::resource::v3_object_with;
-use super::{KUBE_LABELS, go_string_map};
+
+/// The annotation in which Calico's Kubernetes driver gives a v3 Node its Kubernetes labels.
+pub const KUBE_LABELS: &str = "projectcalico.org/kube-labels";
+
+/// A `map[string]string` as libcalico-go's `json.Marshal` writes it (json-iterator: keys
+/// sorted, `<`, `>` and `&` escaped), `null` for a nil map (`None`): the text of a node's
+/// [`KUBE_LABELS`] annotation.
+pub fn go_string_map(m: Option<&typha_protocol::model::Labels>) -> String {
+    let mut j = Json::new();
+    match m {
+        Some(m) => j.string_map(m, Escape::Jsoniter),
+        None => j.null(),
+    }
+    String::from_utf8(j.into_bytes()).unwrap_or_default()
+}
 
 /// `internalapi.Node` from our Node value, fields in Go's order: metadata (name, labels),
 /// `spec` (`bgp` {asNumber, ipv4Address, ipv6Address, ipv4IPIPTunnelAddr,

@@ -40,25 +40,11 @@ mod tests;
 use bytes::Bytes;
 use typha_protocol::model::{EncodedValue, Key, KeyPath, UpdateKind, Value, ValueError};
 
+pub use self::host::{KUBE_LABELS, go_string_map};
 pub use self::kv::{CalicoKv, DEFAULT_ALLOW_PROFILE, Driver, SyncerSet, SyncerType};
 pub use self::path::CalicoKey;
 pub use self::route::receivers;
 use self::route::{Entry, entries, share};
-
-/// The annotation in which Calico's Kubernetes driver gives a v3 Node its Kubernetes labels.
-pub const KUBE_LABELS: &str = "projectcalico.org/kube-labels";
-
-/// A `map[string]string` as libcalico-go's `json.Marshal` writes it (json-iterator: keys
-/// sorted, `<`, `>` and `&` escaped), `null` for a nil map (`None`): the text of a node's
-/// [`KUBE_LABELS`] annotation.
-pub fn go_string_map(m: Option<&typha_protocol::model::Labels>) -> String {
-    let mut j = json::Json::new();
-    match m {
-        Some(m) => j.string_map(m, json::Escape::Jsoniter),
-        None => j.null(),
-    }
-    String::from_utf8(j.into_bytes()).unwrap_or_default()
-}
 
 /// What every felix snapshot holds besides the cache's KVs, as Calico's drivers send it: the
 /// default-allow profile's rules and its v3 resource (revision `1` in Calico's). A stored
