@@ -36,27 +36,7 @@ pub(super) fn v3_object_with(
     j.object(|o| {
         o.str("kind", kind);
         o.str("apiVersion", API_VERSION);
-        o.field("metadata").object(|m| {
-            m.str_ne("name", name);
-            m.str_ne("namespace", namespace.unwrap_or_default());
-            m.str_ne("uid", &detail.uid);
-            if detail.generation != 0 {
-                m.field("generation")
-                    .raw(detail.generation.to_string().as_bytes());
-            }
-            if detail.creation_timestamp.is_empty() {
-                m.field("creationTimestamp").null();
-            } else {
-                m.str("creationTimestamp", &detail.creation_timestamp);
-            }
-            if !labels.is_empty() {
-                m.field("labels").string_map(labels, Escape::Jsoniter);
-            }
-            if !detail.annotations.is_empty() {
-                m.field("annotations")
-                    .string_map(&detail.annotations, Escape::Jsoniter);
-            }
-        });
+        metadata(o, name, namespace.unwrap_or_default(), labels, detail, true);
         rest(o);
     });
     j.into_bytes()
@@ -75,26 +55,44 @@ pub(super) fn k8s_object(
 ) -> Vec<u8> {
     let mut j = Json::new();
     j.object(|o| {
-        o.field("metadata").object(|m| {
-            m.str_ne("name", name);
-            m.str_ne("namespace", namespace);
-            m.str_ne("uid", &detail.uid);
-            if detail.generation != 0 {
-                m.field("generation")
-                    .raw(detail.generation.to_string().as_bytes());
-            }
-            if detail.creation_timestamp.is_empty() {
-                m.field("creationTimestamp").null();
-            } else {
-                m.str("creationTimestamp", &detail.creation_timestamp);
-            }
-            if !labels.is_empty() {
-                m.field("labels").string_map(labels, Escape::Jsoniter);
-            }
-        });
+        metadata(o, name, namespace, labels, detail, false);
         rest(o);
     });
     j.into_bytes()
+}
+
+/// `metadata`, what we carry of ObjectMeta in its order: name, namespace, uid, generation,
+/// creationTimestamp (`null` when none, as Go writes a zero time), labels, and annotations
+/// when `annotations` says so.
+fn metadata(
+    o: &mut Obj<'_>,
+    name: &str,
+    namespace: &str,
+    labels: &Labels,
+    detail: &ResourceDetail,
+    annotations: bool,
+) {
+    o.field("metadata").object(|m| {
+        m.str_ne("name", name);
+        m.str_ne("namespace", namespace);
+        m.str_ne("uid", &detail.uid);
+        if detail.generation != 0 {
+            m.field("generation")
+                .raw(detail.generation.to_string().as_bytes());
+        }
+        if detail.creation_timestamp.is_empty() {
+            m.field("creationTimestamp").null();
+        } else {
+            m.str("creationTimestamp", &detail.creation_timestamp);
+        }
+        if !labels.is_empty() {
+            m.field("labels").string_map(labels, Escape::Jsoniter);
+        }
+        if annotations && !detail.annotations.is_empty() {
+            m.field("annotations")
+                .string_map(&detail.annotations, Escape::Jsoniter);
+        }
+    });
 }
 
 /// A spec kept as JSON text (our `Resource` values), written back with Go's escaping and its
