@@ -308,6 +308,13 @@ async fn a_network_set_with_one_bad_cidr_reaches_calico_clients_with_the_good_on
     assert_eq!(rule["protocol"], json!(6));
     assert_eq!(rule["dst_nets"], json!(["203.0.113.0/24"]));
     assert_eq!(metric(&srv, "typha_updates_invalid_total"), 0.0);
+    assert_eq!(
+        metric(
+            &srv,
+            r#"typha_connections_dropped_total{reason="fell_behind"}"#
+        ),
+        0.0
+    );
     srv.shutdown().await;
 }
 
@@ -576,6 +583,13 @@ async fn calico_clients_get_each_keys_own_revision_and_the_stored_metadata() {
         std::str::from_utf8(&got.value)
             .unwrap()
             .contains(r#""updatePeriodSeconds":30"#)
+    );
+    assert_eq!(
+        metric(
+            &srv,
+            r#"typha_connections_dropped_total{reason="fell_behind"}"#
+        ),
+        0.0
     );
     srv.shutdown().await;
 }
