@@ -223,16 +223,30 @@ fn every_value_set_renders_objects_that_agree_with_each_other_and_the_programs()
             selects(&dep["spec"]["selector"]["matchLabels"], labels),
             "{set}"
         );
-        let svc = named(&objs, "Service", &env["TYPHA_K8SSERVICENAME"])
-            .unwrap_or_else(|| panic!("{set}: the Service TYPHA_K8SSERVICENAME names"));
-        assert!(selects(&svc["spec"]["selector"], labels), "{set}");
-        let sp = &svc["spec"]["ports"][0];
-        assert_eq!(
-            sp["name"].as_str().unwrap(),
-            env["TYPHA_K8SPORTNAME"],
-            "{set}"
-        );
-        assert_eq!(sp["targetPort"], "calico-typha", "{set}");
+        // The Service agents and calico-node find the servers through: this release's, or, with
+        // `service.create=false`, Calico's own, which the pods join by its selector's label
+        // (Calico's Typha Service selects `k8s-app: calico-typha`) and a port named
+        // calico-typha (the port name Calico's clients look for in its EndpointSlices).
+        let service = &env["TYPHA_K8SSERVICENAME"];
+        match named(&objs, "Service", service) {
+            Some(svc) => {
+                assert!(selects(&svc["spec"]["selector"], labels), "{set}");
+                let sp = &svc["spec"]["ports"][0];
+                assert_eq!(
+                    sp["name"].as_str().unwrap(),
+                    env["TYPHA_K8SPORTNAME"],
+                    "{set}"
+                );
+                assert_eq!(sp["targetPort"], "calico-typha", "{set}");
+            }
+            None => {
+                assert!(
+                    selects(&json!({"k8s-app": service}), labels),
+                    "{set}: the pods join Calico's Service {service} by k8s-app"
+                );
+                assert_eq!(env["TYPHA_K8SPORTNAME"], "calico-typha", "{set}");
+            }
+        }
         for s in find(&objs, "Service") {
             assert!(
                 selects(&s["spec"]["selector"], labels),
@@ -240,12 +254,31 @@ fn every_value_set_renders_objects_that_agree_with_each_other_and_the_programs()
                 s["metadata"]["name"]
             );
         }
-        let pdb = one(&objs, "PodDisruptionBudget");
-        assert!(
-            selects(&pdb["spec"]["selector"]["matchLabels"], labels),
-            "{set}"
-        );
-        assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+        // No object of Calico's own Typha names: the Tigera operator's ServiceAccount,
+        // ClusterRole(Binding), Deployment and PodDisruptionBudget are all calico-typha.
+        for o in &objs {
+            let kind = o["kind"].as_str().unwrap();
+            if kind != "Service" {
+                assert_ne!(
+                    o["metadata"]["name"], "calico-typha",
+                    "{set}: a {kind} named as Calico's"
+                );
+            }
+        }
+        match find(&objs, "PodDisruptionBudget").first() {
+            Some(pdb) => {
+                assert!(
+                    selects(&pdb["spec"]["selector"]["matchLabels"], labels),
+                    "{set}"
+                );
+                assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+            }
+            // Calico's budget (selector k8s-app: calico-typha) covers the pods.
+            None => assert!(
+                selects(&json!({"k8s-app": "calico-typha"}), labels),
+                "{set}: no budget of its own, and Calico's does not select the pods"
+            ),
+        }
 
         // Non-root as the image is, and the rest of the hardening.
         let psc = &spec["securityContext"];
@@ -266,13 +299,20 @@ fn every_value_set_renders_objects_that_agree_with_each_other_and_the_programs()
             "{set}: no toleration of every taint (a cordon must move the server)"
         );
 
-        // TLS files are in a Secret mounted as a directory (rotation reaches them).
-        let mounts = c["volumeMounts"].as_array().unwrap();
-        for k in [
+        // TLS files are in a Secret (or the operator's Secret and CA bundle, projected) mounted
+        // as a directory (rotation reaches them); plaintext sets none of them.
+        let mounts = c["volumeMounts"].as_array().cloned().unwrap_or_default();
+        let tls_vars = [
             "TYPHA_SERVERCERTFILE",
             "TYPHA_SERVERKEYFILE",
             "TYPHA_CAFILE",
-        ] {
+        ];
+        if set.contains("replace-calico-manifest") {
+            for k in tls_vars.iter().chain(&["TYPHA_CLIENTCN"]) {
+                assert!(!env.contains_key(*k), "{set}: plaintext, yet {k}");
+            }
+        }
+        for k in tls_vars.into_iter().filter(|k| env.contains_key(*k)) {
             let m = mounts
                 .iter()
                 .find(|m| env[k].starts_with(m["mountPath"].as_str().unwrap()))
@@ -287,6 +327,16 @@ fn every_value_set_renders_objects_that_agree_with_each_other_and_the_programs()
                 .iter()
                 .find(|v| v["name"] == m["name"])
                 .unwrap();
+            if let Some(projected) = vol.get("projected") {
+                // The operator's: typha-certs and the CA bundle ConfigMap.
+                let sources = projected["sources"].to_string();
+                assert!(
+                    sources.contains("typha-certs") && sources.contains("tigera-ca-bundle"),
+                    "{set}: {sources}"
+                );
+                assert_eq!(env["TYPHA_CLIENTCN"], "typha-client", "{set}");
+                continue;
+            }
             let secret = vol["secret"]["secretName"].as_str().unwrap();
             // With cert-manager, a Certificate writes that Secret, with the CN clients check.
             if let Some(cert) = find(&objs, "Certificate")
@@ -583,7 +633,7 @@ async fn helm_installs_on_a_real_api_server_and_the_server_syncs_with_exactly_th
     let dep = one(&objs, "Deployment");
     let env = env_of(&dep["spec"]["template"]["spec"]["containers"][0]);
     let token = cp
-        .service_account_token("kube-system", "calico-typha")
+        .service_account_token("kube-system", "typha-server")
         .await
         .unwrap();
     let kubeconfig = cp.write_kubeconfig("chart-typha", &token).unwrap();

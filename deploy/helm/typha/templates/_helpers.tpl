@@ -7,12 +7,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 
-{{/* The server pods' selector (also Calico's k8s-app label, which its tooling greps for). */}}
+{{/*
+The server pods' selector. k8s-app is the label Calico's Typha Service selects
+(k8s-app: calico-typha): with service.create=false the pods join that Service by it.
+*/}}
 {{- define "typha.serverSelector" -}}
 app.kubernetes.io/name: typha
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: server
-k8s-app: {{ .Values.server.name }}
+k8s-app: {{ .Values.service.name }}
 {{- end }}
 
 {{- define "typha.agentSelector" -}}
@@ -89,11 +92,39 @@ limits:
 {{- end }}
 
 {{/*
+The volume holding tls.crt, tls.key and ca.crt for the server (.role = "server") or the agent
+("agent"), files of mode .mode: a Secret with all three, or with the Tigera operator's material (tls.source
+calicoOperator) its Secret and its CA bundle ConfigMap projected into one directory. A
+projected volume follows rotation as a Secret volume does.
+*/}}
+{{- define "typha.tlsVolume" -}}
+{{- $v := .root.Values -}}
+{{- if eq $v.tls.source "calicoOperator" -}}
+projected:
+  defaultMode: {{ .mode }}
+  sources:
+    - secret:
+        name: {{ ternary $v.tls.calicoOperator.serverSecret $v.tls.calicoOperator.agentSecret (eq .role "server") }}
+        items:
+          - {key: tls.crt, path: tls.crt}
+          - {key: tls.key, path: tls.key}
+    - configMap:
+        name: {{ $v.tls.calicoOperator.caConfigMap }}
+        items:
+          - {key: {{ $v.tls.calicoOperator.caKey }}, path: ca.crt}
+{{- else -}}
+secret:
+  secretName: {{ ternary (include "typha.serverTlsSecret" .root) (include "typha.agentTlsSecret" .root) (eq .role "server") }}
+  defaultMode: {{ .mode }}
+{{- end }}
+{{- end }}
+
+{{/*
 What decides the TLS material the pods read: a change here is a rollout. Rotated contents are
 not: the server and the agents reload rotated files without a restart.
 */}}
 {{- define "typha.tlsChecksum" -}}
-{{- $d := dict "source" .Values.tls.source "server" (include "typha.serverTlsSecret" .) "agent" (include "typha.agentTlsSecret" .) "serverCN" .Values.tls.serverCN "clientCN" .Values.tls.clientCN "certManager" .Values.tls.certManager -}}
+{{- $d := dict "source" .Values.tls.source "server" (include "typha.serverTlsSecret" .) "agent" (include "typha.agentTlsSecret" .) "serverCN" .Values.tls.serverCN "clientCN" .Values.tls.clientCN "certManager" .Values.tls.certManager "calicoOperator" .Values.tls.calicoOperator -}}
 {{- toJson $d | sha256sum -}}
 {{- end }}
 
@@ -101,8 +132,11 @@ not: the server and the agents reload rotated files without a restart.
 {{- if not (has .Values.datastore.type (list "kubernetes" "etcdv3" "tier")) -}}
 {{- fail (printf "datastore.type must be kubernetes, etcdv3 or tier, not %q" .Values.datastore.type) -}}
 {{- end -}}
-{{- if not (has .Values.tls.source (list "certManager" "existingSecret")) -}}
-{{- fail (printf "tls.source must be certManager or existingSecret, not %q" .Values.tls.source) -}}
+{{- if not (has .Values.tls.source (list "certManager" "existingSecret" "calicoOperator" "none")) -}}
+{{- fail (printf "tls.source must be certManager, existingSecret, calicoOperator or none, not %q" .Values.tls.source) -}}
+{{- end -}}
+{{- if eq .Values.server.name .Values.service.name -}}
+{{- fail (printf "server.name (%q) must not be the Service's name: Calico's own Typha objects are named %q" .Values.server.name .Values.service.name) -}}
 {{- end -}}
 {{- if not (has .Values.server.rebalancing (list "kubernetes" "none")) -}}
 {{- fail (printf "server.rebalancing must be kubernetes or none, not %q" .Values.server.rebalancing) -}}
