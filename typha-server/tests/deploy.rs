@@ -20,7 +20,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use common::helm::{
+    chart, documents, env_of, free_port, helm, helm_admin, readiness, root, selects,
+};
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,43 +31,11 @@ use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use typha_client::discovery::Discovery;
-use typha_server::control_plane::{ControlPlane, peer, peers_dir};
+use typha_server::control_plane::peers_dir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn chart() -> PathBuf {
-    root().join("deploy/helm/typha")
-}
-
-/// The helm `peers/build` makes, or `None` (after saying so) when skipping is allowed.
-fn helm() -> Option<PathBuf> {
-    match peer("helm") {
-        Ok(p) => Some(p),
-        Err(e) if std::env::var_os(common::kube::ALLOW_SKIP).is_some() => {
-            eprintln!("skipped: {e}");
-            None
-        }
-        Err(e) => panic!(
-            "{e}. Or set {}=1 to skip the tests that need it.",
-            common::kube::ALLOW_SKIP
-        ),
-    }
-}
-
-/// The YAML documents of a multi-document text, empty ones left out.
-fn documents(text: &str) -> Vec<Value> {
-    serde_norway::Deserializer::from_str(text)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
 
 /// `helm template` of the chart with these arguments.
 fn render(helm: &Path, args: &[&str]) -> Vec<Value> {
@@ -107,32 +78,6 @@ fn one<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
 fn named<'a>(objs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
     objs.iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
-}
-
-/// Whether every label of `selector` is on `labels`.
-fn selects(selector: &Value, labels: &Value) -> bool {
-    let sel = selector.as_object().unwrap();
-    !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
-/// A container's environment: value, or `<fieldRef path>` for a downward-API value.
-fn env_of(container: &Value) -> BTreeMap<String, String> {
-    container["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let name = e["name"].as_str().unwrap().to_owned();
-            let value = match e["value"].as_str() {
-                Some(v) => v.to_owned(),
-                None => format!(
-                    "<{}>",
-                    e["valueFrom"]["fieldRef"]["fieldPath"].as_str().unwrap()
-                ),
-            };
-            (name, value)
-        })
-        .collect()
 }
 
 /// The numeric user of the image's `server` stage (`USER 10001` or `USER 10001:10001`).
@@ -505,48 +450,6 @@ async fn crds(admin: &kube::Client, dir: &str, kinds: &[(&str, &str, &str)]) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The status line of `GET /readiness`, if the server answers.
-async fn readiness(port: u16) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(b"GET /readiness HTTP/1.0\r\n\r\n").await.ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.ok()?;
-    String::from_utf8_lossy(&buf)
-        .lines()
-        .next()
-        .map(str::to_owned)
-}
-
-/// Runs helm with the cluster administrator's kubeconfig.
-fn helm_admin(helm: &Path, cp: &ControlPlane, args: &[&str]) -> String {
-    let kubeconfig = cp.write_admin_kubeconfig().unwrap();
-    let out = Command::new(helm)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HELM_CACHE_HOME", cp.dir().join("helm-cache"))
-        .env("HELM_CONFIG_HOME", cp.dir().join("helm-config"))
-        .env("HELM_DATA_HOME", cp.dir().join("helm-data"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 #[tokio::test]

@@ -25,6 +25,7 @@ use typha_server::datastore::embedded::Embedded;
 use typha_server::server::{RunningServer, start};
 
 pub mod etcd;
+pub mod helm;
 pub mod k8s_fixture;
 pub mod kube;
 
