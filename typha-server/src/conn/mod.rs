@@ -7,8 +7,9 @@
 //!                                                                pings; reads pongs and acks
 //! ```
 //!
-//! The task writes only shared, pre-encoded frames (the hello, a digest resync's begin marker
-//! and pings are the only per-client encodes, all tiny). Several waiting frames go out in one
+//! The task writes only shared, pre-encoded frames (the hello, a digest resync's begin marker,
+//! staleness notices and pings are the only per-client encodes, all tiny; a Calico client's
+//! hello, sync statuses and pings likewise). Several waiting frames go out in one
 //! bounded write. A client that stops reading stalls only its own task: the writer and every
 //! other connection go on, and it is dropped when a write stalls past the write timeout or its
 //! position falls past the fall-behind limit.
