@@ -8,7 +8,8 @@ pub const FELIX_INTERFACEPREFIX: &str = "FELIX_INTERFACEPREFIX";
 const MAX_LEN: usize = 15;
 
 /// The prefix of workload interface names: `cali` unless `FELIX_INTERFACEPREFIX` says
-/// otherwise (the Tigera operator sets `eni` on EKS with AWS's CNI, `gke` on GKE, `azv` on AKS).
+/// otherwise (the Tigera operator sets it where another CNI makes the pods' interfaces, on EKS,
+/// GKE and AKS: `eni`, `gke`, `azv`).
 /// At most 15 ASCII letters, digits, `_` or `-` (what Felix accepts), held inline so that the
 /// conversion that carries it stays `Copy`.
 #[derive(Clone, Copy, PartialEq, Eq)]
