@@ -345,11 +345,12 @@ async fn a_second_tier_binary_serves_what_the_first_serves() {
 
 /// The binary over a real kube-apiserver, as ServiceAccount `kube-system/calico-typha` granted
 /// `rules`, its credentials in a kubeconfig (as an operator outside the cluster, or the
-/// in-cluster files inside it, would give them); stdout piped. Returns the process, its ports
-/// and a reader of its log lines.
+/// in-cluster files inside it, would give them), with `env` set too; stdout piped. Returns the
+/// process, its ports and a reader of its log lines.
 async fn kubernetes_binary(
     cp: &typha_server::control_plane::ControlPlane,
     rules: &[(String, Vec<String>)],
+    env: &[(&str, &str)],
 ) -> (
     std::process::Child,
     u16,
@@ -382,6 +383,9 @@ async fn kubernetes_binary(
         .env("TYPHA_PROMETHEUSMETRICSENABLED", "false")
         .env("TYPHA_SHUTDOWNTIMEOUTSECS", "1")
         .env("TYPHA_STALETHRESHOLDSECS", "3")
+        .env_remove("CALICO_API_GROUP")
+        .env_remove("FELIX_INTERFACEPREFIX")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -414,7 +418,8 @@ async fn the_binary_syncs_a_real_api_server_as_a_service_account_with_the_readme
                            "metadata": {"name": "prod", "labels": {"team": "web"}}}),
     )
     .await;
-    let (child, port, health, _log) = kubernetes_binary(&cp, &common::kube::readme_rules()).await;
+    let (child, port, health, _log) =
+        kubernetes_binary(&cp, &common::kube::readme_rules(), &[]).await;
     until_ready(health).await;
     let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
     p.hello(Peer::offer("worker-1", None)).await.unwrap();
@@ -435,7 +440,7 @@ async fn without_one_rule_the_binary_says_in_one_line_which_resource_it_may_not_
         .into_iter()
         .map(|(g, rs)| (g, rs.into_iter().filter(|r| r != "pods").collect()))
         .collect();
-    let (mut child, _, health, log) = kubernetes_binary(&cp, &rules).await;
+    let (mut child, _, health, log) = kubernetes_binary(&cp, &rules, &[]).await;
     // Long enough for several retries and the staleness threshold (3 s).
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert!(
@@ -462,6 +467,110 @@ async fn without_one_rule_the_binary_says_in_one_line_which_resource_it_may_not_
     assert!(said.len() <= 2, "{said:#?}");
     let (code, body) = get(health, "/readiness").await.unwrap();
     assert_eq!(code, 503, "not ready without a listing: {body}");
+    sigterm_exits_cleanly(child).await;
+}
+
+/// Issue 39, on the binary: a cluster without any of Calico's CRDs. The server does not claim
+/// to be in sync with an empty policy state: `/readiness` fails and says why, `/status` has
+/// the reason, and one warning says what to do. Once Calico 3.32's `projectcalico.org/v3` CRDs
+/// are installed (minimal ones of ours, or Calico's own from `TYPHA_TEST_CALICO_V3_CRDS`:
+/// `common::kube::v3_crds`), it discovers them with no restart and serves from them; a pod's
+/// interface is named with `FELIX_INTERFACEPREFIX=eni,cali`'s first prefix.
+#[tokio::test]
+async fn without_calicos_crds_the_binary_is_not_ready_until_the_v3_crds_arrive() {
+    let Some(cp) = common::kube::start(typha_server::control_plane::Options {
+        calico_crds: false,
+        ..Default::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let admin = cp.admin().unwrap();
+    let (mut child, port, health, log) = kubernetes_binary(
+        &cp,
+        &common::kube::readme_rules(),
+        &[("FELIX_INTERFACEPREFIX", "eni,cali")],
+    )
+    .await;
+    // Several retries, and past the staleness threshold (3 s).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(child.try_wait().unwrap().is_none(), "it keeps running");
+    let (code, body) = get(health, "/readiness").await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("none of Calico's kinds"), "{body}");
+    assert!(body.contains("wait-for-datastore"), "{body}");
+    let (_, status) = get(health, "/status").await.unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["status"], "wait-for-datastore", "{status}");
+    let error = status["datastore"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("Install Calico's CRDs") && error.contains("CALICO_API_GROUP"),
+        "{status}"
+    );
+    let lines: Vec<String> = log.try_iter().collect();
+    let warned: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("none of Calico's kinds"))
+        .collect();
+    assert!(!warned.is_empty(), "a warning says what to do: {lines:#?}");
+    // Once, not on every retry.
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+
+    common::kube::v3_crds(&admin).await;
+    common::kube::apply(
+        &admin,
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "web"}}),
+    )
+    .await;
+    let pool = typha_server::calico::v3::Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "pods"},
+        "spec": {"cidr": "10.0.0.0/16", "vxlanMode": "Always"}}))
+    .unwrap();
+    common::kube::put_v3(&admin, &pool).await;
+    // No controller-manager makes the namespace's `default` account: the pod names its own.
+    common::kube::apply(
+        &admin,
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                           "metadata": {"name": "api", "namespace": "web"}}),
+    )
+    .await;
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "api-1", "namespace": "web"},
+        "spec": {"nodeName": "node-1", "serviceAccountName": "api",
+                 "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}});
+    common::kube::apply(&admin, pod.clone()).await;
+    common::kube::set_status(
+        &admin,
+        &pod,
+        serde_json::json!({"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}]}),
+    )
+    .await;
+    until_ready(health).await;
+    let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    p.hello(Peer::offer("worker-1", None)).await.unwrap();
+    p.until("the v3 CRDs' pool and the pod's endpoint", |p| {
+        p.state.contains_key("/calico/v1/ipam/v4/pool/10.0.0.0-16")
+            && p.state
+                .keys()
+                .any(|k| k.to_string().contains("/workload/k8s/"))
+    })
+    .await;
+    let interface = p.state.values().find_map(|v| match v.decode().unwrap() {
+        typha_protocol::model::Value::WorkloadEndpoint(w) => Some(w.name),
+        _ => None,
+    });
+    // From Python: "eni" + hashlib.sha1(b"web.api-1").hexdigest()[:11]
+    assert_eq!(interface.as_deref(), Some("eni81deba30cdc"));
+    let lines: Vec<String> = log.try_iter().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("reading Calico's kinds from projectcalico.org/v3")),
+        "{lines:#?}"
+    );
     sigterm_exits_cleanly(child).await;
 }
 

@@ -54,6 +54,17 @@ pub struct Cli {
     /// tunnel address is its pod CIDR's first address.
     #[arg(long, env = "USE_POD_CIDR", default_value = "false", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub use_pod_cidr: bool,
+    /// The API group of Calico's kinds with `TYPHA_DATASTORETYPE=kubernetes` (Calico's
+    /// `CALICO_API_GROUP`, the variable Calico's Typha reads): `projectcalico.org/v3` (Calico
+    /// 3.32's v3 CRDs) or `crd.projectcalico.org/v1`. Unset: as Calico discovers it (v3 when the
+    /// API server serves `projectcalico.org` and not `crd.projectcalico.org`).
+    #[arg(long, env = "CALICO_API_GROUP")]
+    pub calico_api_group: Option<String>,
+    /// The prefix of pods' host-side interface names with `TYPHA_DATASTORETYPE=kubernetes`
+    /// (Felix's `FELIX_INTERFACEPREFIX`, which Calico's Typha reads too; the first of its
+    /// comma-separated prefixes). Unset: `cali`.
+    #[arg(long, env = "FELIX_INTERFACEPREFIX")]
+    pub interface_prefix: Option<String>,
     /// Upstream typha servers (`host:port`, comma-separated) for `TYPHA_DATASTORETYPE=typha`:
     /// this server is fed by them instead of a datastore (tiered fan-out).
     #[arg(long, env = "TYPHA_UPSTREAMADDR", value_delimiter = ',')]

@@ -13,6 +13,9 @@ use crate::cache::snapshot::{MAX_CHUNK_BYTES, SnapshotConfig};
 use crate::config::{Config, DatastoreConfig};
 use crate::conn::ConnConfig;
 use crate::datastore::etcd::{self, ClientCert, EtcdTls};
+use crate::datastore::kubernetes::{
+    CALICO_API_GROUP, CalicoGroup, FELIX_INTERFACEPREFIX, InterfacePrefix,
+};
 use crate::governor::GovernorConfig;
 use crate::tls::TlsConfig;
 
@@ -92,6 +95,14 @@ impl Cli {
                     }
                 },
                 use_pod_cidr: self.use_pod_cidr,
+                calico_api_group: CalicoGroup::from_setting(
+                    self.calico_api_group.as_deref().unwrap_or_default(),
+                )
+                .map_err(|e| bad(CALICO_API_GROUP, e))?,
+                interface_prefix: InterfacePrefix::from_setting(
+                    self.interface_prefix.as_deref().unwrap_or_default(),
+                )
+                .map_err(|e| bad(FELIX_INTERFACEPREFIX, e))?,
             },
             other => {
                 return Err(bad(

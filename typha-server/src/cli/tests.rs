@@ -8,6 +8,7 @@ use super::flags::Cli;
 use super::settings::DEFAULT_EMBEDDED_DIR;
 use crate::config::{Config, DatastoreConfig};
 use crate::datastore::etcd::EtcdTls;
+use crate::datastore::kubernetes::{CalicoGroup, InterfacePrefix};
 use typha_service::exit::SettingError;
 
 fn parse(args: &[&str]) -> Result<Config, SettingError> {
@@ -352,7 +353,9 @@ fn kubernetes_settings_with_host_local_ipam() {
         c.datastore,
         DatastoreConfig::Kubernetes {
             api_endpoint: None,
-            use_pod_cidr: false
+            use_pod_cidr: false,
+            calico_api_group: None,
+            interface_prefix: InterfacePrefix::CALI,
         }
     );
     let c = parse(&[
@@ -368,9 +371,56 @@ fn kubernetes_settings_with_host_local_ipam() {
         c.datastore,
         DatastoreConfig::Kubernetes {
             api_endpoint: Some("https://10.96.0.1:443".into()),
-            use_pod_cidr: true
+            use_pod_cidr: true,
+            calico_api_group: None,
+            interface_prefix: InterfacePrefix::CALI,
         }
     );
+}
+
+/// `CALICO_API_GROUP` and `FELIX_INTERFACEPREFIX`, as Calico's Typha reads them: the group in
+/// any case (unset: discovered), the first of the prefixes (unset or empty: `cali`); a value
+/// that is neither group, or a prefix Felix would refuse, names the variable.
+#[test]
+fn calicos_api_group_and_interface_prefix() {
+    let kubernetes = |extra: &[&str]| {
+        let mut args = vec!["--datastore-type", "kubernetes"];
+        args.extend_from_slice(extra);
+        parse(&args)
+    };
+    let datastore = |extra: &[&str]| match kubernetes(extra).unwrap().datastore {
+        DatastoreConfig::Kubernetes {
+            calico_api_group,
+            interface_prefix,
+            ..
+        } => (calico_api_group, interface_prefix.to_string()),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(datastore(&[]), (None, "cali".into()));
+    assert_eq!(
+        datastore(&["--calico-api-group", "projectcalico.org/v3"]),
+        (Some(CalicoGroup::V3), "cali".into())
+    );
+    assert_eq!(
+        datastore(&["--calico-api-group", "ProjectCalico.org/V3"]).0,
+        Some(CalicoGroup::V3)
+    );
+    assert_eq!(
+        datastore(&["--calico-api-group", "crd.projectcalico.org/v1"]).0,
+        Some(CalicoGroup::V1)
+    );
+    assert_eq!(datastore(&["--calico-api-group", ""]).0, None);
+    let e = kubernetes(&["--calico-api-group", "projectcalico.org"]).unwrap_err();
+    assert_eq!(e.setting, "CALICO_API_GROUP");
+    assert!(e.reason.contains("projectcalico.org/v3"), "{}", e.reason);
+
+    assert_eq!(datastore(&["--interface-prefix", "eni,cali"]).1, "eni");
+    assert_eq!(datastore(&["--interface-prefix", "azv"]).1, "azv");
+    assert_eq!(datastore(&["--interface-prefix", ""]).1, "cali");
+    for bad in ["eni,", ",cali", "en i", "a-prefix-too-long", "eni;cali"] {
+        let e = kubernetes(&["--interface-prefix", bad]).unwrap_err();
+        assert_eq!(e.setting, "FELIX_INTERFACEPREFIX", "{bad:?}");
+    }
 }
 
 #[test]
