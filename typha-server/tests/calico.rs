@@ -711,6 +711,9 @@ async fn over_the_limit_a_calico_client_is_closed() {
         srv.metrics.dropped_count(DropReason::too_many_connections),
         1
     );
+    // Counted by the syncer type of its hello, which the server read before closing.
+    assert_eq!(srv.metrics.calico_refused_count(Some(SyncerType::Bgp)), 1);
+    assert_eq!(srv.metrics.calico_refused_count(Some(SyncerType::Felix)), 0);
     srv.shutdown().await;
 }
 

@@ -98,6 +98,9 @@ const OURS: &[(&str, &str)] = &[
     ("typha_connections_handshaking", "gauge"),
     ("typha_connections_syncing", "gauge"),
     ("typha_client_ack_lag_secs", "histogram"),
+    ("typha_connections_limit", "gauge"),
+    ("typha_calico_connections", "gauge"),
+    ("typha_calico_connections_refused_total", "counter"),
     // What deploy/monitoring's alerts compare: nodes against agents, replicas with each other.
     ("typha_in_sync", "gauge"),
     ("typha_cluster_nodes", "gauge"),
@@ -120,6 +123,7 @@ const PROCESS: &[(&str, &str)] = &[
 /// The only label names any sample may carry: each takes values from a fixed set.
 const LABELS: &[&str] = &[
     "syncer",
+    "protocol",
     "kind",
     "reason",
     "quantile",
@@ -504,6 +508,11 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
     let snapshot_bytes = value("typha_resume_bytes_total", &[("kind", "snapshot")]);
     let deltas_bytes = value("typha_resume_bytes_total", &[("kind", "deltas")]);
     assert!(snapshot_bytes > 2.0 * deltas_bytes && deltas_bytes > 0.0);
+
+    // The limits: no balancing here, so both are TYPHA_MAXCONNECTIONSUPPERLIMIT.
+    for p in ["all", "typha-rs"] {
+        assert_eq!(value("typha_connections_limit", &[("protocol", p)]), 2.0);
+    }
 
     // No per-node detail in any label: names from a fixed set, and no value that is the
     // clients' host name or an address.

@@ -209,6 +209,25 @@ impl<R: AsyncRead + Unpin> Reader<R> {
     }
 }
 
+/// The hello of a Calico client about to be refused (at the connection limit), to say who it
+/// was: `None` if it does not arrive, whole and valid, before `deadline`. `prefix`: the bytes
+/// [`sniff`] read.
+pub async fn read_hello<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    prefix: BytesMut,
+    deadline: Instant,
+) -> Option<ClientHello> {
+    let mut rd = Reader {
+        r: stream,
+        dec: StreamDecoder::new(Limits::SERVER_INBOUND),
+        buf: prefix,
+    };
+    match rd.next(deadline).await {
+        Ok(Some(Message::ClientHello(h))) => Some(h),
+        _ => None,
+    }
+}
+
 /// What a hello asks for, if we serve it.
 fn check_hello(h: &ClientHello) -> Result<(SyncerType, Carriage), CalicoError> {
     let Some(syncer) = SyncerType::from_hello(&h.syncer_type) else {

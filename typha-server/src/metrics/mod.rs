@@ -177,6 +177,14 @@ pub struct Metrics {
     pub syncs_waiting: IntGauge,
     /// `typha_connections_handshaking`: accepted, TLS and hello not done yet.
     pub connections_handshaking: IntGauge,
+    /// `typha_connections_limit{protocol}` (`all`, `typha-rs`): the limit on every connection
+    /// (Typha's, four per node with balancing) and on those of our own protocol (one per
+    /// node).
+    pub connections_limit: [IntGauge; 2],
+    /// `typha_calico_connections_refused_total{syncer}`: Calico clients closed at the
+    /// connection limit (their protocol has no goodbye), by the syncer type of their hello
+    /// (`unknown`: not read in time).
+    calico_refused: [IntCounter; 5],
     /// `typha_calico_connections{syncer}`: connections speaking Calico's own Typha protocol,
     /// past their hello, by syncer type (felix, bgp, tunnel-ip-allocation, node-status).
     calico_connections: [IntGauge; 4],
@@ -452,6 +460,28 @@ impl Metrics {
                 );
                 SyncerType::ALL.map(|t| v.with_label_values(&[t.as_str()]))
             },
+            connections_limit: {
+                let v = gauge_vec(
+                    r,
+                    "typha_connections_limit",
+                    "Most connections this replica takes: all of them (Typha's limit, four per node with balancing), and those of our own protocol (one per node).",
+                    &["protocol"],
+                );
+                ["all", "typha-rs"].map(|p| v.with_label_values(&[p]))
+            },
+            calico_refused: counters(
+                r,
+                "typha_calico_connections_refused_total",
+                "Calico clients closed at the connection limit (their protocol has no goodbye), by the syncer type of their hello.",
+                "syncer",
+                [
+                    SyncerType::Felix.as_str(),
+                    SyncerType::Bgp.as_str(),
+                    SyncerType::TunnelIpAllocation.as_str(),
+                    SyncerType::NodeStatus.as_str(),
+                    "unknown",
+                ],
+            ),
             connections_syncing: gauge(
                 r,
                 "typha_connections_syncing",
@@ -562,6 +592,28 @@ impl Metrics {
             SyncerType::Bgp => bgp,
             SyncerType::TunnelIpAllocation => tunnel,
             SyncerType::NodeStatus => status,
+        }
+    }
+
+    /// Counts a Calico client closed at the connection limit, by its hello's syncer type
+    /// (`None`: the hello was not read in time).
+    pub fn calico_refused(&self, t: Option<SyncerType>) {
+        self.calico_refused_counter(t).inc();
+    }
+
+    /// Calico clients of syncer type `t` closed at the connection limit so far.
+    pub fn calico_refused_count(&self, t: Option<SyncerType>) -> u64 {
+        self.calico_refused_counter(t).get()
+    }
+
+    fn calico_refused_counter(&self, t: Option<SyncerType>) -> &IntCounter {
+        let [felix, bgp, tunnel, status, unknown] = &self.calico_refused;
+        match t {
+            Some(SyncerType::Felix) => felix,
+            Some(SyncerType::Bgp) => bgp,
+            Some(SyncerType::TunnelIpAllocation) => tunnel,
+            Some(SyncerType::NodeStatus) => status,
+            None => unknown,
         }
     }
 
