@@ -226,6 +226,101 @@ fn bad_settings_exit_64_with_one_line_naming_the_setting() {
     assert!(e.contains("TYPHA_EMBEDDEDAPIADDR"), "{e}");
 }
 
+/// `typha-server check-config` with exactly `env` (and `args`): exit code, stdout, stderr.
+fn check_config(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn check_config_takes_calicos_own_deployment_and_refuses_what_is_no_setting() {
+    // Calico v3.32's calico-typha Deployment (manifests/calico-typha.yaml), and the setting
+    // the Tigera operator adds; the datastore is the embedded one here (the Kubernetes one
+    // would want a cluster to be checked against).
+    let calico = [
+        ("TYPHA_LOGSEVERITYSCREEN", "info"),
+        ("TYPHA_LOGFILEPATH", "none"),
+        ("TYPHA_LOGSEVERITYSYS", "none"),
+        ("TYPHA_CONNECTIONREBALANCINGMODE", "kubernetes"),
+        ("TYPHA_HEALTHENABLED", "true"),
+        ("TYPHA_SHUTDOWNTIMEOUTSECS", "300"),
+        ("TYPHA_FIPSMODEENABLED", "false"),
+    ];
+    let (code, out, err) = check_config(&[], &calico);
+    assert_eq!(code, Some(0), "{err}");
+    // One line for each Typha setting we do not implement, saying what we do instead.
+    for name in [
+        "TYPHA_LOGFILEPATH",
+        "TYPHA_LOGSEVERITYSYS",
+        "TYPHA_FIPSMODEENABLED",
+    ] {
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with(&format!("typha-server: {name}=")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{name} in\n{out}");
+        assert!(lines[0].contains("does not implement: "), "{}", lines[0]);
+    }
+    assert!(
+        out.lines().last().unwrap().contains("configuration ok"),
+        "{out}"
+    );
+
+    // A level that is none: a server that would log nothing. In any case of the name.
+    for name in ["TYPHA_LOGSEVERITYSCREEN", "typha_logseverityscreen"] {
+        let (code, _, err) = check_config(&[], &[(name, "verbose")]);
+        assert_eq!(code, Some(64), "{name}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("TYPHA_LOGSEVERITYSCREEN"), "{err}");
+    }
+    // A name that is no setting of ours nor of Typha's: a typo.
+    let (code, _, err) = check_config(&[], &[("TYPHA_SERVERPROT", "5473")]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("TYPHA_SERVERPROT"), "{err}");
+    // What would quietly give less than was asked.
+    let (code, _, err) = check_config(&[], &[("TYPHA_FIPSMODEENABLED", "true")]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("TYPHA_FIPSMODEENABLED"), "{err}");
+}
+
+#[test]
+fn check_config_reads_typhas_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typha.cfg");
+    std::fs::write(
+        &file,
+        "[global]\nLogSeverityScreen = Warning\nServerPort = 5474\nLogFilePath = none\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let (code, out, err) = check_config(&["-c", f], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(":5474"), "{out}");
+    assert!(out.contains("TYPHA_LOGFILEPATH="), "{out}");
+    assert!(out.contains(f), "{out}");
+    // The environment wins over the file.
+    let (_, out, _) = check_config(&["-c", f], &[("TYPHA_SERVERPORT", "5475")]);
+    assert!(out.contains(":5475"), "{out}");
+    std::fs::write(&file, "LogSeverityScreen = verbose\n").unwrap();
+    let (code, _, err) = check_config(&["--config-file", f], &[]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("TYPHA_LOGSEVERITYSCREEN"), "{err}");
+    std::fs::write(&file, "ServerPort = many\n").unwrap();
+    let (code, _, err) = check_config(&["-c", f], &[]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("TYPHA_SERVERPORT") && err.contains(f), "{err}");
+}
+
 #[tokio::test]
 async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() {
     let (port, health, api) = (free_port(), free_port(), free_port());
