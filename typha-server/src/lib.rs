@@ -17,12 +17,14 @@
 //!
 //! [`config::Config`] holds every setting with its default; [`cli`] parses flags and
 //! `TYPHA_*` environment variables into it and is the whole `typha-server` program, with the
-//! operator command `gen-certs` ([`pki`], a small certificate authority).
+//! operator command `gen-certs` ([`pki`], a small certificate authority); [`build_info`] is
+//! what the binary was built from (`--version`, the start-up log line, `typha_build_info`).
 //!
 //! With the `test-support` feature (tests, benchmarks and loadtest; never the release binary):
 //! [`sample`], generated clusters, and [`control_plane`], a real etcd 3.6 and kube-apiserver
 //! (built by `peers/build`).
 
+pub mod build_info;
 pub mod cache;
 pub mod calico;
 pub mod cli;

@@ -322,6 +322,54 @@ fn check_config_reads_typhas_config_file() {
 }
 
 #[tokio::test]
+async fn version_and_start_say_what_the_binary_was_built_from() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().to_owned().into())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    assert_eq!(
+        text.lines().next().unwrap(),
+        concat!("typha-server ", env!("CARGO_PKG_VERSION"))
+    );
+    let commit = field("commit:");
+    let date = field("build date:");
+    // Built from a checkout (git here), the commit is HEAD's, unless the build named one.
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_owned());
+    match (option_env!("TYPHA_GIT_COMMIT"), head) {
+        (Some(given), _) if !given.is_empty() => assert_eq!(commit, given),
+        (_, Some(head)) => assert_eq!(commit, head),
+        _ => assert_eq!(commit, "unknown"),
+    }
+    assert!(
+        date == "unknown" || (date.len() == 20 && date.ends_with('Z') && date.contains('T')),
+        "{date}"
+    );
+    let short = Command::new(BIN).arg("-V").output().unwrap();
+    let short = String::from_utf8(short.stdout).unwrap();
+    assert!(
+        short.contains(&commit) && short.lines().count() == 1,
+        "{short}"
+    );
+    // The first line logged at start says it too.
+    let lines = log_lines(&[]).await;
+    let start = lines
+        .iter()
+        .find(|l| l.contains("typha-server starting"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(start.contains(&commit) && start.contains(&date), "{start}");
+}
+
+#[tokio::test]
 async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() {
     let (port, health, api) = (free_port(), free_port(), free_port());
     let empty = tempfile::tempdir().unwrap();

@@ -101,6 +101,7 @@ const OURS: &[(&str, &str)] = &[
     ("typha_connections_limit", "gauge"),
     ("typha_calico_connections", "gauge"),
     ("typha_calico_connections_refused_total", "counter"),
+    ("typha_build_info", "gauge"),
     // What deploy/monitoring's alerts compare: nodes against agents, replicas with each other.
     ("typha_in_sync", "gauge"),
     ("typha_cluster_nodes", "gauge"),
@@ -513,10 +514,15 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
     for p in ["all", "typha-rs"] {
         assert_eq!(value("typha_connections_limit", &[("protocol", p)]), 2.0);
     }
+    // What the binary was built from (its labels are checked in build_info's unit test).
+    let build = of("typha_build_info");
+    assert_eq!(build.len(), 1);
+    assert_eq!(build[0].value, 1.0);
+    assert_eq!(build[0].labels["version"], env!("CARGO_PKG_VERSION"));
 
     // No per-node detail in any label: names from a fixed set, and no value that is the
     // clients' host name or an address.
-    for s in &samples {
+    for s in samples.iter().filter(|s| s.name != "typha_build_info") {
         for (k, v) in &s.labels {
             assert!(LABELS.contains(&k.as_str()), "label {k} on {s:?}");
             assert!(

@@ -12,7 +12,12 @@ use super::gen_certs::GenCertsArgs;
 
 /// The fan-out caching proxy for Calico-style networking.
 #[derive(Debug, Parser)]
-#[command(name = "typha-server", version, about)]
+#[command(
+    name = "typha-server",
+    version = crate::build_info::SHORT_VERSION,
+    long_version = crate::build_info::LONG_VERSION,
+    about
+)]
 pub struct Cli {
     /// An operator command instead of serving (the server's flags and variables are then
     /// ignored, except by `check-config`).

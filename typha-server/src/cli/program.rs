@@ -49,6 +49,7 @@ where
         Err(e) => return exit::invalid_config(PROGRAM, e),
     };
     logging::init(&filter, loaded.cli.log_json, Output::Stdout);
+    crate::build_info::log_start();
     if let Some(f) = &loaded.file {
         info!(file = %f.display(), "settings read from the config file too");
     }

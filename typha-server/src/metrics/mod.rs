@@ -281,6 +281,8 @@ impl Metrics {
         let summary = SummaryOpts::new;
         // CPU, memory, file descriptors, start time: what every exporter serves.
         typha_service::metrics::register_process_metrics(r);
+        // What the binary was built from: `typha_build_info`.
+        crate::build_info::register(r);
         Arc::new(Metrics {
             breadcrumb_seq: syncer_gauge(
                 r,
