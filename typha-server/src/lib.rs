@@ -11,7 +11,8 @@
 //! - [`fanout`]: encoding once per protocol variant, and the catch-up plan.
 //! - [`conn`]: one task per client: handshake, resume (deltas, digest buckets or snapshot),
 //!   streaming, ping/pong, timeouts.
-//! - [`server`]: listeners, TLS ([`tls`]), the connection limit and graceful shutdown;
+//! - [`server`]: listeners (bound by [`listen`]: all interfaces is IPv6 and IPv4), TLS
+//!   ([`tls`]), the connection limits ([`conn::limit`]) and graceful shutdown;
 //!   [`governor`] balances connections across replicas;
 //!   [`http`] serves health (with the loops' [`liveness`] heartbeats) and [`metrics`].
 //!
@@ -38,6 +39,7 @@ pub mod fanout;
 pub mod fuzzing;
 pub mod governor;
 pub mod http;
+pub mod listen;
 pub mod liveness;
 pub mod metrics;
 pub mod pki;

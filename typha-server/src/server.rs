@@ -222,12 +222,10 @@ pub async fn start_with(
             None
         }
     };
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: cfg.listen,
-            source,
-        })?;
+    let listener = crate::listen::bind(cfg.listen).map_err(|source| StartError::Bind {
+        addr: cfg.listen,
+        source,
+    })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
         addr: cfg.listen,
         source,
@@ -263,9 +261,7 @@ pub async fn start_with(
         }
     }
     for (a, health, metrics_on) in http_listeners {
-        let l = TcpListener::bind(a)
-            .await
-            .map_err(|source| StartError::Bind { addr: a, source })?;
+        let l = crate::listen::bind(a).map_err(|source| StartError::Bind { addr: a, source })?;
         let bound = l
             .local_addr()
             .map_err(|source| StartError::Bind { addr: a, source })?;

@@ -29,9 +29,10 @@ fn secs(setting: &'static str, v: f64) -> Result<Duration, SettingError> {
         .map_err(|_| bad(setting, format!("{v} is not a number of seconds")))
 }
 
+/// `host:port`; an empty host is all interfaces, IPv6 and IPv4 ([`crate::listen::ALL`]).
 fn addr(setting: &'static str, host: &str, port: u16) -> Result<SocketAddr, SettingError> {
     if host.is_empty() {
-        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+        return Ok(SocketAddr::from((crate::listen::ALL, port)));
     }
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, port));

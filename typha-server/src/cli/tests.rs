@@ -70,7 +70,10 @@ fn upstream_settings() {
 #[test]
 fn defaults_match_typha() {
     let c = parse(&[]).unwrap();
-    assert_eq!(c.listen, SocketAddr::from(([0, 0, 0, 0], 5473)));
+    // All interfaces, IPv6 and IPv4, as Go's `net.Listen("tcp", ":5473")`.
+    assert_eq!(c.listen, SocketAddr::from((crate::listen::ALL, 5473)));
+    assert_eq!(c.health.unwrap().ip(), crate::listen::ALL);
+    assert_eq!(c.metrics.unwrap().ip(), crate::listen::ALL);
     assert_eq!(c.health.unwrap().port(), 9098);
     assert_eq!(c.metrics.unwrap().port(), 9093);
     assert_eq!(c.conn.ping_interval, Duration::from_secs(10));
