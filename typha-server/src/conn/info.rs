@@ -420,7 +420,7 @@ mod tests {
         c.calico_hello("node-c", "", "calico v3.32.0", SyncerType::Bgp);
         c.synced(ResumeKind::snapshot, Seq(0));
         let nodes = table.nodes_json(&cache);
-        let c_json = &nodes[2];
+        let c_json = nodes.iter().find(|n| n["name"] == "node-c").unwrap();
         assert_eq!(c_json["protocol"], "calico");
         assert_eq!(c_json["syncer"], "bgp");
         assert_eq!(c_json["acked"], Value::Null);
