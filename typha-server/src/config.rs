@@ -58,7 +58,8 @@ pub enum DatastoreConfig {
 pub struct Config {
     /// Datastore.
     pub datastore: DatastoreConfig,
-    /// Sync listener (TYPHA_SERVERHOST:TYPHA_SERVERPORT, default all interfaces, port 5473).
+    /// Sync listener (TYPHA_SERVERHOST:TYPHA_SERVERPORT, default all interfaces, IPv6 and IPv4
+    /// ([`crate::listen::ALL`]), port 5473).
     pub listen: SocketAddr,
     /// Mutual TLS; `None` serves plaintext (with a warning).
     pub tls: Option<TlsConfig>,
@@ -99,10 +100,10 @@ impl Default for Config {
                 scan_interval: Duration::from_millis(250),
                 api: None,
             },
-            listen: SocketAddr::from(([0, 0, 0, 0], 5473)),
+            listen: SocketAddr::from((crate::listen::ALL, 5473)),
             tls: None,
-            health: Some(SocketAddr::from(([0, 0, 0, 0], 9098))),
-            metrics: Some(SocketAddr::from(([0, 0, 0, 0], 9093))),
+            health: Some(SocketAddr::from((crate::listen::ALL, 9098))),
+            metrics: Some(SocketAddr::from((crate::listen::ALL, 9093))),
             conn: ConnConfig::default(),
             cache: CacheConfig::default(),
             max_connections: 10_000,

@@ -173,7 +173,7 @@ async fn status(State(s): State<HttpState>, RawQuery(query): RawQuery) -> impl I
         "kvs": latest.kvs,
         "digest": format!("{:016x}", latest.digest),
         "connections": s.metrics.connections_active.get(),
-        "streaming": s.metrics.connections_streaming.get(),
+        "streaming": s.metrics.connections_streaming.total(),
         "handshaking": s.metrics.connections_handshaking.get(),
         "syncing": s.metrics.connections_syncing.get(),
         "draining": s.draining.load(Ordering::Acquire),

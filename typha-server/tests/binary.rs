@@ -226,6 +226,149 @@ fn bad_settings_exit_64_with_one_line_naming_the_setting() {
     assert!(e.contains("TYPHA_EMBEDDEDAPIADDR"), "{e}");
 }
 
+/// `typha-server check-config` with exactly `env` (and `args`): exit code, stdout, stderr.
+fn check_config(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn check_config_takes_calicos_own_deployment_and_refuses_what_is_no_setting() {
+    // Calico v3.32's calico-typha Deployment (manifests/calico-typha.yaml), and the setting
+    // the Tigera operator adds; the datastore is the embedded one here (the Kubernetes one
+    // would want a cluster to be checked against).
+    let calico = [
+        ("TYPHA_LOGSEVERITYSCREEN", "info"),
+        ("TYPHA_LOGFILEPATH", "none"),
+        ("TYPHA_LOGSEVERITYSYS", "none"),
+        ("TYPHA_CONNECTIONREBALANCINGMODE", "kubernetes"),
+        ("TYPHA_HEALTHENABLED", "true"),
+        ("TYPHA_SHUTDOWNTIMEOUTSECS", "300"),
+        ("TYPHA_FIPSMODEENABLED", "false"),
+    ];
+    let (code, out, err) = check_config(&[], &calico);
+    assert_eq!(code, Some(0), "{err}");
+    // One line for each Typha setting we do not implement, saying what we do instead.
+    for name in [
+        "TYPHA_LOGFILEPATH",
+        "TYPHA_LOGSEVERITYSYS",
+        "TYPHA_FIPSMODEENABLED",
+    ] {
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with(&format!("typha-server: {name}=")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{name} in\n{out}");
+        assert!(lines[0].contains("does not implement: "), "{}", lines[0]);
+    }
+    assert!(
+        out.lines().last().unwrap().contains("configuration ok"),
+        "{out}"
+    );
+
+    // A level that is none: a server that would log nothing. In any case of the name.
+    for name in ["TYPHA_LOGSEVERITYSCREEN", "typha_logseverityscreen"] {
+        let (code, _, err) = check_config(&[], &[(name, "verbose")]);
+        assert_eq!(code, Some(64), "{name}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("TYPHA_LOGSEVERITYSCREEN"), "{err}");
+    }
+    // A name that is no setting of ours nor of Typha's: a typo.
+    let (code, _, err) = check_config(&[], &[("TYPHA_SERVERPROT", "5473")]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("TYPHA_SERVERPROT"), "{err}");
+    // What would quietly give less than was asked.
+    let (code, _, err) = check_config(&[], &[("TYPHA_FIPSMODEENABLED", "true")]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("TYPHA_FIPSMODEENABLED"), "{err}");
+}
+
+#[test]
+fn check_config_reads_typhas_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typha.cfg");
+    std::fs::write(
+        &file,
+        "[global]\nLogSeverityScreen = Warning\nServerPort = 5474\nLogFilePath = none\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let (code, out, err) = check_config(&["-c", f], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(":5474"), "{out}");
+    assert!(out.contains("TYPHA_LOGFILEPATH="), "{out}");
+    assert!(out.contains(f), "{out}");
+    // The environment wins over the file.
+    let (_, out, _) = check_config(&["-c", f], &[("TYPHA_SERVERPORT", "5475")]);
+    assert!(out.contains(":5475"), "{out}");
+    std::fs::write(&file, "LogSeverityScreen = verbose\n").unwrap();
+    let (code, _, err) = check_config(&["--config-file", f], &[]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("TYPHA_LOGSEVERITYSCREEN"), "{err}");
+    std::fs::write(&file, "ServerPort = many\n").unwrap();
+    let (code, _, err) = check_config(&["-c", f], &[]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("TYPHA_SERVERPORT") && err.contains(f), "{err}");
+}
+
+#[tokio::test]
+async fn version_and_start_say_what_the_binary_was_built_from() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().to_owned().into())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    assert_eq!(
+        text.lines().next().unwrap(),
+        concat!("typha-server ", env!("CARGO_PKG_VERSION"))
+    );
+    let commit = field("commit:");
+    let date = field("build date:");
+    // Built from a checkout (git here), the commit is HEAD's, unless the build named one.
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_owned());
+    match (option_env!("TYPHA_GIT_COMMIT"), head) {
+        (Some(given), _) if !given.is_empty() => assert_eq!(commit, given),
+        (_, Some(head)) => assert_eq!(commit, head),
+        _ => assert_eq!(commit, "unknown"),
+    }
+    assert!(
+        date == "unknown" || (date.len() == 20 && date.ends_with('Z') && date.contains('T')),
+        "{date}"
+    );
+    let short = Command::new(BIN).arg("-V").output().unwrap();
+    let short = String::from_utf8(short.stdout).unwrap();
+    assert!(
+        short.contains(&commit) && short.lines().count() == 1,
+        "{short}"
+    );
+    // The first line logged at start says it too.
+    let lines = log_lines(&[]).await;
+    let start = lines
+        .iter()
+        .find(|l| l.contains("typha-server starting"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(start.contains(&commit) && start.contains(&date), "{start}");
+}
+
 #[tokio::test]
 async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() {
     let (port, health, api) = (free_port(), free_port(), free_port());

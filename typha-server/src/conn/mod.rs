@@ -16,7 +16,8 @@
 
 //!
 //! Files: [`calico`] (a client of Calico's own Typha protocol, on the same port: its hello,
-//! snapshot, breadcrumbs and pings), [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
+//! snapshot, breadcrumbs and pings), [`limit`] (the connection limits and the log of refusals),
+//! [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
 //! pongs and acks), `sync` (what to send: the initial sync by deltas, digest buckets or
 //! snapshot, and catching up), `out` (queueing frames and bounded writes), [`info`] (what each
 //! connection is doing, for `/status?nodes` and the per-phase gauges); this file holds what
@@ -24,6 +25,7 @@
 
 pub mod calico;
 pub mod info;
+pub mod limit;
 mod out;
 pub mod stream;
 mod sync;
@@ -38,10 +40,11 @@ use typha_protocol::handshake::{Rejected, ServerOffer};
 use typha_protocol::message::{GoodbyeReason, MessageType};
 
 use self::info::ConnTable;
+use self::limit::{Refusals, Slots};
 use crate::cache::Cache;
 use crate::cache::calico::CalicoSnapshots;
 use crate::cache::snapshot::{SnapshotConfig, Snapshots};
-use crate::governor::share::Ranking;
+use crate::governor::share::{Limits, Ranking};
 use crate::syncer::freshness::Freshness;
 
 /// Connection settings (defaults are Calico Typha's).
@@ -132,6 +135,10 @@ pub struct Ctx {
     pub freshness: Arc<Freshness>,
     /// What every connection is doing (`/status?nodes`).
     pub table: Arc<ConnTable>,
+    /// The connection limits and what is held against them.
+    pub slots: Arc<Slots>,
+    /// The log of Calico clients refused at the limit.
+    pub refusals: Refusals,
 }
 
 impl Ctx {
@@ -143,6 +150,7 @@ impl Ctx {
         redirect: Vec<String>,
         freshness: Arc<Freshness>,
         table: Arc<ConnTable>,
+        slots: Arc<Slots>,
     ) -> Self {
         let sync_slots = (cfg.max_concurrent_syncs > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_syncs)));
@@ -158,7 +166,14 @@ impl Ctx {
             sync_slots,
             freshness,
             table,
+            slots,
+            refusals: Refusals::default(),
         }
+    }
+
+    /// The connection limits now.
+    pub fn limits(&self) -> Limits {
+        self.slots.limits()
     }
 }
 
