@@ -17,9 +17,10 @@
 //! to tell a no-op and to find keys that went away), linear in the value's size.
 //!
 //! The files: `route` is the table (which Calico keys each of our keys stands for and who
-//! receives them); `endpoint`, `policy` with `rule`, `network`, `host` and `resource` write the
-//! values, each mirroring the Go types named in its documentation; `path` writes and reads the
-//! key paths; `json` is a writer that produces Go's bytes; `kv` is the vocabulary.
+//! receives them); `endpoint`, `policy` with `rule`, `profile`, `network`, `host` and
+//! `resource` write the values, each mirroring the Go types named in its documentation; `path`
+//! writes and reads the key paths; `json` is a writer that produces Go's bytes; `kv` is the
+//! vocabulary.
 //! `docs/calico-conversion.md` ("What each Calico syncer type receives") lists what is sent,
 //! what our cache does not hold yet, and where the values differ from Calico's.
 
