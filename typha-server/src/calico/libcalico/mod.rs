@@ -21,8 +21,8 @@
 //! `resource` write the values, each mirroring the Go types named in its documentation; `path`
 //! writes and reads the key paths; `json` is a writer that produces Go's bytes; `kv` is the
 //! vocabulary.
-//! `docs/calico-conversion.md` ("What each Calico syncer type receives") lists what is sent,
-//! what our cache does not hold yet, and where the values differ from Calico's.
+//! `docs/calico-conversion.md` ("What each Calico syncer type receives") lists what is sent
+//! and where the values differ from Calico's.
 
 mod endpoint;
 mod host;
