@@ -2,15 +2,16 @@
 //!
 //! The server runs in its own process: the `typha-server` program (this binary in the
 //! `__typha-server` role, which is exactly `typha_server::cli::main`, or `--server-bin`),
-//! configured by `TYPHA_*` variables, over the embedded datastore; churn is written through
-//! the datastore's write API. The simulated nodes run in swarm processes (`__swarm`), each
-//! node a real `typha-client` with TLS. The coordinator starts them, drives the scenario,
-//! reads CPU and memory from /proc, reads the server only through `/status` and `/metrics`,
-//! and checks that every node ends with the server's exact state.
+//! configured by `TYPHA_*` variables, over the embedded datastore (etcd or a kube-apiserver
+//! where a scenario says so: `chaos`, `direct`, `calico --datastore`); churn is written through
+//! the datastore's write API (or the real datastore's own). The simulated nodes run in swarm
+//! processes (`__swarm`), each node a real `typha-client` with TLS. The coordinator starts
+//! them, drives the scenario, reads CPU and memory from /proc, reads the server only through
+//! `/status` and `/metrics`, and checks that every node ends with the server's exact state.
 //!
 //! Scenarios: `steady` (the default), `storm`, `failover`, `chaos`, `slow`, `ceiling`, `direct`,
-//! `calico` (a fleet speaking Calico's Typha protocol, beside ours); see
-//! docs/loadtest.md.
+//! `calico` (a fleet speaking Calico's Typha protocol, beside ours), `agent` (one node's agent
+//! on the real Linux dataplane, no server); see docs/loadtest.md.
 
 // Indexing here is into serde_json::Value, which yields Null for a missing field instead of
 // panicking; the lint cannot tell those apart from slice indexing.

@@ -3,7 +3,7 @@
 //! Every frame is encoded (and compressed) once per protocol variant ([`PerVariant`]) with
 //! [`encode`] and kept as `Bytes` next to the breadcrumb or snapshot it describes
 //! ([`crate::cache::breadcrumb`], [`crate::cache::snapshot`]); connections only write it. The
-//! `typha_frames_encoded` counter proves it: encodes per update = 1 at any client count.
+//! `typha_frames_encoded_total` counter proves it: encodes per update = 1 at any client count.
 //!
 //! A client that is behind catches up with pre-merged spans at aligned strides (16 and 256
 //! breadcrumbs): each span carries the latest value of every key changed in it, is built by

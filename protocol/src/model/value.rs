@@ -434,9 +434,10 @@ pub struct Node {
 /// API.
 ///
 /// On the wire it is two tails (docs/protocol.md, "Compatibility rules" 4): first the spec and
-/// status fields, then [`NodeMeta`] (uid, creation time, annotations), written only when one
-/// of those is set; so a node without them encodes exactly as before they existed, and a
-/// decoder that knows only the first reads it and ignores the second.
+/// status fields, then [`NodeMeta`] (uid, creation time, annotations, the kube-labels flag,
+/// whether it is invalid as a v3 Node), written only when one of those is set; so a node
+/// without them encodes exactly as before they existed, and a decoder that knows only the
+/// first reads it and ignores the second.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeDetail {
     /// `spec.addresses`: (address, type) in order.

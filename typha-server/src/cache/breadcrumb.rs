@@ -1,5 +1,7 @@
 //! A breadcrumb: one step of the cache, the state after a batch of changes, with the frames
-//! that take a client to it (encoded once, on first use, shared by every connection).
+//! that take a client to it (each encoded once and shared by every connection: the full
+//! view's compressed delta frame by the writer as it publishes the breadcrumb, the other
+//! variants and the spans on first use).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};

@@ -11,13 +11,13 @@
 //! the breadcrumbs after it ([`Cache::pin`]) up to [`CacheConfig::pinned_max_age`], as long as
 //! Typha's own rule would let it lag. Each breadcrumb carries what its key held before each
 //! change, so a Calico client's next step never needs an older map version.
-
 //!
 //! Files: [`breadcrumb`] (one step and its frames), [`writer`] (the single writer),
 //! [`calico`] (what Calico-protocol clients get, encoded once per syncer type),
 //! [`pipeline`] (conversion, validation and key ownership between the syncer and the writer),
-//! [`snapshot`] (the shared frames that bring a joining client up to date); this file holds the
-//! read side, [`Cache`].
+//! [`snapshot`] (the shared frames that bring a joining client up to date), [`held`] (how the
+//! map holds a value: plain, or compressed with a dictionary trained on the map's values);
+//! this file holds the read side, [`Cache`].
 
 pub mod breadcrumb;
 pub mod calico;

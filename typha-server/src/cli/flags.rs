@@ -34,8 +34,9 @@ pub struct Cli {
     )]
     pub config_file: PathBuf,
     /// Datastore: `embedded` (the in-process store fed from --embedded-dir), `etcdv3`
-    /// (Calico's etcd v3 layout, at --etcd-endpoints) or `typha` (another typha server, at
-    /// --upstream: tiered fan-out).
+    /// (Calico's etcd v3 layout, at --etcd-endpoints), `kubernetes` (Calico's Kubernetes
+    /// datastore, at --k8s-api-endpoint or the in-cluster or kubeconfig API server) or `typha`
+    /// (another typha server, at --upstream: tiered fan-out).
     #[arg(
         long,
         alias = "datastore",

@@ -8,20 +8,20 @@
 //! ```
 //!
 //! The task writes only shared, pre-encoded frames (the hello, a digest resync's begin marker,
-//! staleness notices and pings are the only per-client encodes, all tiny; a Calico client's
-//! hello, sync statuses and pings likewise). Several waiting frames go out in one
+//! the staleness notice at connect and pings are the only per-client encodes, all tiny; later
+//! staleness changes are encoded once for all; a Calico client's hello, decoder restart, sync
+//! statuses and pings are per connection likewise). Several waiting frames go out in one
 //! bounded write. A client that stops reading stalls only its own task: the writer and every
 //! other connection go on, and it is dropped when a write stalls past the write timeout or its
 //! position falls past the fall-behind limit.
-
 //!
 //! Files: [`calico`] (a client of Calico's own Typha protocol, on the same port: its hello,
 //! snapshot, breadcrumbs and pings), [`limit`] (the connection limits and the log of refusals),
 //! [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
 //! pongs and acks), `sync` (what to send: the initial sync by deltas, digest buckets or
 //! snapshot, and catching up), `out` (queueing frames and bounded writes), [`info`] (what each
-//! connection is doing, for `/status?nodes` and the per-phase gauges); this file holds what
-//! they share.
+//! connection is doing, for `/status?nodes` and the per-phase gauges), [`stream`] (a client's
+//! byte stream, plain TCP or TLS, as one type); this file holds what they share.
 
 pub mod calico;
 pub mod info;

@@ -13,8 +13,11 @@
 //! of which is which, per kind, is in `docs/calico-conversion.md` ("Invalid content").
 //!
 //! One file per concept: `endpoint`, `policy` with its `rule`s, `network` (network sets,
-//! pools, blocks, nodes), `config` and `raw` (kinds carried whole); `context` holds what they share. This file only
-//! dispatches on the kind, so the concepts never depend on it.
+//! pools, blocks, nodes), `profile` (the v3 Profile in a profile's tail), `config` and `raw`
+//! (kinds carried whole); `selector` composes selector text as Calico's update processors do,
+//! `v3check` and `raw_check` are Calico's v3 validator on what is sent whole, and `context`
+//! holds what they share. This file only dispatches on the kind, so the concepts never depend
+//! on it.
 
 mod config;
 mod context;

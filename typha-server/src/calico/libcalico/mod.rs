@@ -11,17 +11,19 @@
 //!   Calico cannot see (a no-op, as Typha drops them).
 //!
 //! Each result is tagged with the [`SyncerSet`] that receives it and carries its value as
-//! shared [`Bytes`], so a server translates each cache update once, when it builds the
-//! breadcrumb, and hands the same bytes to every syncer type and every client. The cost is one
-//! JSON encoding per Calico KV per change (two for an update: the old value is encoded again
-//! to tell a no-op and to find keys that went away), linear in the value's size.
+//! shared [`Bytes`], so a server translates each cache update once per breadcrumb (when the
+//! first Calico client reaches it: `cache::calico`), and hands the same bytes to every syncer
+//! type and every client. The cost is one JSON encoding per Calico KV per change (two for an
+//! update: the old value is encoded again to tell a no-op and to find keys that went away),
+//! linear in the value's size.
 //!
 //! The files: `route` is the table (which Calico keys each of our keys stands for and who
-//! receives them); `endpoint`, `policy` with `rule`, `network`, `host` and `resource` write the
-//! values, each mirroring the Go types named in its documentation; `path` writes and reads the
-//! key paths; `json` is a writer that produces Go's bytes; `kv` is the vocabulary.
-//! `docs/calico-conversion.md` ("What each Calico syncer type receives") lists what is sent,
-//! what our cache does not hold yet, and where the values differ from Calico's.
+//! receives them); `endpoint`, `policy` with `rule`, `profile`, `network`, `host` and
+//! `resource` write the values, each mirroring the Go types named in its documentation; `path`
+//! writes and reads the key paths; `json` is a writer that produces Go's bytes; `kv` is the
+//! vocabulary.
+//! `docs/calico-conversion.md` ("What each Calico syncer type receives") lists what is sent
+//! and where the values differ from Calico's.
 
 mod endpoint;
 mod host;

@@ -6,7 +6,9 @@
 //! ports, selectors) is checked by the conversion, which names the field that is wrong.
 //!
 //! `id` names resources, `resource` parses them, `policy`, `endpoint`, `network`, `bgp` and
-//! `migration` hold the specs by concept, `yaml` splits manifests. This file only re-exports,
+//! `migration` hold the specs by concept, [`k8s_policy`] and [`k8s_cluster_policy`] convert
+//! Kubernetes' network policies as Calico's driver does, `strmap` is the small map of labels
+//! and annotations, `yaml` splits manifests. This file only re-exports,
 //! so callers keep one path (`calico::v3::X`) and the files never depend on it.
 
 mod bgp;
