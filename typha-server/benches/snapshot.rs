@@ -12,7 +12,9 @@
 //! `SNAPSHOT_BENCH_HELD=1` instead measures the values held compressed in memory;
 //! `SNAPSHOT_BENCH_CALICO=1` what translating every update for Calico's clients would add to
 //! the cache writer's work, against that work itself).
-//! Results: BENCHMARKS.md, "Snapshot bytes per KV and storm (issue 22)".
+//! Results: BENCHMARKS.md, "Snapshot bytes per KV" and "Calico translation"; the chunk sizes,
+//! levels and dictionaries measured, and the values held compressed, in
+//! docs/benchmarks-history.md.
 
 // A benchmark of generated data: a panic is a bug in the bench.
 #![allow(

@@ -2,7 +2,8 @@
 //! small times over: the embedded store's resources ([`crate::datastore::embedded`]) and the
 //! cache's values ([`crate::cache::held`]). Each item is compressed alone, so it can be read
 //! alone; a dictionary trained on a spread of the items gives each the context a large stream
-//! would have (BENCHMARKS.md: a workload endpoint's value keeps about a fifth of its bytes).
+//! would have (docs/benchmarks-history.md, "values held compressed": a workload endpoint's
+//! value keeps about a fifth of its bytes).
 //!
 //! Frames carry neither the content size nor the dictionary id: the holder keeps both beside.
 //! Contexts are per thread and reused while the dictionary and level stay the same (making

@@ -3,8 +3,8 @@
 //!
 //! The values are most of a server's heap (464 B a KV for the storm's cluster). Compressed
 //! alone with a 32 KiB dictionary trained on the cluster's values, the ones of
-//! [`MIN_HELD_COMPRESSED`] bytes or more keep about a sixth of their bytes (BENCHMARKS.md,
-//! "What holding the values compressed would give"). The price is a decompression each
+//! [`MIN_HELD_COMPRESSED`] bytes or more keep about a sixth of their bytes
+//! (docs/benchmarks-history.md, "values held compressed"). The price is a decompression each
 //! time a value is read from the map: once per value per snapshot build, per digest bucket
 //! build, per Calico conversion, and once per change (the old value, for the digest). The
 //! deltas a breadcrumb sends keep the plain value they were made from, so sending a change

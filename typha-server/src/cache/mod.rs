@@ -69,8 +69,8 @@ pub struct CacheConfig {
     /// CPU-per-delivery and p99 each budget gave.
     pub fanout_frames_per_sec: u64,
     /// The largest window the budget may ask for: 100 ms, where 10,000 clients at 100
-    /// updates/s had their lowest p99 on 2 cores (BENCHMARKS.md "Latency budgets at 10,000
-    /// nodes").
+    /// updates/s had their lowest p99 on 2 cores (BENCHMARKS.md "Latency budgets", 10,000
+    /// nodes).
     pub max_interval: Duration,
     /// How long a breadcrumb a Calico client still needs ([`Cache::pin`]) is kept past the
     /// history limits: the longest such a client may lag before it is dropped (Typha's

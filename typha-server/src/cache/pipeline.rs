@@ -52,9 +52,9 @@ pub struct Pipeline {
 
 /// A resource as the pipeline knows it: the xxh3-128 hash of its packed id (kind, namespace,
 /// name; [`Rid::of`]). It replaced the packed id itself, one allocation of about 100 bytes
-/// per resource (10 MB of the storm cluster's 128 MB of live heap: BENCHMARKS.md, "Sixth
-/// session"). Two resources share a hash with a probability of about n² / 2¹²⁹: 10⁻²⁷ for a
-/// million resources, far below the chance of a memory error; if it ever happened, the
+/// per resource (10 MB of the storm cluster's 128 MB of live heap: BENCHMARKS.md, "The live
+/// heap at idle"). Two resources share a hash with a probability of about n² / 2¹²⁹: 10⁻²⁷
+/// for a million resources, far below the chance of a memory error; if it ever happened, the
 /// second would be taken for an update of the first, and the keys the first produced but
 /// the second does not would be deleted.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

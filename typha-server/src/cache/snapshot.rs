@@ -94,9 +94,9 @@ impl BucketFrames {
 /// How snapshot chunks are cut and compressed. They are encoded once for every client, so they
 /// can be larger than delta frames: zstd finds more to share in a larger chunk. Measured on
 /// the 106,681-KV storm cluster (`cargo bench -p typha-server --bench snapshot`,
-/// BENCHMARKS.md): chunks of 4 MiB instead of 256 KiB take 0.84x the bytes for about 1.1x the
-/// build time; levels 6 to 12 save more (down to 0.67x) but cost 6-19x the build time, which
-/// every joining client waits for.
+/// docs/benchmarks-history.md): chunks of 4 MiB instead of 256 KiB take 0.84x the bytes for
+/// about 1.1x the build time; levels 6 to 12 save more (down to 0.67x) but cost 6-19x the
+/// build time, which every joining client waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotConfig {
     /// Most KVs per chunk ([`CHUNK_KVS`]).

@@ -94,7 +94,7 @@ struct Stored {
 /// Which manifest file of a [`DirSource`] defines a resource, kept with the resource by the
 /// store ([`Origin::NONE`] for one written only through [`Embedded::put`] and friends). It
 /// replaces a map from every resource's id to its file, which was a tenth of the live heap
-/// of a server on a large manifest directory (BENCHMARKS.md, "Sixth session").
+/// of a server on a large manifest directory (BENCHMARKS.md, "The live heap at idle").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Origin(u32);
 

@@ -48,7 +48,7 @@ pub struct Listing {
 /// What a listing holds: items already made, or a backend's stored forms, each made into an
 /// item only when it is consumed. A lazy listing of the embedded store never holds every
 /// parsed resource at once: the initial load of 100,000 resources held about 150 MB of them,
-/// which the allocator kept long after (BENCHMARKS.md, "Third session: memory per KV").
+/// which the allocator kept long after (docs/benchmarks-history.md, "lazy listings").
 #[derive(Clone, Default)]
 pub struct Items(Repr);
 

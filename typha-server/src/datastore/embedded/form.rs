@@ -2,8 +2,8 @@
 //! a dictionary trained on the store's own resources once it holds enough of them.
 //!
 //! Compressed alone, a workload endpoint's 1.2 KB of JSON keeps about 0.5 KB; with a dictionary
-//! trained on a thousand of the cluster's resources, about 0.13 KB (BENCHMARKS.md, "Third
-//! session: memory per KV").
+//! trained on a thousand of the cluster's resources, about 0.13 KB (docs/benchmarks-history.md,
+//! "lazy listings, and a dictionary for the embedded store's forms").
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -77,7 +77,7 @@ pub(super) enum Listed {
 /// resourceVersion. Pages after the first are served at the first one's resourceVersion: one
 /// consistent list per type. Each page is kept as it arrives, so only one page of whole
 /// objects is held at a time: a Pod as a `DynamicObject` is about 22 KB, and a list of
-/// 96,745 held whole took the server to 2.4 GiB (BENCHMARKS.md, "Seventh session").
+/// 96,745 held whole took the server to 2.4 GiB (BENCHMARKS.md, "Memory").
 pub(super) async fn list_objects<T>(
     api: &Api<DynamicObject>,
     s: &Source,
