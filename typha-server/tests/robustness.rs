@@ -1,5 +1,9 @@
 //! Bad peers and limits: ping/pong, pong and handshake timeouts, garbage and oversized frames,
 //! the connection limit, a client that never reads, graceful shutdown.
+//!
+//! The tests about timers run on a paused clock (`start_paused`): the server and the test's
+//! clients share the test's runtime, so time moves only when every one of them waits, and a
+//! loaded machine that stalls the process cannot make a pong or a write late.
 
 // In tests a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -25,7 +29,7 @@ fn fast_pings() -> Config {
     cfg
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn pings_are_answered_and_a_silent_client_is_dropped() {
     let (srv, store) = server(fast_pings()).await;
     store.bulk_load(cluster(1, 2));
@@ -61,7 +65,7 @@ async fn pings_are_answered_and_a_silent_client_is_dropped() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn no_hello_within_the_handshake_timeout() {
     let mut cfg = Config::for_tests();
     cfg.conn.handshake_timeout = Duration::from_millis(300);
@@ -160,7 +164,7 @@ async fn over_the_connection_limit_a_client_gets_a_goodbye() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_that_never_reads_does_not_hold_back_the_others() {
     let (srv, store) = server(Config::for_tests()).await;
     store.bulk_load(cluster(2, 5));
@@ -196,7 +200,7 @@ async fn a_client_that_never_reads_does_not_hold_back_the_others() {
     drop(stuck);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_write_stalled_past_the_write_timeout_drops_only_that_client() {
     let _turn = HEAVY.lock().await;
     let mut cfg = Config::for_tests();
@@ -266,7 +270,7 @@ fn noise(store: &typha_server::datastore::embedded::Embedded, n: usize) {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_slow_but_steady_reader_is_not_dropped_for_pongs_our_own_writes_held_up() {
     let _turn = HEAVY.lock().await;
     // Pongs due within 1.5 s (generous, so a loaded machine does not starve the test client
@@ -327,7 +331,9 @@ async fn a_slow_but_steady_reader_is_not_dropped_for_pongs_our_own_writes_held_u
                 .unwrap();
             acks += 1;
         }
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        // The reader's pace, on the test's paused clock: each frame costs it 10 ms, however
+        // fast or loaded the machine is.
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(
         started.elapsed() > Duration::from_millis(1500),
@@ -339,7 +345,7 @@ async fn a_slow_but_steady_reader_is_not_dropped_for_pongs_our_own_writes_held_u
     srv.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn initial_syncs_take_turns_and_waiting_clients_are_pinged() {
     let _turn = HEAVY.lock().await;
     let mut cfg = fast_pings();

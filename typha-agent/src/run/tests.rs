@@ -93,7 +93,14 @@ async fn while_the_server_is_stale_the_dataplane_stays_as_it_is() {
     assert!(routed(&first, "10.0.0.1"));
     feeder.on_staleness(&Staleness::new(true, Duration::from_secs(12), "etcd down"));
     feeder.on_updates(vec![local_pod("b", "10.0.0.2")]);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The loop has taken the update once it says it holds it: from then on, an apply would
+    // already have happened (no sleep standing in for "long enough").
+    for _ in 0..1000 {
+        if shared.held_updates.load(Ordering::Relaxed) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         log.0.lock().unwrap().len(),
         1,
