@@ -274,7 +274,9 @@ async fn a_goodbye_redirect_is_followed() {
     full.shutdown().await;
 }
 
-#[tokio::test]
+/// On a paused clock (the silent server runs in the test's runtime): the read timeout is the
+/// clock's, not the machine's.
+#[tokio::test(start_paused = true)]
 async fn a_silent_server_is_detected_by_the_read_timeout() {
     // Accepts, answers the hello, then says nothing more.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
