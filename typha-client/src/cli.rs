@@ -38,6 +38,9 @@ pub struct ConnectArgs {
     /// Seconds without a message before the server is considered gone.
     #[arg(long, env = "FELIX_TYPHAREADTIMEOUT", default_value_t = 30.0)]
     pub read_timeout: f64,
+    /// Seconds a write may take before the connection is given up.
+    #[arg(long, env = "FELIX_TYPHAWRITETIMEOUT", default_value_t = 10.0)]
+    pub write_timeout: f64,
 }
 
 impl ConnectArgs {
@@ -60,12 +63,14 @@ impl ConnectArgs {
         };
         let mut cfg = ClientConfig::new(hostname.to_string(), discovery);
         cfg.info = format!("{program}/{}", env!("CARGO_PKG_VERSION"));
-        cfg.read_timeout = Duration::try_from_secs_f64(self.read_timeout)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| {
-                ConfigError::new("FELIX_TYPHAREADTIMEOUT", "not a positive number of seconds")
-            })?;
+        let secs = |v: f64, name: &'static str| {
+            Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| ConfigError::new(name, "not a positive number of seconds"))
+        };
+        cfg.read_timeout = secs(self.read_timeout, "FELIX_TYPHAREADTIMEOUT")?;
+        cfg.write_timeout = secs(self.write_timeout, "FELIX_TYPHAWRITETIMEOUT")?;
         let any_tls = self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some();
         if any_tls {
             let need = |v: &Option<PathBuf>, name: &'static str| {
@@ -81,5 +86,67 @@ impl ConnectArgs {
             });
         }
         Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        connect: ConnectArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<ClientConfig, ConfigError> {
+        Cli::try_parse_from(["prog", "--addr", "typha:5473"].iter().chain(args))
+            .unwrap()
+            .connect
+            .client_config("n1", "prog")
+    }
+
+    /// Both of Felix's timeouts reach the client, with Felix's defaults (30 s, 10 s).
+    #[test]
+    fn felix_timeouts_are_read_and_checked() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.read_timeout, Duration::from_secs(30));
+        assert_eq!(c.write_timeout, Duration::from_secs(10));
+        let c = config(&["--read-timeout", "45", "--write-timeout", "2.5"]).unwrap();
+        assert_eq!(c.read_timeout, Duration::from_secs(45));
+        assert_eq!(c.write_timeout, Duration::from_millis(2500));
+        let e = config(&["--write-timeout", "0"]).err().unwrap();
+        assert_eq!(e.setting, "FELIX_TYPHAWRITETIMEOUT");
+        let e = config(&["--read-timeout=-1"]).err().unwrap();
+        assert_eq!(e.setting, "FELIX_TYPHAREADTIMEOUT");
+    }
+
+    /// Every Felix setting the library reads from the environment is a flag here too, so the
+    /// bundled programs' `--check-config` knows it.
+    #[test]
+    fn every_felix_variable_the_library_reads_is_a_flag() {
+        use clap::CommandFactory;
+        let envs: Vec<String> = Cli::command()
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .map(|e| e.to_string_lossy().into_owned())
+            .collect();
+        for name in [
+            "FELIX_TYPHAADDR",
+            "FELIX_TYPHAK8SSERVICENAME",
+            "FELIX_TYPHAK8SNAMESPACE",
+            "FELIX_TYPHACAFILE",
+            "FELIX_TYPHACERTFILE",
+            "FELIX_TYPHAKEYFILE",
+            "FELIX_TYPHACN",
+            "FELIX_TYPHAURISAN",
+            "FELIX_TYPHAREADTIMEOUT",
+            "FELIX_TYPHAWRITETIMEOUT",
+        ] {
+            assert!(envs.iter().any(|e| e == name), "{name}");
+        }
     }
 }
