@@ -205,7 +205,7 @@ mod tests {
             }
         );
         assert_eq!(reason, "share + 20 %");
-        // 1,000 nodes, 3 replicas: TYPHA-FACTS' example.
+        // 1,000 nodes, 3 replicas: the example of Typha's own documentation (4 x 601).
         let (l, _) = Limits::for_cluster(400, 10_000, Some(3), Some(1_000));
         assert_eq!(
             l,
