@@ -157,11 +157,10 @@ fn copy_of(c: &std::process::Command) -> std::process::Command {
     n
 }
 
-/// A free TCP port on the loopback.
+/// A free TCP port on the loopback, below the ephemeral range (so none of the swarm's
+/// outgoing connections can be given it before the server binds it).
 pub(crate) fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(typha_server::control_plane::free_port()?)
 }
 
 /// Settings loadtest owns: never taken from its own environment.

@@ -365,11 +365,8 @@ fn typha_server_bin() -> std::path::PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below the ephemeral range: never given to an outgoing connection meanwhile.
+    typha_server::control_plane::free_port().expect("a free port")
 }
 
 #[test]

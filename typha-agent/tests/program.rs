@@ -10,11 +10,8 @@ use std::time::{Duration, Instant};
 const AGENT: &str = env!("CARGO_BIN_EXE_typha-agent");
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below the ephemeral range: never given to an outgoing connection meanwhile.
+    typha_server::control_plane::free_port().expect("a free port")
 }
 
 /// The log lines the agent writes to a pipe in its first seconds, pointed at a server that is

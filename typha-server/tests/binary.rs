@@ -19,11 +19,8 @@ use typha_server::datastore::embedded::{DirSource, Embedded};
 const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below the ephemeral range: never given to an outgoing connection meanwhile.
+    typha_server::control_plane::free_port().expect("a free port")
 }
 
 /// GET `path`; (status, body).

@@ -204,10 +204,12 @@ async fn initial_sync_then_every_update_once_in_order() {
 #[tokio::test]
 async fn a_restarted_server_resumes_the_client_by_digest_not_snapshot() {
     let (store, spec) = cluster(20, 30);
-    let addr: SocketAddr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    // The restarted server binds the same port: one below the ephemeral range, so no outgoing
+    // connection (the client's reconnects among them) is given it in between.
+    let addr = SocketAddr::from((
+        [127, 0, 0, 1],
+        typha_server::control_plane::free_port().unwrap(),
+    ));
     let a = server_on(&store, addr).await;
     let c = run_client(client_cfg(&[addr]));
     converged(&c.seen, &store).await;

@@ -30,11 +30,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
 const SYNCERS: [&str; 4] = ["felix", "bgp", "tunnel-ip-allocation", "node-status"];
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below the ephemeral range: never given to an outgoing connection meanwhile.
+    typha_server::control_plane::free_port().expect("a free port")
 }
 
 /// `/metrics` of the server on `port`.

@@ -18,3 +18,4 @@ mod process;
 pub use cluster::{ControlPlane, Options};
 pub use crds::{CALICO_MODULE, crd_dir, crd_object, crd_object_in, installed_kinds};
 pub use peers::{ControlPlaneError, PEERS_DIR_ENV, peer, peers_dir};
+pub use process::free_port;

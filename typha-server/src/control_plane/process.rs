@@ -114,8 +114,42 @@ pub(super) fn tail(log: &Path) -> String {
         .join("\n")
 }
 
-/// A loopback port nothing listens on now.
-pub(super) fn free_port() -> Result<u16, ControlPlaneError> {
+/// The lowest port the kernel may give an outgoing connection (`ip_local_port_range`).
+const EPHEMERAL_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+
+/// Ports handed out start here: above the well-known and most registered services' ports.
+const FIRST_PORT: u16 = 10_000;
+
+/// A loopback port nothing listens on now, for a program a test starts, from below the
+/// kernel's ephemeral range.
+///
+/// Asking the kernel for port 0 and closing the socket is racy: the port it gave is in the
+/// ephemeral range, so any outgoing connection on the machine (the tests make thousands) may
+/// be given it before the program binds it, and etcd then fails with "address already in use".
+/// A port below that range is never given to an outgoing connection; it is picked at random
+/// (so concurrent test processes rarely try the same one) and checked free by binding it.
+pub fn free_port() -> Result<u16, ControlPlaneError> {
+    use std::hash::{BuildHasher, Hasher};
+    let ephemeral = std::fs::read_to_string(EPHEMERAL_RANGE)
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if let Some(span) = ephemeral
+        .checked_sub(FIRST_PORT)
+        .filter(|span| *span >= 1_000)
+    {
+        for _ in 0..200 {
+            // A fresh random number each time (std's per-instance hash keys).
+            let r = std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish();
+            let port = FIRST_PORT + (r % u64::from(span)) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    // A machine whose ephemeral range starts low: the kernel's choice, racy as said above.
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

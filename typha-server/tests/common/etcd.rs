@@ -21,11 +21,8 @@ use typha_server::datastore::etcd::{
 const STARTUP: Duration = Duration::from_secs(20);
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below the ephemeral range: never given to an outgoing connection meanwhile.
+    typha_server::control_plane::free_port().expect("a free port")
 }
 
 /// The state letter of each thread of a process (`R`, `S`, `T` stopped, `Z` zombie...), from

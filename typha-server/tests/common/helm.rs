@@ -68,11 +68,8 @@ pub fn env_of(container: &Value) -> BTreeMap<String, String> {
 
 /// A loopback port free now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below the ephemeral range: never given to an outgoing connection meanwhile.
+    typha_server::control_plane::free_port().expect("a free port")
 }
 
 /// The status line of `GET /readiness`, if the server answers.
