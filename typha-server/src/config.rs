@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::cache::CacheConfig;
 use crate::conn::ConnConfig;
 use crate::datastore::etcd::EtcdTls;
+use crate::datastore::kubernetes::{CalicoGroup, InterfacePrefix};
 use crate::tls::TlsConfig;
 
 /// Where the state comes from.
@@ -41,6 +42,12 @@ pub enum DatastoreConfig {
         /// Host-local IPAM from the nodes' pod CIDRs (`USE_POD_CIDR`): see
         /// [`crate::datastore::kubernetes::Kubernetes::with_pod_cidr`].
         use_pod_cidr: bool,
+        /// The API group of Calico's kinds (`CALICO_API_GROUP`); `None`: as Calico discovers
+        /// it ([`crate::datastore::kubernetes::CalicoGroup::discover`]).
+        calico_api_group: Option<CalicoGroup>,
+        /// The prefix of pods' interface names (`FELIX_INTERFACEPREFIX`, its first prefix;
+        /// default `cali`).
+        interface_prefix: InterfacePrefix,
     },
     /// Another typha server (`TYPHA_DATASTORETYPE=typha`, `TYPHA_UPSTREAMADDR`): tiered fan-out.
     Upstream(crate::syncer::upstream::UpstreamConfig),
@@ -51,7 +58,8 @@ pub enum DatastoreConfig {
 pub struct Config {
     /// Datastore.
     pub datastore: DatastoreConfig,
-    /// Sync listener (TYPHA_SERVERHOST:TYPHA_SERVERPORT, default all interfaces, port 5473).
+    /// Sync listener (TYPHA_SERVERHOST:TYPHA_SERVERPORT, default all interfaces, IPv6 and IPv4
+    /// ([`crate::listen::ALL`]), port 5473).
     pub listen: SocketAddr,
     /// Mutual TLS; `None` serves plaintext (with a warning).
     pub tls: Option<TlsConfig>,
@@ -92,10 +100,10 @@ impl Default for Config {
                 scan_interval: Duration::from_millis(250),
                 api: None,
             },
-            listen: SocketAddr::from(([0, 0, 0, 0], 5473)),
+            listen: SocketAddr::from((crate::listen::ALL, 5473)),
             tls: None,
-            health: Some(SocketAddr::from(([0, 0, 0, 0], 9098))),
-            metrics: Some(SocketAddr::from(([0, 0, 0, 0], 9093))),
+            health: Some(SocketAddr::from((crate::listen::ALL, 9098))),
+            metrics: Some(SocketAddr::from((crate::listen::ALL, 9093))),
             conn: ConnConfig::default(),
             cache: CacheConfig::default(),
             max_connections: 10_000,
@@ -124,8 +132,10 @@ impl Config {
             DatastoreConfig::Kubernetes {
                 api_endpoint,
                 use_pod_cidr,
+                calico_api_group,
+                interface_prefix,
             } => format!(
-                "kubernetes ({}{})",
+                "kubernetes ({}{}; Calico's kinds in {}; interfaces {}*)",
                 api_endpoint
                     .as_deref()
                     .unwrap_or("in-cluster or $KUBECONFIG"),
@@ -133,7 +143,9 @@ impl Config {
                     ", IPAM blocks from pod CIDRs"
                 } else {
                     ""
-                }
+                },
+                calico_api_group.map_or("the group discovered", |g| g.api_version()),
+                interface_prefix,
             ),
             DatastoreConfig::Upstream(u) => format!("typha ({})", u.addrs.join(",")),
         };

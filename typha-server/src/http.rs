@@ -113,9 +113,16 @@ async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
     }
     let latest = s.cache.latest();
     if latest.status != SyncStatus::InSync {
+        // Why it is not in sync yet, when the datastore said (no Calico CRDs, a 403, ...).
+        let why = s
+            .freshness
+            .view()
+            .last_error
+            .map(|e| format!("; last datastore error: {e}"))
+            .unwrap_or_default();
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: cache is {}\n", latest.status),
+            format!("not ready: cache is {}{why}\n", latest.status),
         );
     }
     let view = s.freshness.view();
@@ -166,7 +173,7 @@ async fn status(State(s): State<HttpState>, RawQuery(query): RawQuery) -> impl I
         "kvs": latest.kvs,
         "digest": format!("{:016x}", latest.digest),
         "connections": s.metrics.connections_active.get(),
-        "streaming": s.metrics.connections_streaming.get(),
+        "streaming": s.metrics.connections_streaming.total(),
         "handshaking": s.metrics.connections_handshaking.get(),
         "syncing": s.metrics.connections_syncing.get(),
         "draining": s.draining.load(Ordering::Acquire),
@@ -246,5 +253,29 @@ mod tests {
         tokio::time::advance(HEARTBEAT_MAX_AGE + Duration::from_secs(1)).await;
         s.writer.beat();
         assert!(matches!(live(&s), Err(NotLive::AcceptLoop(_))));
+    }
+
+    #[tokio::test]
+    async fn not_in_sync_readiness_says_the_datastores_last_error() {
+        let s = state();
+        s.accept.beat();
+        s.writer.beat();
+        let body = |s: HttpState| async move {
+            let r = readiness(State(s)).await.into_response();
+            let code = r.status();
+            let b = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+            (code, String::from_utf8(b.to_vec()).unwrap())
+        };
+        let (code, text) = body(s.clone()).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!text.contains("last datastore error"), "{text}");
+        s.freshness
+            .failed(&"datastore not usable: no Calico CRDs; install them");
+        let (code, text) = body(s).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            text.contains("last datastore error: datastore not usable: no Calico CRDs"),
+            "{text}"
+        );
     }
 }

@@ -11,18 +11,21 @@
 //! - [`fanout`]: encoding once per protocol variant, and the catch-up plan.
 //! - [`conn`]: one task per client: handshake, resume (deltas, digest buckets or snapshot),
 //!   streaming, ping/pong, timeouts.
-//! - [`server`]: listeners, TLS ([`tls`]), the connection limit and graceful shutdown;
+//! - [`server`]: listeners (bound by [`listen`]: all interfaces is IPv6 and IPv4), TLS
+//!   ([`tls`]), the connection limits ([`conn::limit`]) and graceful shutdown;
 //!   [`governor`] balances connections across replicas;
 //!   [`http`] serves health (with the loops' [`liveness`] heartbeats) and [`metrics`].
 //!
 //! [`config::Config`] holds every setting with its default; [`cli`] parses flags and
 //! `TYPHA_*` environment variables into it and is the whole `typha-server` program, with the
-//! operator command `gen-certs` ([`pki`], a small certificate authority).
+//! operator command `gen-certs` ([`pki`], a small certificate authority); [`build_info`] is
+//! what the binary was built from (`--version`, the start-up log line, `typha_build_info`).
 //!
 //! With the `test-support` feature (tests, benchmarks and loadtest; never the release binary):
 //! [`sample`], generated clusters, and [`control_plane`], a real etcd 3.6 and kube-apiserver
 //! (built by `peers/build`).
 
+pub mod build_info;
 pub mod cache;
 pub mod calico;
 pub mod cli;
@@ -36,6 +39,7 @@ pub mod fanout;
 pub mod fuzzing;
 pub mod governor;
 pub mod http;
+pub mod listen;
 pub mod liveness;
 pub mod metrics;
 pub mod pki;

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,12 +22,15 @@ use typha_protocol::message::{Epoch, GoodbyeReason};
 
 use crate::cache::Cache;
 use crate::cache::writer::CacheWriter;
+use crate::calico::libcalico::SyncerType;
 use crate::config::Config;
 use crate::conn::info::ConnTable;
+use crate::conn::limit::{Slot, Slots};
 use crate::conn::stream::Stream;
 use crate::conn::{self, Close, Ctx};
 use crate::datastore::Datastore;
 use crate::governor;
+use crate::governor::share::Limits;
 use crate::http::{self, HttpState};
 use crate::liveness::Heartbeat;
 use crate::metrics::{DropReason, Metrics};
@@ -68,13 +71,20 @@ struct Control {
 
 impl governor::Connections for Control {
     fn held(&self) -> usize {
-        self.slots.used.load(Ordering::Acquire)
+        self.slots.held()
     }
 
-    fn set_limit(&self, limit: usize) {
-        let before = self.slots.max.swap(limit, Ordering::AcqRel);
-        if before != limit {
-            info!(limit, "connection limit");
+    fn set_limits(&self, limits: Limits, why: governor::LimitReason) {
+        if self.slots.set(limits) {
+            info!(
+                all = limits.all,
+                typha_rs = limits.ours,
+                held = self.slots.held(),
+                replicas = why.replicas,
+                nodes = why.nodes,
+                rule = why.rule,
+                "connection limits: every connection (Calico's clients count one per syncer type), and our own protocol's (one per node)"
+            );
         }
     }
 
@@ -101,48 +111,6 @@ impl governor::Connections for Control {
 
     fn set_ranking(&self, ranking: governor::share::Ranking) {
         *self.ctx.ranking.lock().unwrap_or_else(|p| p.into_inner()) = ranking;
-    }
-}
-
-/// Connections counted against `TYPHA_MAXCONNECTIONSUPPERLIMIT` from the moment they are
-/// accepted (not once they have finished TLS and hello: in a reconnect storm thousands are
-/// accepted before the first registers, and a limit checked against registered connections
-/// would let them all in).
-#[derive(Debug)]
-struct Slots {
-    used: AtomicUsize,
-    /// The limit: `TYPHA_MAXCONNECTIONSUPPERLIMIT`, or the governor's.
-    max: AtomicUsize,
-    metrics: Arc<Metrics>,
-}
-
-/// One connection's place under the limit, given back when the connection's task ends.
-#[derive(Debug)]
-struct Slot(Arc<Slots>);
-
-impl Slots {
-    /// A place under the limit, or `None` at the limit.
-    fn take(self: &Arc<Self>) -> Option<Slot> {
-        let taken = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max.load(Ordering::Relaxed)).then_some(n + 1)
-            })
-            .ok()?;
-        self.metrics
-            .connections_active
-            .set(i64::try_from(taken + 1).unwrap_or(i64::MAX));
-        Some(Slot(self.clone()))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let before = self.0.used.fetch_sub(1, Ordering::AcqRel);
-        self.0
-            .metrics
-            .connections_active
-            .set(i64::try_from(before.saturating_sub(1)).unwrap_or(i64::MAX));
     }
 }
 
@@ -254,12 +222,10 @@ pub async fn start_with(
             None
         }
     };
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: cfg.listen,
-            source,
-        })?;
+    let listener = crate::listen::bind(cfg.listen).map_err(|source| StartError::Bind {
+        addr: cfg.listen,
+        source,
+    })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind {
         addr: cfg.listen,
         source,
@@ -295,9 +261,7 @@ pub async fn start_with(
         }
     }
     for (a, health, metrics_on) in http_listeners {
-        let l = TcpListener::bind(a)
-            .await
-            .map_err(|source| StartError::Bind { addr: a, source })?;
+        let l = crate::listen::bind(a).map_err(|source| StartError::Bind { addr: a, source })?;
         let bound = l
             .local_addr()
             .map_err(|source| StartError::Bind { addr: a, source })?;
@@ -323,6 +287,8 @@ pub async fn start_with(
     let mut offer = ServerOffer::new(epoch);
     offer.timeout = cfg.conn.handshake_timeout;
     offer.info = format!("typha-server/{}", env!("CARGO_PKG_VERSION"));
+    // Without balancing (or until the governor's first poll) both limits are the upper one.
+    let slots = Slots::new(Limits::flat(cfg.max_connections), metrics.clone());
     let ctx = Arc::new(Ctx::new(
         cache.clone(),
         cfg.conn.clone(),
@@ -330,14 +296,10 @@ pub async fn start_with(
         cfg.redirect.clone(),
         freshness.clone(),
         table,
+        slots.clone(),
     ));
     let conns = Arc::new(Mutex::new(Registry_::default()));
     let conn_tasks = Arc::new(Mutex::new(Vec::new()));
-    let slots = Arc::new(Slots {
-        used: AtomicUsize::new(0),
-        max: AtomicUsize::new(cfg.max_connections),
-        metrics: metrics.clone(),
-    });
     if let Some(g) = &cfg.governor {
         let client = crate::datastore::open::kube_client(g.api_endpoint.as_deref())
             .await
@@ -456,25 +418,16 @@ fn connection(
     conns: Arc<Mutex<Registry_>>,
     slot: Option<Slot>,
 ) -> impl Future<Output = ()> + Send {
-    let over_limit = slot.is_none();
     let info = ctx
         .table
         .register(peer, accepted, ctx.cache.metrics.clone());
     // Made here, so the task's future captures only it, not the socket it takes: an async
     // block keeps room for what it captures even once moved out. (The address and the time of
     // accept are in `info`.)
-    let admit = Box::pin(admit_and_open(
-        tcp,
-        peer,
-        accepted,
-        tls,
-        ctx.clone(),
-        over_limit,
-    ));
+    let admit = Box::pin(admit_and_open(tcp, peer, accepted, tls, ctx.clone(), slot));
     async move {
-        let Some((stream, protocol, prefix)) = admit.await else {
+        let Some((stream, protocol, prefix, slot)) = admit.await else {
             drop(info);
-            drop(slot);
             return;
         };
         let (tx, rx) = oneshot::channel();
@@ -509,22 +462,23 @@ fn connection(
     }
 }
 
-/// TLS (with the client's identity) when configured, then telling the protocol; `None`: the
-/// connection is over (counted and logged).
+/// TLS (with the client's identity) when configured, then telling the protocol and applying
+/// the connection limits (`slot`: `None` when the connection is over the limit of all
+/// connections); `None`: the connection is over (counted and logged).
 async fn admit_and_open(
     tcp: TcpStream,
     peer: SocketAddr,
     accepted: Instant,
     tls: Option<Arc<tls::ServerTls>>,
     ctx: Arc<Ctx>,
-    over_limit: bool,
-) -> Option<(Stream, Protocol, bytes::BytesMut)> {
+    slot: Option<Slot>,
+) -> Option<(Stream, Protocol, bytes::BytesMut, Slot)> {
     let mut stream = match tls {
         None => Stream::Plain(tcp),
         Some(t) => Stream::Tls(admit(tcp, peer, accepted, &t, &ctx).await?),
     };
-    let (protocol, prefix) = open(&mut stream, peer, accepted, &ctx, over_limit).await?;
-    Some((stream, protocol, prefix))
+    let (protocol, prefix, slot) = open(&mut stream, peer, accepted, &ctx, slot).await?;
+    Some((stream, protocol, prefix, slot))
 }
 
 /// The TLS handshake (within the handshake deadline) and the client's identity; `None`: the
@@ -574,16 +528,17 @@ async fn admit(
     }
 }
 
-/// Tells the protocol from the first bytes (within the handshake deadline) and returns it
-/// with the bytes read; `None`: the connection is over (it ended first, or it was refused for
-/// the connection limit; counted and logged).
+/// Tells the protocol from the first bytes (within the handshake deadline) and applies the
+/// connection limits: returns the protocol, the bytes read and the connection's place under
+/// the limits; `None`: the connection is over (it ended first, or it was refused for a
+/// connection limit; counted and logged).
 async fn open<S>(
     stream: &mut S,
     peer: SocketAddr,
     accepted: Instant,
     ctx: &Ctx,
-    over_limit: bool,
-) -> Option<(Protocol, bytes::BytesMut)>
+    slot: Option<Slot>,
+) -> Option<(Protocol, bytes::BytesMut, Slot)>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -593,7 +548,7 @@ where
     // briefly for a Calico hello (a Calico client is closed instead, as Typha does; it would
     // not understand a Goodbye).
     let mut deadline = accepted + ctx.cfg.handshake_timeout;
-    if over_limit {
+    if slot.is_none() {
         deadline = deadline.min(Instant::now() + Duration::from_secs(1));
     }
     let (protocol, prefix) = match conn::calico::sniff(stream, deadline).await {
@@ -604,9 +559,21 @@ where
             return None;
         }
     };
-    if !over_limit {
-        return Some((protocol, prefix));
-    }
+    let limits = ctx.limits();
+    let refused = match slot {
+        // Our protocol: one connection per node, held to its own limit too.
+        Some(mut slot) if protocol == Protocol::Ours => {
+            if slot.ours() {
+                return Some((protocol, prefix, slot));
+            }
+            format!(
+                "at the limit of {} connections of our own protocol",
+                limits.ours
+            )
+        }
+        Some(slot) => return Some((protocol, prefix, slot)),
+        None => format!("at the limit of {} connections", limits.all),
+    };
     use tokio::io::AsyncWriteExt;
     m.dropped(DropReason::too_many_connections);
     if protocol == Protocol::Ours {
@@ -617,10 +584,28 @@ where
         };
         let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
         let _ = tokio::time::timeout(Duration::from_secs(5), stream.write_all(&frame)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown()).await;
+        info!(%peer, "refused: {refused}");
+        return None;
     }
-    // Calico's protocol has no goodbye: its clients are just closed, as Typha does.
+    // Calico's protocol has no goodbye: its clients are just closed, as Typha does. So that an
+    // operator can tell who, the hello (already on its way) is read within the same second.
+    let hello = conn::calico::read_hello(stream, prefix, deadline).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown()).await;
-    info!(%peer, ?protocol, "refused: at the connection limit");
+    let syncer = hello
+        .as_ref()
+        .and_then(|h| SyncerType::from_hello(&h.syncer_type));
+    m.calico_refused(syncer);
+    if let Some(unlogged) = ctx.refusals.note() {
+        warn!(
+            %peer,
+            host = hello.as_ref().map_or("", |h| h.hostname.as_str()),
+            syncer = syncer.map_or("unknown", SyncerType::as_str),
+            limit = limits.all,
+            refused_since_last_line = unlogged,
+            "Calico client refused {refused}: closed without a word (Calico's protocol has no goodbye); it retries, another replica or later. Counted in typha_calico_connections_refused_total"
+        );
+    }
     None
 }
 

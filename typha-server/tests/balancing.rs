@@ -9,8 +9,9 @@
 //! The story, as an operator lives it:
 //! 1. one replica serves all 600 agents (they joined with a full snapshot each);
 //! 2. the Deployment scales to three: two more replicas start, become ready and are added to the
-//!    EndpointSlice. Typha's limit for 600 nodes on 3 replicas is 400 (`1 + 600 × 1.2 / 2 =
-//!    361`, raised to the lower limit), the mean 200: the first replica moves 400 agents away
+//!    EndpointSlice. The limit on our protocol's connections for 600 nodes on 3 replicas is 400
+//!    (`1 + 600 × 1.2 / 2 = 361`, raised to the lower limit; on all connections, Typha's
+//!    `4 × 361`), the mean 200: the first replica moves 400 agents away
 //!    at `TYPHA_REBALANCEMOVESPERSEC`, each with a Goodbye naming the least-loaded replicas, and
 //!    the loads converge to 200 ± 10 % within the time those settings allow;
 //! 3. a rolling replacement: one replica at a time is marked terminating in the EndpointSlice,

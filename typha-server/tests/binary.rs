@@ -226,6 +226,149 @@ fn bad_settings_exit_64_with_one_line_naming_the_setting() {
     assert!(e.contains("TYPHA_EMBEDDEDAPIADDR"), "{e}");
 }
 
+/// `typha-server check-config` with exactly `env` (and `args`): exit code, stdout, stderr.
+fn check_config(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn check_config_takes_calicos_own_deployment_and_refuses_what_is_no_setting() {
+    // Calico v3.32's calico-typha Deployment (manifests/calico-typha.yaml), and the setting
+    // the Tigera operator adds; the datastore is the embedded one here (the Kubernetes one
+    // would want a cluster to be checked against).
+    let calico = [
+        ("TYPHA_LOGSEVERITYSCREEN", "info"),
+        ("TYPHA_LOGFILEPATH", "none"),
+        ("TYPHA_LOGSEVERITYSYS", "none"),
+        ("TYPHA_CONNECTIONREBALANCINGMODE", "kubernetes"),
+        ("TYPHA_HEALTHENABLED", "true"),
+        ("TYPHA_SHUTDOWNTIMEOUTSECS", "300"),
+        ("TYPHA_FIPSMODEENABLED", "false"),
+    ];
+    let (code, out, err) = check_config(&[], &calico);
+    assert_eq!(code, Some(0), "{err}");
+    // One line for each Typha setting we do not implement, saying what we do instead.
+    for name in [
+        "TYPHA_LOGFILEPATH",
+        "TYPHA_LOGSEVERITYSYS",
+        "TYPHA_FIPSMODEENABLED",
+    ] {
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with(&format!("typha-server: {name}=")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{name} in\n{out}");
+        assert!(lines[0].contains("does not implement: "), "{}", lines[0]);
+    }
+    assert!(
+        out.lines().last().unwrap().contains("configuration ok"),
+        "{out}"
+    );
+
+    // A level that is none: a server that would log nothing. In any case of the name.
+    for name in ["TYPHA_LOGSEVERITYSCREEN", "typha_logseverityscreen"] {
+        let (code, _, err) = check_config(&[], &[(name, "verbose")]);
+        assert_eq!(code, Some(64), "{name}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("TYPHA_LOGSEVERITYSCREEN"), "{err}");
+    }
+    // A name that is no setting of ours nor of Typha's: a typo.
+    let (code, _, err) = check_config(&[], &[("TYPHA_SERVERPROT", "5473")]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("TYPHA_SERVERPROT"), "{err}");
+    // What would quietly give less than was asked.
+    let (code, _, err) = check_config(&[], &[("TYPHA_FIPSMODEENABLED", "true")]);
+    assert_eq!(code, Some(64));
+    assert!(err.contains("TYPHA_FIPSMODEENABLED"), "{err}");
+}
+
+#[test]
+fn check_config_reads_typhas_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typha.cfg");
+    std::fs::write(
+        &file,
+        "[global]\nLogSeverityScreen = Warning\nServerPort = 5474\nLogFilePath = none\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let (code, out, err) = check_config(&["-c", f], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(":5474"), "{out}");
+    assert!(out.contains("TYPHA_LOGFILEPATH="), "{out}");
+    assert!(out.contains(f), "{out}");
+    // The environment wins over the file.
+    let (_, out, _) = check_config(&["-c", f], &[("TYPHA_SERVERPORT", "5475")]);
+    assert!(out.contains(":5475"), "{out}");
+    std::fs::write(&file, "LogSeverityScreen = verbose\n").unwrap();
+    let (code, _, err) = check_config(&["--config-file", f], &[]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("TYPHA_LOGSEVERITYSCREEN"), "{err}");
+    std::fs::write(&file, "ServerPort = many\n").unwrap();
+    let (code, _, err) = check_config(&["-c", f], &[]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("TYPHA_SERVERPORT") && err.contains(f), "{err}");
+}
+
+#[tokio::test]
+async fn version_and_start_say_what_the_binary_was_built_from() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().to_owned().into())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    assert_eq!(
+        text.lines().next().unwrap(),
+        concat!("typha-server ", env!("CARGO_PKG_VERSION"))
+    );
+    let commit = field("commit:");
+    let date = field("build date:");
+    // Built from a checkout (git here), the commit is HEAD's, unless the build named one.
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_owned());
+    match (option_env!("TYPHA_GIT_COMMIT"), head) {
+        (Some(given), _) if !given.is_empty() => assert_eq!(commit, given),
+        (_, Some(head)) => assert_eq!(commit, head),
+        _ => assert_eq!(commit, "unknown"),
+    }
+    assert!(
+        date == "unknown" || (date.len() == 20 && date.ends_with('Z') && date.contains('T')),
+        "{date}"
+    );
+    let short = Command::new(BIN).arg("-V").output().unwrap();
+    let short = String::from_utf8(short.stdout).unwrap();
+    assert!(
+        short.contains(&commit) && short.lines().count() == 1,
+        "{short}"
+    );
+    // The first line logged at start says it too.
+    let lines = log_lines(&[]).await;
+    let start = lines
+        .iter()
+        .find(|l| l.contains("typha-server starting"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(start.contains(&commit) && start.contains(&date), "{start}");
+}
+
 #[tokio::test]
 async fn the_write_api_changes_what_clients_see_and_status_reports_the_digest() {
     let (port, health, api) = (free_port(), free_port(), free_port());
@@ -345,11 +488,12 @@ async fn a_second_tier_binary_serves_what_the_first_serves() {
 
 /// The binary over a real kube-apiserver, as ServiceAccount `kube-system/calico-typha` granted
 /// `rules`, its credentials in a kubeconfig (as an operator outside the cluster, or the
-/// in-cluster files inside it, would give them); stdout piped. Returns the process, its ports
-/// and a reader of its log lines.
+/// in-cluster files inside it, would give them), with `env` set too; stdout piped. Returns the
+/// process, its ports and a reader of its log lines.
 async fn kubernetes_binary(
     cp: &typha_server::control_plane::ControlPlane,
     rules: &[(String, Vec<String>)],
+    env: &[(&str, &str)],
 ) -> (
     std::process::Child,
     u16,
@@ -382,6 +526,9 @@ async fn kubernetes_binary(
         .env("TYPHA_PROMETHEUSMETRICSENABLED", "false")
         .env("TYPHA_SHUTDOWNTIMEOUTSECS", "1")
         .env("TYPHA_STALETHRESHOLDSECS", "3")
+        .env_remove("CALICO_API_GROUP")
+        .env_remove("FELIX_INTERFACEPREFIX")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -414,7 +561,8 @@ async fn the_binary_syncs_a_real_api_server_as_a_service_account_with_the_readme
                            "metadata": {"name": "prod", "labels": {"team": "web"}}}),
     )
     .await;
-    let (child, port, health, _log) = kubernetes_binary(&cp, &common::kube::readme_rules()).await;
+    let (child, port, health, _log) =
+        kubernetes_binary(&cp, &common::kube::readme_rules(), &[]).await;
     until_ready(health).await;
     let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
     p.hello(Peer::offer("worker-1", None)).await.unwrap();
@@ -435,7 +583,7 @@ async fn without_one_rule_the_binary_says_in_one_line_which_resource_it_may_not_
         .into_iter()
         .map(|(g, rs)| (g, rs.into_iter().filter(|r| r != "pods").collect()))
         .collect();
-    let (mut child, _, health, log) = kubernetes_binary(&cp, &rules).await;
+    let (mut child, _, health, log) = kubernetes_binary(&cp, &rules, &[]).await;
     // Long enough for several retries and the staleness threshold (3 s).
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert!(
@@ -462,6 +610,110 @@ async fn without_one_rule_the_binary_says_in_one_line_which_resource_it_may_not_
     assert!(said.len() <= 2, "{said:#?}");
     let (code, body) = get(health, "/readiness").await.unwrap();
     assert_eq!(code, 503, "not ready without a listing: {body}");
+    sigterm_exits_cleanly(child).await;
+}
+
+/// Issue 39, on the binary: a cluster without any of Calico's CRDs. The server does not claim
+/// to be in sync with an empty policy state: `/readiness` fails and says why, `/status` has
+/// the reason, and one warning says what to do. Once Calico 3.32's `projectcalico.org/v3` CRDs
+/// are installed (minimal ones of ours, or Calico's own from `TYPHA_TEST_CALICO_V3_CRDS`:
+/// `common::kube::v3_crds`), it discovers them with no restart and serves from them; a pod's
+/// interface is named with `FELIX_INTERFACEPREFIX=eni,cali`'s first prefix.
+#[tokio::test]
+async fn without_calicos_crds_the_binary_is_not_ready_until_the_v3_crds_arrive() {
+    let Some(cp) = common::kube::start(typha_server::control_plane::Options {
+        calico_crds: false,
+        ..Default::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let admin = cp.admin().unwrap();
+    let (mut child, port, health, log) = kubernetes_binary(
+        &cp,
+        &common::kube::readme_rules(),
+        &[("FELIX_INTERFACEPREFIX", "eni,cali")],
+    )
+    .await;
+    // Several retries, and past the staleness threshold (3 s).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(child.try_wait().unwrap().is_none(), "it keeps running");
+    let (code, body) = get(health, "/readiness").await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("none of Calico's kinds"), "{body}");
+    assert!(body.contains("wait-for-datastore"), "{body}");
+    let (_, status) = get(health, "/status").await.unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["status"], "wait-for-datastore", "{status}");
+    let error = status["datastore"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("Install Calico's CRDs") && error.contains("CALICO_API_GROUP"),
+        "{status}"
+    );
+    let lines: Vec<String> = log.try_iter().collect();
+    let warned: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("none of Calico's kinds"))
+        .collect();
+    assert!(!warned.is_empty(), "a warning says what to do: {lines:#?}");
+    // Once, not on every retry.
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+
+    common::kube::v3_crds(&admin).await;
+    common::kube::apply(
+        &admin,
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "web"}}),
+    )
+    .await;
+    let pool = typha_server::calico::v3::Resource::from_json(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "pods"},
+        "spec": {"cidr": "10.0.0.0/16", "vxlanMode": "Always"}}))
+    .unwrap();
+    common::kube::put_v3(&admin, &pool).await;
+    // No controller-manager makes the namespace's `default` account: the pod names its own.
+    common::kube::apply(
+        &admin,
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                           "metadata": {"name": "api", "namespace": "web"}}),
+    )
+    .await;
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "api-1", "namespace": "web"},
+        "spec": {"nodeName": "node-1", "serviceAccountName": "api",
+                 "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}});
+    common::kube::apply(&admin, pod.clone()).await;
+    common::kube::set_status(
+        &admin,
+        &pod,
+        serde_json::json!({"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}]}),
+    )
+    .await;
+    until_ready(health).await;
+    let mut p = Peer::connect(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    p.hello(Peer::offer("worker-1", None)).await.unwrap();
+    p.until("the v3 CRDs' pool and the pod's endpoint", |p| {
+        p.state.contains_key("/calico/v1/ipam/v4/pool/10.0.0.0-16")
+            && p.state
+                .keys()
+                .any(|k| k.to_string().contains("/workload/k8s/"))
+    })
+    .await;
+    let interface = p.state.values().find_map(|v| match v.decode().unwrap() {
+        typha_protocol::model::Value::WorkloadEndpoint(w) => Some(w.name),
+        _ => None,
+    });
+    // From Python: "eni" + hashlib.sha1(b"web.api-1").hexdigest()[:11]
+    assert_eq!(interface.as_deref(), Some("eni81deba30cdc"));
+    let lines: Vec<String> = log.try_iter().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("reading Calico's kinds from projectcalico.org/v3")),
+        "{lines:#?}"
+    );
     sigterm_exits_cleanly(child).await;
 }
 

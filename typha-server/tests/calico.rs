@@ -17,10 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::calico_raw::Raw;
 use common::{Peer, cluster, eventually, server, tls_client};
-use typha_protocol::calico::StreamDecoder;
-use typha_protocol::calico::gob::Limits;
-use typha_protocol::calico::messages::{ClientHello, Message, Side, encode};
+use typha_protocol::calico::messages::Message;
 use typha_server::calico::libcalico::{SyncerType, builtin_kvs, calico_kvs};
 use typha_server::calico::v3::Resource;
 use typha_server::config::Config;
@@ -467,7 +466,7 @@ async fn churn_reaches_every_syncer_type_next_to_our_own_client() {
     ours.hello(Peer::offer("ours", None)).await.unwrap();
     ours.sync_to(&srv).await;
     eventually("every Calico client streaming", || {
-        srv.metrics.connections_streaming.get() == 5
+        srv.metrics.connections_streaming.total() == 5
     })
     .await;
     for s in SyncerType::ALL {
@@ -584,7 +583,7 @@ async fn a_change_after_a_quiet_spell_longer_than_the_history_reaches_every_cali
         .await
     });
     eventually("every Calico client streaming", || {
-        srv.metrics.connections_streaming.get() == 3
+        srv.metrics.connections_streaming.total() == 3
     })
     .await;
     // The quiet spell: past the history's age, and the writer's once-a-second trim has run.
@@ -640,61 +639,12 @@ async fn a_change_after_a_quiet_spell_longer_than_the_history_reaches_every_cali
     srv.shutdown().await;
 }
 
-/// A Calico client of our own making (plain TCP, our gob encoder), for what the Go peer will
-/// not do: ask for a syncer type nobody serves, never answer a ping.
-struct Raw {
-    tcp: tokio::net::TcpStream,
-    dec: StreamDecoder,
-    buf: bytes::BytesMut,
-}
-
-impl Raw {
-    async fn hello(srv: &RunningServer, syncer: &str, modern: bool) -> Raw {
-        use tokio::io::AsyncWriteExt;
-        let mut tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
-        let hello = Message::ClientHello(ClientHello {
-            hostname: "raw".into(),
-            version: "v3.32.0".into(),
-            syncer_type: syncer.into(),
-            supports_modern_policy_keys: modern,
-            ..Default::default()
-        });
-        let mut bytes = Side::Client.preamble().to_vec();
-        bytes.extend_from_slice(&encode(Side::Client, &hello).unwrap());
-        tcp.write_all(&bytes).await.unwrap();
-        Raw {
-            tcp,
-            dec: StreamDecoder::new(Limits::CLIENT_INBOUND),
-            buf: bytes::BytesMut::new(),
-        }
-    }
-
-    /// Every message until the server closes the connection (within 20 s).
-    async fn until_closed(&mut self) -> Vec<Message> {
-        use tokio::io::AsyncReadExt;
-        let mut got = Vec::new();
-        let deadline = tokio::time::Instant::now() + common::WAIT;
-        loop {
-            while let Some(m) = self.dec.decode(&mut self.buf).unwrap() {
-                got.push(m);
-            }
-            let n = tokio::time::timeout_at(deadline, self.tcp.read_buf(&mut self.buf))
-                .await
-                .expect("the server should have closed the connection")
-                .unwrap_or(0);
-            if n == 0 {
-                return got;
-            }
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_hello_we_do_not_serve_is_closed_without_a_word() {
     let (srv, store) = server(Config::for_tests()).await;
     store.bulk_load(cluster(2, 2));
     for (syncer, modern) in [("bogus", true), ("felix", false)] {
-        let mut c = Raw::hello(&srv, syncer, modern).await;
+        let mut c = Raw::hello(srv.addr, "raw", syncer, modern).await;
         assert!(c.until_closed().await.is_empty(), "{syncer} {modern}");
     }
     eventually("counted", || {
@@ -702,7 +652,7 @@ async fn a_hello_we_do_not_serve_is_closed_without_a_word() {
     })
     .await;
     // The empty syncer type is felix.
-    let mut c = Raw::hello(&srv, "", true).await;
+    let mut c = Raw::hello(srv.addr, "raw", "", true).await;
     let first = loop {
         use tokio::io::AsyncReadExt;
         if let Some(m) = c.dec.decode(&mut c.buf).unwrap() {
@@ -731,7 +681,7 @@ async fn a_client_that_never_pongs_is_dropped_and_shutdown_closes_the_rest() {
         srv.cache.latest().status == typha_protocol::model::SyncStatus::InSync
     })
     .await;
-    let mut silent = Raw::hello(&srv, "felix", true).await;
+    let mut silent = Raw::hello(srv.addr, "raw", "felix", true).await;
     let got = silent.until_closed().await;
     assert!(matches!(got[0], Message::ServerHello(_)), "{:?}", got[0]);
     assert!(got.iter().any(|m| matches!(m, Message::Kvs(_))));
@@ -739,8 +689,11 @@ async fn a_client_that_never_pongs_is_dropped_and_shutdown_closes_the_rest() {
     assert_eq!(srv.metrics.dropped_count(DropReason::ping_timeout), 1);
 
     // Shutdown closes a Calico client with no goodbye (there is none in its protocol).
-    let mut c = Raw::hello(&srv, "bgp", true).await;
-    eventually("streaming", || srv.metrics.connections_streaming.get() == 1).await;
+    let mut c = Raw::hello(srv.addr, "raw", "bgp", true).await;
+    eventually("streaming", || {
+        srv.metrics.connections_streaming.total() == 1
+    })
+    .await;
     let (_, got) = tokio::join!(srv.shutdown(), c.until_closed());
     assert!(matches!(got[0], Message::ServerHello(_)));
 }
@@ -750,14 +703,17 @@ async fn over_the_limit_a_calico_client_is_closed() {
     let mut cfg = Config::for_tests();
     cfg.max_connections = 1;
     let (srv, _store) = server(cfg).await;
-    let _first = Raw::hello(&srv, "felix", true).await;
+    let _first = Raw::hello(srv.addr, "raw", "felix", true).await;
     eventually("active", || srv.metrics.connections_active.get() == 1).await;
-    let mut second = Raw::hello(&srv, "felix", true).await;
+    let mut second = Raw::hello(srv.addr, "raw", "bgp", true).await;
     assert!(second.until_closed().await.is_empty());
     assert_eq!(
         srv.metrics.dropped_count(DropReason::too_many_connections),
         1
     );
+    // Counted by the syncer type of its hello, which the server read before closing.
+    assert_eq!(srv.metrics.calico_refused_count(Some(SyncerType::Bgp)), 1);
+    assert_eq!(srv.metrics.calico_refused_count(Some(SyncerType::Felix)), 0);
     srv.shutdown().await;
 }
 
@@ -774,7 +730,7 @@ async fn a_breadcrumb_is_encoded_once_for_every_client_of_a_syncer_type() {
         })
         .collect();
     eventually("every client streaming", || {
-        srv.metrics.connections_streaming.get() == 3
+        srv.metrics.connections_streaming.total() == 3
     })
     .await;
     let (seq0, encoded0) = (

@@ -29,7 +29,7 @@ use typha_server::calico::v3::{Kind, Resource, ResourceId};
 use typha_server::config::Config;
 use typha_server::control_plane::ControlPlane;
 use typha_server::datastore::Datastore;
-use typha_server::datastore::kubernetes::Kubernetes;
+use typha_server::datastore::kubernetes::{CalicoGroup, InterfacePrefix, Kubernetes};
 use typha_server::server::{RunningServer, start};
 
 const CRD: &str = "crd.projectcalico.org/v1";
@@ -1720,4 +1720,292 @@ async fn calico_clients_get_calicos_revisions_and_metadata() {
                "creationTimestamp": common::kube::created(&status.metadata)})
     );
     run.srv.shutdown().await;
+}
+
+/// A control plane with Calico's kinds as `projectcalico.org/v3` CRDs only (Calico 3.32's
+/// install without the aggregated API server; no `crd.projectcalico.org` at all): minimal CRDs
+/// of ours, or Calico's own when `TYPHA_TEST_CALICO_V3_CRDS` names its `calico-v3-crds.yaml`
+/// (`common::kube::v3_crds`). The admin, typha's client, and what the cluster holds before
+/// the test writes.
+async fn v3_only_cluster() -> Option<(
+    ControlPlane,
+    kube::Client,
+    kube::Client,
+    BTreeMap<ResourceId, Resource>,
+)> {
+    let cp = common::kube::start(typha_server::control_plane::Options {
+        calico_crds: false,
+        ..Default::default()
+    })
+    .await?;
+    let admin = cp.admin().unwrap();
+    let which = common::kube::v3_crds(&admin).await;
+    eprintln!("projectcalico.org/v3: {which}");
+    let (client, _) = common::kube::typha_identity(&cp).await;
+    let want = common::kube::ambient(&admin)
+        .await
+        .into_iter()
+        .map(|r| (r.id(), r))
+        .collect();
+    Some((cp, admin, client, want))
+}
+
+/// Writes `doc` (a v3 resource) as a `projectcalico.org/v3` object into `want`, as the API
+/// server stored it.
+async fn put_v3(admin: &kube::Client, want: &mut BTreeMap<ResourceId, Resource>, doc: Value) {
+    let stored = common::kube::put_v3(admin, &Resource::from_json(doc).unwrap()).await;
+    let r = common::kube::stored_v3(&stored);
+    want.insert(r.id(), r);
+}
+
+/// Waits until `p` holds exactly `want`, in sync.
+async fn converge_to(p: &mut Peer, want: &BTreeMap<ResourceId, Resource>, what: &str) {
+    let want = digest_of(want.values());
+    p.until(what, |p| {
+        p.digest.combined() == want.0 && p.status == Some(SyncStatus::InSync)
+    })
+    .await;
+    assert_eq!(p.state.len(), want.1, "{what}");
+}
+
+/// Issue 39: a cluster with Calico 3.32's `projectcalico.org/v3` CRDs and no
+/// `crd.projectcalico.org` group. With `CALICO_API_GROUP` unset the backend discovers them, as
+/// Calico does, and serves policies, pools and sets from them, each with its metadata as stored
+/// (its uid not converted: Calico converts uids only of `crd.projectcalico.org/v1` objects);
+/// changes and deletions arrive through the v3 watches. A server told
+/// `CALICO_API_GROUP=crd.projectcalico.org/v1` on the same cluster reads nothing there, and is
+/// not ready, saying why, instead of serving an empty policy state as in sync.
+#[tokio::test]
+async fn a_cluster_with_only_calicos_v3_crds_is_read_from_them() {
+    let Some((_cp, admin, client, mut want)) = v3_only_cluster().await else {
+        return;
+    };
+    let ns = apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "web"}}),
+    )
+    .await;
+    let r = common::kube::namespace_profile(&ns.metadata);
+    want.insert(r.id(), r);
+    let gnp = |order: u32| {
+        v3(
+            "GlobalNetworkPolicy",
+            json!({"name": "deny-db"}),
+            json!({"tier": "default", "order": order, "selector": "role == 'db'",
+                   "types": ["Ingress"], "ingress": [{"action": "Deny"}]}),
+        )
+    };
+    for doc in [pool(0), pool(1), policy(0, 0), gnp(10), global_set(0, 0)] {
+        put_v3(&admin, &mut want, doc).await;
+    }
+    let ds = Kubernetes::new(client.clone())
+        .await
+        .with_crd_poll(Duration::from_millis(500));
+    let srv = start(Config::for_tests(), Arc::new(ds)).await.unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+    converge_to(&mut p, &want, "the v3 CRDs' resources").await;
+    for key in [
+        "/calico/v1/ipam/v4/pool/10.100.0.0-16",
+        "/calico/v1/policy/NetworkPolicy/web/np-0",
+        "/calico/v1/policy/GlobalNetworkPolicy/deny-db",
+    ] {
+        assert!(
+            p.state.contains_key(key),
+            "{key} in {:?}",
+            p.state.keys().collect::<Vec<_>>()
+        );
+    }
+    // The uid travels with the resources Calico's clients get as v3 objects: a BGP peer's is
+    // the object's own, not converted as a crd.projectcalico.org/v1 object's would be.
+    let tor = common::kube::put_v3(
+        &admin,
+        &Resource::from_json(v3(
+            "BGPPeer",
+            json!({"name": "tor"}),
+            json!({"peerIP": "192.0.2.1", "asNumber": 64513}),
+        ))
+        .unwrap(),
+    )
+    .await;
+    let r = common::kube::stored_v3(&tor);
+    want.insert(r.id(), r);
+    converge_to(&mut p, &want, "a BGP peer").await;
+    let key = "/calico/resources/v3/projectcalico.org/bgppeers/tor";
+    let Some(typha_protocol::model::Value::Resource(r)) =
+        p.state.get(key).map(|v| v.decode().unwrap())
+    else {
+        panic!("{key} in {:?}", p.state.keys().collect::<Vec<_>>())
+    };
+    let uid = tor.metadata.uid.clone().unwrap();
+    assert_eq!(r.detail.uid, uid, "the uid as stored");
+    assert_ne!(common::kube::calico_uid(&uid), uid);
+
+    put_v3(&admin, &mut want, policy(0, 1)).await;
+    put_v3(&admin, &mut want, gnp(20)).await;
+    delete(&admin, "projectcalico.org/v3", "IPPool", "", "pool-1").await;
+    want.remove(&ResourceId::global(Kind::IpPool, "pool-1"));
+    run_converge_no_resync(&mut p, &want, "changed and deleted through the v3 watches").await;
+
+    // CALICO_API_GROUP=crd.projectcalico.org/v1 here: nothing of Calico's to read.
+    let v1 = Kubernetes::new(client)
+        .await
+        .with_api_group(Some(CalicoGroup::V1));
+    let wrong = start(Config::for_tests(), Arc::new(v1)).await.unwrap();
+    eventually("the v1 server to say why it is not ready", || {
+        wrong
+            .freshness
+            .view()
+            .last_error
+            .is_some_and(|e| e.contains("none of Calico's kinds"))
+    })
+    .await;
+    let e = wrong.freshness.view().last_error.unwrap();
+    assert!(
+        e.contains("crd.projectcalico.org/v1 (as CALICO_API_GROUP says)"),
+        "{e}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        wrong.cache.latest().status,
+        SyncStatus::WaitForDatastore,
+        "never in sync on a group that holds nothing"
+    );
+    wrong.shutdown().await;
+    srv.shutdown().await;
+}
+
+async fn run_converge_no_resync(p: &mut Peer, want: &BTreeMap<ResourceId, Resource>, what: &str) {
+    converge_to(p, want, what).await;
+    assert_no_resync(p);
+}
+
+/// `CALICO_API_GROUP` on a cluster with both of Calico's groups as CRDs (a migration to the v3
+/// CRDs under way: Calico's classic CRDs, and v3 ones, each holding another pool). Unset, the
+/// backend reads `crd.projectcalico.org/v1`, as Calico's discovery does when both are served;
+/// `projectcalico.org/v3` reads the other. Once every `crd.projectcalico.org` CRD is removed
+/// (the migration's end), the discovering server follows to `projectcalico.org/v3` by
+/// itself, without a restart.
+#[tokio::test]
+async fn calico_api_group_chooses_the_group_and_discovery_follows_the_crds() {
+    let Some(cp) = common::kube::default().await else {
+        return;
+    };
+    let admin = cp.admin().unwrap();
+    common::kube::v3_crds(&admin).await;
+    let (client, _) = common::kube::typha_identity(&cp).await;
+    let ambient: BTreeMap<ResourceId, Resource> = common::kube::ambient(&admin)
+        .await
+        .into_iter()
+        .map(|r| (r.id(), r))
+        .collect();
+    let mut in_v1 = ambient.clone();
+    let r = Resource::from_json(pool(1)).unwrap();
+    let stored = common::kube::put_crd(&admin, &r).await;
+    let mut r1 = r.clone();
+    common::kube::crd_metadata(&mut r1, &stored);
+    in_v1.insert(r1.id(), r1);
+    let mut in_v3 = ambient.clone();
+    put_v3(&admin, &mut in_v3, pool(3)).await;
+
+    let discovering = Kubernetes::new(client.clone()).await;
+    let v3_only = Kubernetes::new(client)
+        .await
+        .with_api_group(Some(CalicoGroup::V3));
+    let (a, b) = (
+        start(Config::for_tests(), Arc::new(discovering))
+            .await
+            .unwrap(),
+        start(Config::for_tests(), Arc::new(v3_only)).await.unwrap(),
+    );
+    let mut pa = Peer::connect(a.addr).await;
+    pa.hello(Peer::offer("node-a", None)).await.unwrap();
+    converge_to(
+        &mut pa,
+        &in_v1,
+        "unset, both served: crd.projectcalico.org/v1",
+    )
+    .await;
+    let mut pb = Peer::connect(b.addr).await;
+    pb.hello(Peer::offer("node-b", None)).await.unwrap();
+    converge_to(&mut pb, &in_v3, "CALICO_API_GROUP=projectcalico.org/v3").await;
+
+    // The end of a migration: every crd.projectcalico.org CRD goes.
+    let crds: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        admin.clone(),
+        &common::kube::resource(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+    );
+    let v1_crds: Vec<String> = crds
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| c.data["spec"]["group"] == "crd.projectcalico.org")
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert!(!v1_crds.is_empty());
+    for name in &v1_crds {
+        crds.delete(name, &Default::default()).await.unwrap();
+    }
+    converge_to(
+        &mut pa,
+        &in_v3,
+        "the v1 CRDs removed: the discovering server reads projectcalico.org/v3",
+    )
+    .await;
+    assert_eq!(a.cache.latest().status, SyncStatus::InSync);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// `FELIX_INTERFACEPREFIX` through the real API server: a pod's workload endpoint is named with
+/// the prefix given (the first of `eni,cali`), on the v3 CRDs as on the v1 ones.
+#[tokio::test]
+async fn pods_interfaces_take_the_interface_prefix() {
+    let Some((_cp, admin, client, mut want)) = v3_only_cluster().await else {
+        return;
+    };
+    for (ns, labels) in [("web", json!({}))] {
+        let stored = apply(
+            &admin,
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": ns, "labels": labels}}),
+        )
+        .await;
+        let r = common::kube::namespace_profile(&stored.metadata);
+        want.insert(r.id(), r);
+    }
+    let sa = apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "api", "namespace": "web", "labels": {"tier": "db"}}}),
+    )
+    .await;
+    let r = common::kube::service_account_profile(&sa.metadata);
+    want.insert(r.id(), r);
+    put_v3(&admin, &mut want, pool(0)).await;
+    let api_1 = pod("api-1", false);
+    apply(&admin, api_1.clone()).await;
+    set_status(&admin, &api_1, running(Some("10.0.0.7"))).await;
+    let wep = endpoint("api-1", "10.0.0.7", "eni81deba30cdc");
+    want.insert(wep.id(), wep);
+    let prefix = InterfacePrefix::from_setting("eni,cali").unwrap();
+    let ds = Kubernetes::new(client).await.with_interface_prefix(prefix);
+    let srv = start(Config::for_tests(), Arc::new(ds)).await.unwrap();
+    let mut p = Peer::connect(srv.addr).await;
+    p.hello(Peer::offer("node-a", None)).await.unwrap();
+    converge_to(&mut p, &want, "the pod's endpoint, its interface eni…").await;
+    let interface = p.state.iter().find_map(|(k, v)| match v.decode().unwrap() {
+        typha_protocol::model::Value::WorkloadEndpoint(w) if k.to_string().contains("api-1") => {
+            Some(w.name)
+        }
+        _ => None,
+    });
+    assert_eq!(interface.as_deref(), Some("eni81deba30cdc"));
+    srv.shutdown().await;
 }

@@ -62,6 +62,19 @@ const TYPHA: &[(&str, &str, &[&str])] = &[
     ("typha_log_errors", "counter", &[]),
 ];
 
+/// Calico's syncer types: Typha's per-syncer metrics have a series for each.
+const SYNCERS: [&str; 4] = ["felix", "bgp", "tunnel-ip-allocation", "node-status"];
+
+/// Typha's per-syncer metrics of the cache: here one cache serves every syncer type, and they
+/// carry `syncer="felix"` only (docs/server.md).
+const PER_CACHE: &[&str] = &[
+    "typha_breadcrumb_seq_number",
+    "typha_updates_total",
+    "typha_updates_skipped",
+    "typha_cache_size",
+    "typha_breadcrumb_size",
+];
+
 /// Typha's metrics this server does not expose, each for a reason given in docs/server.md.
 const NOT_EXPOSED: &[(&str, &str)] = &[(
     "typha_logs_dropped",
@@ -85,6 +98,10 @@ const OURS: &[(&str, &str)] = &[
     ("typha_connections_handshaking", "gauge"),
     ("typha_connections_syncing", "gauge"),
     ("typha_client_ack_lag_secs", "histogram"),
+    ("typha_connections_limit", "gauge"),
+    ("typha_calico_connections", "gauge"),
+    ("typha_calico_connections_refused_total", "counter"),
+    ("typha_build_info", "gauge"),
     // What deploy/monitoring's alerts compare: nodes against agents, replicas with each other.
     ("typha_in_sync", "gauge"),
     ("typha_cluster_nodes", "gauge"),
@@ -107,6 +124,7 @@ const PROCESS: &[(&str, &str)] = &[
 /// The only label names any sample may carry: each takes values from a fixed set.
 const LABELS: &[&str] = &[
     "syncer",
+    "protocol",
     "kind",
     "reason",
     "quantile",
@@ -358,10 +376,22 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
             }
             let got: BTreeSet<&str> = s.labels.keys().map(String::as_str).collect();
             assert_eq!(got, want, "labels of {s:?}");
-            if labels.contains(&"syncer") {
-                assert_eq!(s.labels["syncer"], "felix", "{s:?}");
-            }
         }
+        // The syncer types each has a series for: the cache's own, felix (the one cache every
+        // type is served from); the others, all four from the start, as Typha creates them.
+        let syncers: BTreeSet<&str> = series
+            .iter()
+            .filter_map(|s| s.labels.get("syncer").map(String::as_str))
+            .collect();
+        if !labels.contains(&"syncer") {
+            assert!(syncers.is_empty(), "{name}");
+        } else if PER_CACHE.contains(name) {
+            assert_eq!(syncers, BTreeSet::from(["felix"]), "{name}");
+        } else {
+            assert_eq!(syncers, BTreeSet::from(SYNCERS), "{name}");
+        }
+        // This story has clients of our own protocol only: they count under felix.
+        let felix = |s: &&&Sample| s.labels.get("syncer").is_none_or(|v| v == "felix");
         match *ty {
             "summary" => {
                 let quantiles: BTreeSet<&str> = series
@@ -372,6 +402,7 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
                 assert_eq!(quantiles, BTreeSet::from(["0.5", "0.9", "0.99"]), "{name}");
                 let count = series
                     .iter()
+                    .filter(felix)
                     .find(|s| s.name == format!("{name}_count"))
                     .unwrap_or_else(|| panic!("{name}_count"));
                 assert!(count.value >= 1.0, "{name}: nothing observed");
@@ -381,12 +412,15 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
                 );
             }
             _ => {
-                assert_eq!(series.len(), 1, "{name}: {series:?}");
-                let v = series[0].value;
+                assert_eq!(series.len(), syncers.len().max(1), "{name}: {series:?}");
+                let v = series.iter().find(felix).unwrap().value;
                 if ZERO_HERE.contains(name) {
                     assert_eq!(v, 0.0, "{name}");
                 } else {
                     assert!(v >= 1.0, "{name} is {v}: nothing measured");
+                }
+                for s in series.iter().filter(|s| !felix(s)) {
+                    assert_eq!(s.value, 0.0, "no Calico client here: {s:?}");
                 }
             }
         }
@@ -476,9 +510,19 @@ async fn metrics_are_typhas_exact_names_and_types_beside_ours() {
     let deltas_bytes = value("typha_resume_bytes_total", &[("kind", "deltas")]);
     assert!(snapshot_bytes > 2.0 * deltas_bytes && deltas_bytes > 0.0);
 
+    // The limits: no balancing here, so both are TYPHA_MAXCONNECTIONSUPPERLIMIT.
+    for p in ["all", "typha-rs"] {
+        assert_eq!(value("typha_connections_limit", &[("protocol", p)]), 2.0);
+    }
+    // What the binary was built from (its labels are checked in build_info's unit test).
+    let build = of("typha_build_info");
+    assert_eq!(build.len(), 1);
+    assert_eq!(build[0].value, 1.0);
+    assert_eq!(build[0].labels["version"], env!("CARGO_PKG_VERSION"));
+
     // No per-node detail in any label: names from a fixed set, and no value that is the
     // clients' host name or an address.
-    for s in &samples {
+    for s in samples.iter().filter(|s| s.name != "typha_build_info") {
         for (k, v) in &s.labels {
             assert!(LABELS.contains(&k.as_str()), "label {k} on {s:?}");
             assert!(
@@ -574,5 +618,147 @@ async fn per_node_detail_is_on_status_and_the_phases_are_counted() {
         srv.metrics.connections_handshaking.get() == 0
     })
     .await;
+    srv.shutdown().await;
+}
+
+/// A Calico client of `syncer` (our Rust client of Calico's protocol, as calico-node behaves:
+/// it answers pings) on plain TCP, until the server closes it or the task is aborted.
+fn calico_client(
+    srv: &typha_server::server::RunningServer,
+    syncer: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    let addr = srv.addr;
+    tokio::spawn(async move {
+        use typha_client::calico::{CalicoHello, Until, run_with};
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let hello = CalicoHello::calico_node(format!("calico-{syncer}"), syncer);
+        let _ = run_with(tcp, &hello, Until::Closed, Duration::from_secs(60), |_| {}).await;
+    })
+}
+
+/// Issue 39: each Calico client counts under the syncer type of its hello in every one of
+/// Typha's per-syncer metrics of connections and snapshots (a calico-node's four connections
+/// used to show as `typha_connections_streaming{syncer="felix"} 4`), ours under felix; and
+/// `/status?nodes` shows a Calico client's protocol, syncer type and real lag (it
+/// acknowledges nothing: what has not been written to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calico_clients_count_under_their_own_syncer_type_and_show_their_lag_on_status() {
+    let mut cfg = Config::for_tests();
+    cfg.health = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.metrics = cfg.health;
+    cfg.conn.ping_interval = Duration::from_millis(50);
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(2, 3));
+    settle(&srv, &store).await;
+    let clients: Vec<_> = SYNCERS.iter().map(|s| calico_client(&srv, s)).collect();
+    let mut ours = Peer::connect(srv.addr).await;
+    ours.hello(Peer::offer("ours", None)).await.unwrap();
+    ours.sync_to(&srv).await;
+    common::eventually("every client streaming", || {
+        srv.metrics.connections_streaming.total() == 5
+    })
+    .await;
+    // Changes that reach every syncer type but node-status (nodes), then pings answered.
+    for i in 0..3 {
+        store.put(
+            typha_server::calico::v3::Resource::from_json(serde_json::json!({
+                "apiVersion": "projectcalico.org/v3", "kind": "Node",
+                "metadata": {"name": format!("extra-{i}")},
+                "spec": {"bgp": {"ipv4Address": format!("10.99.0.{i}/16")}}}))
+            .unwrap(),
+        );
+        settle(&srv, &store).await;
+    }
+    // And one for node-status.
+    store.put(
+        typha_server::calico::v3::Resource::from_json(serde_json::json!({
+            "apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
+            "metadata": {"name": "status-0"},
+            "spec": {"node": typha_server::sample::node_name(0), "classes": ["BGP"],
+                     "updatePeriodSeconds": 5}}))
+        .unwrap(),
+    );
+    settle(&srv, &store).await;
+    ours.sync_to(&srv).await;
+    let latest = srv.cache.latest().seq.0;
+    let health = srv.health_addr.unwrap();
+    let nodes = loop {
+        let (_, _, body) = get(health, "/status?nodes").await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let nodes = v["nodes"].as_array().unwrap().clone();
+        let current = nodes.iter().all(|n| n["seq"] == latest);
+        let (_, _, text) = get(srv.metrics_addr.unwrap(), "/metrics").await;
+        let pinged = SYNCERS.iter().all(|s| {
+            text.contains(&format!("typha_ping_latency_count{{syncer=\"{s}\"}} "))
+                && !text.contains(&format!("typha_ping_latency_count{{syncer=\"{s}\"}} 0\n"))
+        });
+        if nodes.len() == 5 && current && pinged {
+            break nodes;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for n in &nodes {
+        if n["name"] == "ours" {
+            assert_eq!(n["protocol"], "typha-rs", "{n}");
+            assert_eq!(n["syncer"], "felix", "{n}");
+            continue;
+        }
+        assert_eq!(n["protocol"], "calico", "{n}");
+        assert_eq!(
+            n["name"].as_str().unwrap(),
+            format!("calico-{}", n["syncer"].as_str().unwrap()),
+            "{n}"
+        );
+        assert_eq!(n["phase"], "streaming", "{n}");
+        // Written everything: no lag, nothing behind, and no acknowledgement to show.
+        assert_eq!(n["lag"], 0, "{n}");
+        assert_eq!(n["behind_secs"], 0.0, "{n}");
+        assert_eq!(n["acked"], serde_json::Value::Null, "{n}");
+        assert_eq!(n["ack_lag"], serde_json::Value::Null, "{n}");
+    }
+
+    let (_, _, text) = get(srv.metrics_addr.unwrap(), "/metrics").await;
+    let (_, samples) = parse(&text);
+    let value = |name: &str, syncer: &str| {
+        samples
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && s.labels.get("syncer").map(String::as_str) == Some(syncer)
+                    && !s.labels.contains_key("quantile")
+            })
+            .unwrap_or_else(|| panic!("no {name}{{syncer={syncer}}}"))
+            .value
+    };
+    for syncer in SYNCERS {
+        let want = if syncer == "felix" { 2.0 } else { 1.0 };
+        assert_eq!(
+            value("typha_connections_streaming", syncer),
+            want,
+            "{syncer}"
+        );
+        assert_eq!(value("typha_calico_connections", syncer), 1.0, "{syncer}");
+        assert_eq!(value("typha_snapshots_generated", syncer), want, "{syncer}");
+        assert!(
+            value("typha_snapshot_compressed_bytes", syncer) > 0.0,
+            "{syncer}"
+        );
+        assert!(value("typha_snapshot_raw_bytes", syncer) > 0.0, "{syncer}");
+        for summary in [
+            "typha_client_snapshot_send_secs_count",
+            "typha_client_latency_secs_count",
+            "typha_client_write_latency_secs_count",
+            "typha_ping_latency_count",
+            "typha_kvs_per_msg_count",
+        ] {
+            assert!(value(summary, syncer) >= 1.0, "{summary}{{{syncer}}}");
+        }
+        let steps =
+            value("typha_breadcrumb_block", syncer) + value("typha_breadcrumb_non_block", syncer);
+        assert!(steps >= 3.0, "{syncer}: {steps} steps");
+    }
+    for c in clients {
+        c.abort();
+    }
     srv.shutdown().await;
 }

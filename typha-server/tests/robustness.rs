@@ -354,7 +354,7 @@ async fn initial_syncs_take_turns_and_waiting_clients_are_pinged() {
     let mut stuck = Peer::over(Box::new(sock.connect(srv.addr).await.unwrap()));
     stuck.hello(Peer::offer("stuck", None)).await.unwrap();
     common::eventually("the stuck client to hold the turn", || {
-        srv.metrics.snapshots_generated.get() == 1
+        srv.metrics.snapshots_generated.felix().get() == 1
     })
     .await;
     let mut waiting = Vec::new();

@@ -103,8 +103,8 @@ async fn frames_are_encoded_once_whatever_the_number_of_clients() {
         "one delta frame encode per breadcrumb for 20 clients"
     );
     // 20 clients joined one unchanged version: one snapshot built, the rest reused.
-    assert_eq!(srv.metrics.snapshots_generated.get(), 1);
-    assert_eq!(srv.metrics.snapshots_reused.get(), 19);
+    assert_eq!(srv.metrics.snapshots_generated.felix().get(), 1);
+    assert_eq!(srv.metrics.snapshots_reused.felix().get(), 19);
     srv.shutdown().await;
 }
 

@@ -88,7 +88,7 @@ async fn a_restart_of_the_upstream_costs_the_second_tiers_agents_only_deltas() {
     let mut agent = Peer::connect(b.addr).await;
     agent.hello(Peer::offer("agent-1", None)).await.unwrap();
     agent.sync_to(&b).await;
-    let snapshots_before = b.metrics.snapshots_generated.get();
+    let snapshots_before = b.metrics.snapshots_generated.felix().get();
 
     // A goes away; meanwhile the datastore changes; a new A (new epoch) comes up on the
     // same address.
@@ -104,7 +104,10 @@ async fn a_restart_of_the_upstream_costs_the_second_tiers_agents_only_deltas() {
         })
         .await;
     // B's own agent was never resynced: no new snapshot was built for it.
-    assert_eq!(b.metrics.snapshots_generated.get(), snapshots_before);
+    assert_eq!(
+        b.metrics.snapshots_generated.felix().get(),
+        snapshots_before
+    );
     b.shutdown().await;
     a2.shutdown().await;
 }

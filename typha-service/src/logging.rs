@@ -64,6 +64,27 @@ pub fn init(filter: &str, json: bool, output: Output) {
     };
 }
 
+/// Checks a filter of `tracing` directives: each a level (`info`) or `target=level`
+/// (`typha_server=debug`; `[span]` forms too). A bare word that is not a level is refused: it
+/// would enable every level of a target of that name and nothing else, so a level name
+/// misspelt (`verbose`, `inf`) would silence the program.
+pub fn check_filter(filter: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    if filter.trim().is_empty() {
+        return Err("empty".into());
+    }
+    for d in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = !d.contains('=') && !d.contains('[');
+        if level && !LEVELS.contains(&d.to_ascii_lowercase().as_str()) {
+            return Err(format!("{d:?} is not a level ({})", LEVELS.join(", ")));
+        }
+    }
+    EnvFilter::builder()
+        .parse(filter)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// Makes writers to `Output` that count write errors.
 #[derive(Debug, Clone, Copy)]
 struct Counted(Output);
@@ -110,5 +131,25 @@ impl Write for Writer {
             Writer::Stdout(w) => w.flush(),
             Writer::Stderr(w) => w.flush(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_is_levels_and_directives_and_a_bare_word_is_refused() {
+        for ok in [
+            "info",
+            "DEBUG",
+            "info,typha_server=debug",
+            "typha_server::conn=trace",
+        ] {
+            assert_eq!(check_filter(ok), Ok(()), "{ok}");
+        }
+        for bad in ["verbose", "", "info,inf", "x=notalevel"] {
+            assert!(check_filter(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -116,7 +116,7 @@ impl Breadcrumb {
             .get_or_init(|| {
                 let msg = deltas_message(self, v.view);
                 if let Message::Deltas(d) = &msg {
-                    m.kvs_per_msg.observe(d.updates.len() as f64);
+                    m.kvs_per_msg.felix().observe(d.updates.len() as f64);
                 }
                 m.counted(FrameKind::delta, encode(&msg, v.compress))
             })
@@ -152,7 +152,7 @@ impl Breadcrumb {
                         latest.insert(u.key.clone(), u.clone());
                     }
                 }
-                m.kvs_per_msg.observe(latest.len() as f64);
+                m.kvs_per_msg.felix().observe(latest.len() as f64);
                 let msg = Message::Deltas(Deltas {
                     from_seq: from,
                     seq: self.seq,

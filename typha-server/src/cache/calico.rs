@@ -72,6 +72,11 @@ impl Carriage {
     /// `msg` as bytes for a stream of this carriage that started with the server preamble.
     /// Our messages always encode; a failure is a bug, logged here at error.
     pub fn encode(self, msg: &Message) -> Result<Bytes, Unencodable> {
+        self.encode_sized(msg).map(|(b, _)| b)
+    }
+
+    /// [`Carriage::encode`], with the size of the gob before compression.
+    fn encode_sized(self, msg: &Message) -> Result<(Bytes, usize), Unencodable> {
         let gob = messages::encode(Side::Server, msg).map_err(|e| {
             tracing::error!(kind = %msg.kind(), error = %e, "a Calico message could not be encoded");
             Unencodable {
@@ -79,8 +84,9 @@ impl Carriage {
                 error: e.to_string(),
             }
         })?;
+        let raw = gob.len();
         Ok(match self {
-            Carriage::Plain => gob,
+            Carriage::Plain => (gob, raw),
             Carriage::Snappy => {
                 // Room for the whole message, as a block may be stored uncompressed; but a
                 // frame is usually a fraction of it (Calico's JSON values compress well), and
@@ -89,7 +95,7 @@ impl Carriage {
                 // capacity, so the frame is copied out at its own size.
                 let mut out = Vec::with_capacity(gob.len() + 16);
                 ChunkEncoder::new().encode(&gob, &mut out);
-                Bytes::copy_from_slice(&out)
+                (Bytes::copy_from_slice(&out), raw)
             }
         })
     }
@@ -102,8 +108,18 @@ impl Carriage {
         kind: FrameKind,
         m: &Metrics,
     ) -> Result<Bytes, Unencodable> {
-        match self.encode(msg) {
-            Ok(b) => Ok(m.counted(kind, b)),
+        self.encode_counted_sized(msg, kind, m).map(|(b, _)| b)
+    }
+
+    /// [`Carriage::encode_counted`], with the size of the gob before compression.
+    fn encode_counted_sized(
+        self,
+        msg: &Message,
+        kind: FrameKind,
+        m: &Metrics,
+    ) -> Result<(Bytes, usize), Unencodable> {
+        match self.encode_sized(msg) {
+            Ok((b, raw)) => Ok((m.counted(kind, b), raw)),
             Err(e) => {
                 m.encode_failed(kind);
                 Err(e)
@@ -175,7 +191,7 @@ impl CalicoCrumb {
             if kvs.is_empty() {
                 return Ok(None);
             }
-            m.kvs_per_msg.observe(kvs.len() as f64);
+            m.kvs_per_msg.of(syncer).observe(kvs.len() as f64);
             carriage
                 .encode_counted(&Message::Kvs(kvs), FrameKind::calico_delta, m)
                 .map(Some)
@@ -325,7 +341,7 @@ impl CalicoSnapshots {
         if let Some(s) = slot.as_ref()
             && (s.seq == latest || s.built.elapsed() < REUSE_FOR)
         {
-            m.snapshots_reused.inc();
+            m.snapshots_reused.of(syncer).inc();
             return Ok(s.clone());
         }
         let snap = match tokio::task::spawn_blocking(build).await {
@@ -386,15 +402,23 @@ pub fn build<'a>(
     // message is encoded instead of existing twice until the end.
     let mut frames = Vec::with_capacity(n.div_ceil(batch));
     let mut rest = all.into_iter();
+    let (mut raw, mut wire) = (0usize, 0usize);
     loop {
         let kvs: Vec<SerializedUpdate> = rest.by_ref().take(batch).collect();
         if kvs.is_empty() {
             break;
         }
-        m.kvs_per_msg.observe(kvs.len() as f64);
-        frames.push(carriage.encode_counted(&Message::Kvs(kvs), FrameKind::calico_snapshot, m)?);
+        m.kvs_per_msg.of(syncer).observe(kvs.len() as f64);
+        let (frame, gob) =
+            carriage.encode_counted_sized(&Message::Kvs(kvs), FrameKind::calico_snapshot, m)?;
+        raw += gob;
+        wire += frame.len();
+        frames.push(frame);
     }
-    m.snapshots_generated.inc();
+    m.snapshots_generated.of(syncer).inc();
+    let bytes = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    m.snapshot_raw_bytes.of(syncer).set(bytes(raw));
+    m.snapshot_compressed_bytes.of(syncer).set(bytes(wire));
     Ok(CalicoSnapshot {
         seq,
         status,

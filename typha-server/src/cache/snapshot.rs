@@ -167,7 +167,7 @@ impl Snapshots {
             .as_ref()
             .filter(|s| reusable(&s.crumb, s.built, &latest, floor))
         {
-            cache.metrics.snapshots_reused.inc();
+            cache.metrics.snapshots_reused.felix().inc();
             return s.clone();
         }
         let (c2, cfg) = (cache.clone(), self.cfg);
@@ -177,10 +177,11 @@ impl Snapshots {
             // The build panicked: a bug; build again on this thread rather than fail the client.
             Err(_) => Arc::new(build_full(cache, cache.latest(), v, cfg)),
         };
-        cache.metrics.snapshots_generated.inc();
+        cache.metrics.snapshots_generated.felix().inc();
         cache
             .metrics
             .snapshot_compressed_bytes
+            .felix()
             .set(i64::try_from(s.wire_bytes).unwrap_or(i64::MAX));
         *slot = Some(s.clone());
         s
@@ -324,6 +325,7 @@ fn build_full(
     cache
         .metrics
         .snapshot_raw_bytes
+        .felix()
         .set(i64::try_from(raw).unwrap_or(i64::MAX));
     SnapshotFrames {
         seq: crumb.seq,

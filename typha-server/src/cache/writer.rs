@@ -428,7 +428,7 @@ impl CacheWriter {
             let Some(ev) = ev else { return };
             self.handle(ev);
             self.drain(&mut rx);
-            let clients = self.cache.metrics.connections_streaming.get();
+            let clients = self.cache.metrics.connections_streaming.total();
             let window = self.cfg.window(u64::try_from(clients).unwrap_or(0));
             let hold = self
                 .last_publish

@@ -1,5 +1,7 @@
-//! The flags and `TYPHA_*` environment variables (Calico Typha's names where the meaning is
-//! the same), as clap parses them.
+//! The flags and `TYPHA_*` settings (Calico Typha's names where the meaning is the same), as
+//! clap parses them. Each setting's environment name is its `env`; `cli::sources` reads the
+//! environment and the config file (case-insensitive names, as Typha) and hands clap what it
+//! found as flags.
 
 use std::path::PathBuf;
 
@@ -10,12 +12,27 @@ use super::gen_certs::GenCertsArgs;
 
 /// The fan-out caching proxy for Calico-style networking.
 #[derive(Debug, Parser)]
-#[command(name = "typha-server", version, about)]
+#[command(
+    name = "typha-server",
+    version = crate::build_info::SHORT_VERSION,
+    long_version = crate::build_info::LONG_VERSION,
+    about
+)]
 pub struct Cli {
     /// An operator command instead of serving (the server's flags and variables are then
     /// ignored, except by `check-config`).
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Config file of settings, as Calico's Typha reads it (INI: `Name = value` lines, any
+    /// section, names as the variables' without `TYPHA_`, in any case). Absent: ignored. The
+    /// environment overrides it, flags override both.
+    #[arg(
+        short = 'c',
+        long,
+        global = true,
+        default_value = "/etc/calico/typha.cfg"
+    )]
+    pub config_file: PathBuf,
     /// Datastore: `embedded` (the in-process store fed from --embedded-dir), `etcdv3`
     /// (Calico's etcd v3 layout, at --etcd-endpoints) or `typha` (another typha server, at
     /// --upstream: tiered fan-out).
@@ -27,14 +44,16 @@ pub struct Cli {
     )]
     pub datastore_type: String,
     /// etcd client URLs (comma-separated): all `http://`, or all `https://` with
-    /// --etcd-ca-file.
-    #[arg(
-        long,
-        env = "TYPHA_ETCDENDPOINTS",
-        value_delimiter = ',',
-        default_value = "http://127.0.0.1:2379"
-    )]
+    /// --etcd-ca-file. Default: --etcd-scheme://--etcd-addr, `http://127.0.0.1:2379`.
+    #[arg(long, env = "TYPHA_ETCDENDPOINTS", value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
+    /// Typha's older way to name one etcd endpoint, with --etcd-scheme, when --etcd-endpoints
+    /// is not given (`host:port`).
+    #[arg(long, env = "TYPHA_ETCDADDR", default_value = "127.0.0.1:2379")]
+    pub etcd_addr: String,
+    /// `http` or `https`: the scheme of --etcd-addr.
+    #[arg(long, env = "TYPHA_ETCDSCHEME", default_value = "http")]
+    pub etcd_scheme: String,
     /// CA certificate that signs etcd's server certificate (PEM); needed for https endpoints.
     #[arg(long, env = "TYPHA_ETCDCAFILE")]
     pub etcd_ca_file: Option<PathBuf>,
@@ -54,6 +73,17 @@ pub struct Cli {
     /// tunnel address is its pod CIDR's first address.
     #[arg(long, env = "USE_POD_CIDR", default_value = "false", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub use_pod_cidr: bool,
+    /// The API group of Calico's kinds with `TYPHA_DATASTORETYPE=kubernetes` (Calico's
+    /// `CALICO_API_GROUP`, the variable Calico's Typha reads): `projectcalico.org/v3` (Calico
+    /// 3.32's v3 CRDs) or `crd.projectcalico.org/v1`. Unset: as Calico discovers it (v3 when the
+    /// API server serves `projectcalico.org` and not `crd.projectcalico.org`).
+    #[arg(long, env = "CALICO_API_GROUP")]
+    pub calico_api_group: Option<String>,
+    /// The prefix of pods' host-side interface names with `TYPHA_DATASTORETYPE=kubernetes`
+    /// (Felix's `FELIX_INTERFACEPREFIX`, which Calico's Typha reads too; the first of its
+    /// comma-separated prefixes). Unset: `cali`.
+    #[arg(long, env = "FELIX_INTERFACEPREFIX")]
+    pub interface_prefix: Option<String>,
     /// Upstream typha servers (`host:port`, comma-separated) for `TYPHA_DATASTORETYPE=typha`:
     /// this server is fed by them instead of a datastore (tiered fan-out).
     #[arg(long, env = "TYPHA_UPSTREAMADDR", value_delimiter = ',')]
@@ -220,7 +250,9 @@ pub struct Cli {
     /// the Service would empty and agents would lose even the stale view).
     #[arg(long, env = "TYPHA_FAILREADINESSWHENSTALE", default_value = "false", action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub fail_readiness_when_stale: bool,
-    /// Log level: Debug, Info, Warning, Error, Fatal (or a tracing filter).
+    /// Log level: Debug, Info, Warning, Error, Critical (Typha's, in any case; also Trace,
+    /// Fatal, Panic), None (nothing), or a tracing filter of `target=level` directives
+    /// (`info,typha_server::governor=debug`).
     #[arg(long, env = "TYPHA_LOGSEVERITYSCREEN", default_value = "Info")]
     pub log_severity_screen: String,
     /// Log as JSON lines.
@@ -234,22 +266,39 @@ pub enum Command {
     /// Makes a CA, a server certificate and a client certificate (ECDSA P-256) into files
     /// and/or a manifest of two Secrets, for clusters without cert-manager.
     GenCerts(Box<GenCertsArgs>),
-    /// Reads the flags and `TYPHA_*` variables as the server would and exits: 0 if the
-    /// server would start with them, 64 naming the first wrong setting, or any `TYPHA_*`
-    /// variable that is not a setting of this program (a typo, or a Calico Typha setting we
-    /// do not have: the server ignores those).
+    /// Reads the flags, the `TYPHA_*` variables and the config file as the server would and
+    /// exits: 0 if the server would start with them (with one line for each Calico Typha
+    /// setting given that this program does not implement, saying what it does instead), 64
+    /// naming the first wrong setting, or any `TYPHA_*` name that is a setting neither of this
+    /// program nor of Calico's Typha (a typo: the server ignores those).
     CheckConfig,
 }
 
 impl Cli {
     /// The tracing filter for the log severity (Typha's level names, or a filter string).
-    pub fn log_filter(&self) -> String {
-        match self.log_severity_screen.to_ascii_lowercase().as_str() {
+    /// `TYPHA_LOGSEVERITYSCREEN` that is neither a level nor a filter (`verbose`, which as a
+    /// filter would enable only a target of that name: a server that logs nothing) is an
+    /// error naming the setting.
+    pub fn log_filter(&self) -> Result<String, typha_service::exit::SettingError> {
+        let s = self.log_severity_screen.trim();
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "trace" => "trace".into(),
             "debug" => "debug".into(),
             "info" => "info".into(),
             "warning" | "warn" => "warn".into(),
-            "error" | "fatal" | "panic" => "error".into(),
-            _ => self.log_severity_screen.clone(),
-        }
+            "error" | "critical" | "fatal" | "panic" => "error".into(),
+            // Typha's `none`: no log lines.
+            "none" | "off" => "off".into(),
+            _ => typha_service::logging::check_filter(s)
+                .map(|()| s.to_owned())
+                .map_err(|e| {
+                    typha_service::exit::SettingError::new(
+                        "TYPHA_LOGSEVERITYSCREEN",
+                        format!(
+                            "{s:?} is not a level (Debug, Info, Warning, Error, Critical, None) nor a filter of target=level directives: {e}"
+                        ),
+                    )
+                })?,
+        })
     }
 }

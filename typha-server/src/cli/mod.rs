@@ -1,7 +1,10 @@
-//! The `typha-server` program, in three steps a reader can take one at a time:
+//! The `typha-server` program, in steps a reader can take one at a time:
 //!
 //! - [`flags`]: the flags and `TYPHA_*` environment variables (Calico Typha's names where the
 //!   meaning is the same), as clap parses them;
+//! - [`sources`]: where they are read from, as Typha reads them: the environment (names in any
+//!   case) and Typha's config file; [`typha_settings`]: Typha's settings this program does not
+//!   implement, and what it does instead;
 //! - [`settings`]: flags to a [`crate::config::Config`], a pure, tested function that names the
 //!   setting that is wrong;
 //! - [`program`]: the whole program (the binary is one call to [`main`], so loadtest and the
@@ -12,6 +15,8 @@ pub mod flags;
 pub mod gen_certs;
 pub mod program;
 pub mod settings;
+pub mod sources;
+pub mod typha_settings;
 
 pub use flags::Cli;
 pub use program::{main, main_from};

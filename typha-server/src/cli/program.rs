@@ -3,42 +3,63 @@
 
 use std::process::ExitCode;
 
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use typha_service::exit::{self, EX_CONFIG};
 use typha_service::logging::{self, Output};
 use typha_service::signal::wait_for_signal;
 
-use super::flags::{Cli, Command};
+use super::flags::Command;
+use super::sources::{LoadError, Loaded, is_display, load, read_file};
 use crate::config::{Config, DatastoreConfig};
 use crate::datastore::open::{OpenError, open};
 use crate::server::RunningServer;
 
 const PROGRAM: &str = "typha-server";
 
-/// The `typha-server` program: parses flags and `TYPHA_*` variables from the process, starts
-/// the server, and shuts it down gracefully on SIGTERM or Ctrl-C. Bad configuration: one line
-/// naming the setting, exit code 64.
+/// The `typha-server` program: reads its settings from flags, `TYPHA_*` variables and the
+/// config file ([`super::sources`]), starts the server, and shuts it down gracefully on
+/// SIGTERM or Ctrl-C. Bad configuration: one line naming the setting, exit code 64.
 pub fn main() -> ExitCode {
     main_from(std::env::args_os())
 }
 
 /// [`main`] with these arguments (the first is the program name), for programs that embed it.
+/// The environment and the config file are the process's.
 pub fn main_from<I, T>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match typha_service::cli::parse::<Cli>(PROGRAM, args) {
-        Ok(c) => c,
-        Err(code) => return code,
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let loaded = match load(args, std::env::vars_os(), read_file) {
+        Ok(l) => l,
+        Err(LoadError::Flags(e)) if is_display(&e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return exit::invalid_config(PROGRAM, e),
     };
-    match &cli.command {
+    match &loaded.cli.command {
         Some(Command::GenCerts(args)) => return gen_certs(args),
-        Some(Command::CheckConfig) => return check_config(cli),
+        Some(Command::CheckConfig) => return check_config(loaded),
         None => {}
     }
-    logging::init(&cli.log_filter(), cli.log_json, Output::Stdout);
-    let cfg = match cli.into_config() {
+    let filter = match loaded.cli.log_filter() {
+        Ok(f) => f,
+        Err(e) => return exit::invalid_config(PROGRAM, e),
+    };
+    logging::init(&filter, loaded.cli.log_json, Output::Stdout);
+    crate::build_info::log_start();
+    if let Some(f) = &loaded.file {
+        info!(file = %f.display(), "settings read from the config file too");
+    }
+    for note in &loaded.notes {
+        info!("{note}");
+    }
+    for name in &loaded.unknown {
+        warn!("{name}: not a setting of {PROGRAM} nor of Calico's Typha; ignored");
+    }
+    let cfg = match loaded.cli.into_config() {
         Ok(c) => c,
         Err(e) => return exit::invalid_config(PROGRAM, e),
     };
@@ -101,34 +122,28 @@ fn gen_certs(args: &super::gen_certs::GenCertsArgs) -> ExitCode {
     }
 }
 
-/// `TYPHA_*` variables in this process that no flag reads.
-fn unknown_variables() -> Vec<String> {
-    use clap::CommandFactory;
-    let cmd = Cli::command();
-    let known: std::collections::BTreeSet<String> = cmd
-        .get_arguments()
-        .filter_map(|a| a.get_env())
-        .map(|e| e.to_string_lossy().into_owned())
-        .collect();
-    std::env::vars_os()
-        .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| k.starts_with("TYPHA_") && !known.contains(k))
-        .collect()
-}
-
-fn check_config(cli: Cli) -> ExitCode {
-    let unknown = unknown_variables();
-    if !unknown.is_empty() {
+/// `check-config`: the settings as the server would read them. Unknown `TYPHA_*` names are
+/// refused; each Typha setting this program does not implement gets its line on standard
+/// output, then the summary.
+fn check_config(loaded: Loaded) -> ExitCode {
+    if !loaded.unknown.is_empty() {
         return exit::invalid_config(
             PROGRAM,
             format_args!(
-                "{}: not a setting of {PROGRAM} (the server would ignore it)",
-                unknown.join(", ")
+                "{}: not a setting of {PROGRAM} nor of Calico's Typha (the server would ignore it)",
+                loaded.unknown.join(", ")
             ),
         );
     }
-    match cli.into_config() {
+    let (notes, file) = (loaded.notes, loaded.file);
+    match loaded.cli.into_config() {
         Ok(cfg) => {
+            for note in notes {
+                println!("{PROGRAM}: {note}");
+            }
+            if let Some(f) = file {
+                println!("{PROGRAM}: settings read from {} too", f.display());
+            }
             println!("{PROGRAM}: configuration ok: {}", cfg.summary());
             ExitCode::SUCCESS
         }

@@ -13,6 +13,9 @@ use crate::cache::snapshot::{MAX_CHUNK_BYTES, SnapshotConfig};
 use crate::config::{Config, DatastoreConfig};
 use crate::conn::ConnConfig;
 use crate::datastore::etcd::{self, ClientCert, EtcdTls};
+use crate::datastore::kubernetes::{
+    CALICO_API_GROUP, CalicoGroup, FELIX_INTERFACEPREFIX, InterfacePrefix,
+};
 use crate::governor::GovernorConfig;
 use crate::tls::TlsConfig;
 
@@ -29,9 +32,10 @@ fn secs(setting: &'static str, v: f64) -> Result<Duration, SettingError> {
         .map_err(|_| bad(setting, format!("{v} is not a number of seconds")))
 }
 
+/// `host:port`; an empty host is all interfaces, IPv6 and IPv4 ([`crate::listen::ALL`]).
 fn addr(setting: &'static str, host: &str, port: u16) -> Result<SocketAddr, SettingError> {
     if host.is_empty() {
-        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+        return Ok(SocketAddr::from((crate::listen::ALL, port)));
     }
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, port));
@@ -64,7 +68,8 @@ fn server_hostname() -> String {
 impl Cli {
     /// Checks and converts the settings.
     pub fn into_config(self) -> Result<Config, SettingError> {
-        let datastore = match self.datastore_type.as_str() {
+        // Typha's oneof settings take any case.
+        let datastore = match self.datastore_type.to_ascii_lowercase().as_str() {
             "embedded" => DatastoreConfig::Embedded {
                 // Relative to the working directory: the release binary must not carry a path of
                 // the machine that built it.
@@ -92,6 +97,14 @@ impl Cli {
                     }
                 },
                 use_pod_cidr: self.use_pod_cidr,
+                calico_api_group: CalicoGroup::from_setting(
+                    self.calico_api_group.as_deref().unwrap_or_default(),
+                )
+                .map_err(|e| bad(CALICO_API_GROUP, e))?,
+                interface_prefix: InterfacePrefix::from_setting(
+                    self.interface_prefix.as_deref().unwrap_or_default(),
+                )
+                .map_err(|e| bad(FELIX_INTERFACEPREFIX, e))?,
             },
             other => {
                 return Err(bad(
@@ -145,6 +158,7 @@ impl Cli {
         if stale_threshold.is_zero() {
             return Err(bad("TYPHA_STALETHRESHOLDSECS", "must be more than 0"));
         }
+        self.log_filter()?;
         if self.snapshot_cache_max_batch_size == 0 {
             return Err(bad("TYPHA_SNAPSHOTCACHEMAXBATCHSIZE", "must be at least 1"));
         }
@@ -406,13 +420,24 @@ impl Cli {
     /// The etcd endpoints and TLS files, checked: every file readable and of the right kind,
     /// https endpoints with a CA, client certificate and key together.
     fn etcd(&self) -> Result<DatastoreConfig, SettingError> {
-        let endpoints: Vec<String> = self
+        let mut endpoints: Vec<String> = self
             .etcd_endpoints
             .iter()
             .map(|e| e.trim())
             .filter(|e| !e.is_empty())
             .map(str::to_owned)
             .collect();
+        if endpoints.is_empty() {
+            // Typha's older pair, defaults included: http://127.0.0.1:2379.
+            let scheme = self.etcd_scheme.trim().to_ascii_lowercase();
+            if scheme != "http" && scheme != "https" {
+                return Err(bad(
+                    "TYPHA_ETCDSCHEME",
+                    format!("{scheme:?} is not http or https"),
+                ));
+            }
+            endpoints.push(format!("{scheme}://{}", self.etcd_addr.trim()));
+        }
         let given = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
         let (ca, cert, key) = (
             given(&self.etcd_ca_file),

@@ -8,6 +8,7 @@ use super::flags::Cli;
 use super::settings::DEFAULT_EMBEDDED_DIR;
 use crate::config::{Config, DatastoreConfig};
 use crate::datastore::etcd::EtcdTls;
+use crate::datastore::kubernetes::{CalicoGroup, InterfacePrefix};
 use typha_service::exit::SettingError;
 
 fn parse(args: &[&str]) -> Result<Config, SettingError> {
@@ -70,7 +71,10 @@ fn upstream_settings() {
 #[test]
 fn defaults_match_typha() {
     let c = parse(&[]).unwrap();
-    assert_eq!(c.listen, SocketAddr::from(([0, 0, 0, 0], 5473)));
+    // All interfaces, IPv6 and IPv4, as Go's `net.Listen("tcp", ":5473")`.
+    assert_eq!(c.listen, SocketAddr::from((crate::listen::ALL, 5473)));
+    assert_eq!(c.health.unwrap().ip(), crate::listen::ALL);
+    assert_eq!(c.metrics.unwrap().ip(), crate::listen::ALL);
     assert_eq!(c.health.unwrap().port(), 9098);
     assert_eq!(c.metrics.unwrap().port(), 9093);
     assert_eq!(c.conn.ping_interval, Duration::from_secs(10));
@@ -352,7 +356,9 @@ fn kubernetes_settings_with_host_local_ipam() {
         c.datastore,
         DatastoreConfig::Kubernetes {
             api_endpoint: None,
-            use_pod_cidr: false
+            use_pod_cidr: false,
+            calico_api_group: None,
+            interface_prefix: InterfacePrefix::CALI,
         }
     );
     let c = parse(&[
@@ -368,9 +374,56 @@ fn kubernetes_settings_with_host_local_ipam() {
         c.datastore,
         DatastoreConfig::Kubernetes {
             api_endpoint: Some("https://10.96.0.1:443".into()),
-            use_pod_cidr: true
+            use_pod_cidr: true,
+            calico_api_group: None,
+            interface_prefix: InterfacePrefix::CALI,
         }
     );
+}
+
+/// `CALICO_API_GROUP` and `FELIX_INTERFACEPREFIX`, as Calico's Typha reads them: the group in
+/// any case (unset: discovered), the first of the prefixes (unset or empty: `cali`); a value
+/// that is neither group, or a prefix Felix would refuse, names the variable.
+#[test]
+fn calicos_api_group_and_interface_prefix() {
+    let kubernetes = |extra: &[&str]| {
+        let mut args = vec!["--datastore-type", "kubernetes"];
+        args.extend_from_slice(extra);
+        parse(&args)
+    };
+    let datastore = |extra: &[&str]| match kubernetes(extra).unwrap().datastore {
+        DatastoreConfig::Kubernetes {
+            calico_api_group,
+            interface_prefix,
+            ..
+        } => (calico_api_group, interface_prefix.to_string()),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(datastore(&[]), (None, "cali".into()));
+    assert_eq!(
+        datastore(&["--calico-api-group", "projectcalico.org/v3"]),
+        (Some(CalicoGroup::V3), "cali".into())
+    );
+    assert_eq!(
+        datastore(&["--calico-api-group", "ProjectCalico.org/V3"]).0,
+        Some(CalicoGroup::V3)
+    );
+    assert_eq!(
+        datastore(&["--calico-api-group", "crd.projectcalico.org/v1"]).0,
+        Some(CalicoGroup::V1)
+    );
+    assert_eq!(datastore(&["--calico-api-group", ""]).0, None);
+    let e = kubernetes(&["--calico-api-group", "projectcalico.org"]).unwrap_err();
+    assert_eq!(e.setting, "CALICO_API_GROUP");
+    assert!(e.reason.contains("projectcalico.org/v3"), "{}", e.reason);
+
+    assert_eq!(datastore(&["--interface-prefix", "eni,cali"]).1, "eni");
+    assert_eq!(datastore(&["--interface-prefix", "azv"]).1, "azv");
+    assert_eq!(datastore(&["--interface-prefix", ""]).1, "cali");
+    for bad in ["eni,", ",cali", "en i", "a-prefix-too-long", "eni;cali"] {
+        let e = kubernetes(&["--interface-prefix", bad]).unwrap_err();
+        assert_eq!(e.setting, "FELIX_INTERFACEPREFIX", "{bad:?}");
+    }
 }
 
 #[test]
@@ -404,6 +457,266 @@ fn snapshot_chunks_are_configurable_within_what_clients_decode() {
             parse(&[flag, value]).unwrap_err().setting,
             env,
             "{flag} {value}"
+        );
+    }
+}
+
+/// Loads the settings from `args`, an environment and a config file (`None`: absent), as the
+/// program does.
+fn load(
+    args: &[&str],
+    env: &[(&str, &str)],
+    file: Option<&str>,
+) -> Result<super::sources::Loaded, super::sources::LoadError> {
+    let args = std::iter::once("typha-server")
+        .chain(args.iter().copied())
+        .map(std::ffi::OsString::from)
+        .collect();
+    let env: Vec<_> = env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+    let file = file.map(str::to_owned);
+    super::sources::load(args, env, move |p| {
+        assert_eq!(p, std::path::Path::new("/etc/calico/typha.cfg"));
+        Ok(file.clone())
+    })
+}
+
+/// Calico v3.32's manifests (`calico-typha.yaml`) and the Tigera operator's Deployment set these.
+const CALICOS_DEPLOYMENT: &[(&str, &str)] = &[
+    ("TYPHA_LOGSEVERITYSCREEN", "info"),
+    ("TYPHA_LOGFILEPATH", "none"),
+    ("TYPHA_LOGSEVERITYSYS", "none"),
+    ("TYPHA_CONNECTIONREBALANCINGMODE", "kubernetes"),
+    ("TYPHA_DATASTORETYPE", "kubernetes"),
+    ("TYPHA_HEALTHENABLED", "true"),
+    ("TYPHA_SHUTDOWNTIMEOUTSECS", "300"),
+    ("TYPHA_FIPSMODEENABLED", "false"),
+];
+
+#[test]
+fn calicos_deployment_environment_is_accepted_with_a_line_for_each_setting_we_do_not_have() {
+    let l = load(&[], CALICOS_DEPLOYMENT, None).unwrap();
+    assert!(l.unknown.is_empty(), "{:?}", l.unknown);
+    assert_eq!(l.notes.len(), 3, "{:?}", l.notes);
+    for name in [
+        "TYPHA_LOGFILEPATH",
+        "TYPHA_LOGSEVERITYSYS",
+        "TYPHA_FIPSMODEENABLED",
+    ] {
+        assert!(
+            l.notes.iter().any(|n| n.starts_with(&format!("{name}="))),
+            "{name}: {:?}",
+            l.notes
+        );
+    }
+    let c = l.cli.into_config().unwrap();
+    assert!(matches!(c.datastore, DatastoreConfig::Kubernetes { .. }));
+    assert!(c.governor.is_some());
+    // What would quietly give less than was asked is refused, naming the setting.
+    let e = load(&[], &[("TYPHA_FIPSMODEENABLED", "true")], None).unwrap_err();
+    assert!(e.to_string().starts_with("TYPHA_FIPSMODEENABLED: "), "{e}");
+    // A name that is nobody's setting is unknown.
+    let l = load(&[], &[("TYPHA_SERVERPROT", "5473")], None).unwrap();
+    assert_eq!(l.unknown, ["TYPHA_SERVERPROT (in the environment)"]);
+}
+
+#[test]
+fn a_log_severity_that_is_not_a_level_is_refused() {
+    for bad in ["verbose", "inf", "debug,verbose"] {
+        let l = load(&[], &[("TYPHA_LOGSEVERITYSCREEN", bad)], None).unwrap();
+        let e = l.cli.into_config().unwrap_err();
+        assert_eq!(e.setting, "TYPHA_LOGSEVERITYSCREEN", "{bad}");
+    }
+    for (ok, filter) in [
+        ("Info", "info"),
+        ("WARNING", "warn"),
+        ("critical", "error"),
+        ("none", "off"),
+        (
+            "info,typha_server::governor=debug",
+            "info,typha_server::governor=debug",
+        ),
+    ] {
+        let l = load(&[], &[("TYPHA_LOGSEVERITYSCREEN", ok)], None).unwrap();
+        assert_eq!(l.cli.log_filter().unwrap(), filter);
+        l.cli.into_config().unwrap();
+    }
+}
+
+#[test]
+fn names_are_read_in_any_case_and_the_upper_case_one_wins() {
+    let l = load(
+        &[],
+        &[
+            ("typha_serverport", "1111"),
+            ("Typha_HealthPort", "2222"),
+            ("TYPHA_PROMETHEUSMETRICSPORT", "3333"),
+            ("typha_prometheusmetricsport", "4444"),
+            ("typha_datastoretype", "ETCDV3"),
+        ],
+        None,
+    )
+    .unwrap();
+    let c = l.cli.into_config().unwrap();
+    assert_eq!(c.listen.port(), 1111);
+    assert_eq!(c.health.unwrap().port(), 2222);
+    assert_eq!(c.metrics.unwrap().port(), 3333);
+    assert!(matches!(c.datastore, DatastoreConfig::Etcd { .. }));
+}
+
+#[test]
+fn typhas_config_file_is_read_under_the_environment_and_the_flags() {
+    let file = "# Typha's config file\n\
+                [global]\n\
+                ServerPort = 1111\n\
+                healthport: 2222 ; a comment\n\
+                PrometheusMetricsPort = \"3333\"\n\
+                ClientCN = typha-client # another\n\
+                LogFilePath = none\n\
+                HealthEnabled = none\n\
+                [other]\n\
+                ServerHandshakeTimeoutSecs = 7\n";
+    let l = load(
+        &["--server-port", "5555"],
+        &[("TYPHA_HEALTHPORT", "6666")],
+        Some(file),
+    )
+    .unwrap();
+    assert_eq!(
+        l.file.as_deref(),
+        Some(std::path::Path::new("/etc/calico/typha.cfg"))
+    );
+    assert!(l.notes.iter().any(|n| n.starts_with("TYPHA_LOGFILEPATH=")));
+    assert_eq!(l.cli.client_cn, ["typha-client"]);
+    assert!(!l.cli.health_enabled, "none turns a switch off");
+    assert_eq!(l.cli.server_port, 5555, "the flag wins");
+    assert_eq!(
+        l.cli.health_port, 6666,
+        "the environment wins over the file"
+    );
+    assert_eq!(l.cli.prometheus_metrics_port, 3333);
+    assert_eq!(l.cli.server_handshake_timeout_secs, 7.0);
+    // A bad value from the file says so; a line that is no setting names the line.
+    let e = load(&[], &[], Some("ServerPort = x\n")).unwrap_err();
+    assert!(e.to_string().contains("TYPHA_SERVERPORT"), "{e}");
+    assert!(e.to_string().contains("/etc/calico/typha.cfg"), "{e}");
+    let e = load(&[], &[], Some("[global]\nnot a setting\n")).unwrap_err();
+    assert!(e.to_string().contains("line 2"), "{e}");
+    // An unknown name in the file is reported as such.
+    let l = load(&[], &[], Some("ServerPrt = 1\n")).unwrap();
+    assert_eq!(l.unknown, ["TYPHA_SERVERPRT (in the config file)"]);
+}
+
+#[test]
+fn other_names_and_typhas_older_etcd_settings() {
+    let l = load(
+        &[],
+        &[
+            ("USE_POD_CIDR", "true"),
+            ("TYPHA_DATASTORETYPE", "kubernetes"),
+        ],
+        None,
+    )
+    .unwrap();
+    assert!(l.cli.use_pod_cidr);
+    let etcd = |env: &[(&str, &str)]| {
+        let l = load(&[], env, None).unwrap();
+        match l.cli.into_config().map(|c| c.datastore) {
+            Ok(DatastoreConfig::Etcd { endpoints, .. }) => Ok(endpoints),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.setting),
+        }
+    };
+    let d = ("TYPHA_DATASTORETYPE", "etcdv3");
+    assert_eq!(etcd(&[d]).unwrap(), ["http://127.0.0.1:2379"]);
+    assert_eq!(
+        etcd(&[d, ("TYPHA_ETCDADDR", "etcd-0:2379")]).unwrap(),
+        ["http://etcd-0:2379"]
+    );
+    assert_eq!(
+        etcd(&[
+            d,
+            ("TYPHA_ETCDADDR", "etcd-0:2379"),
+            ("TYPHA_ETCDENDPOINTS", "http://a:2379,http://b:2379")
+        ])
+        .unwrap(),
+        ["http://a:2379", "http://b:2379"]
+    );
+    assert_eq!(
+        etcd(&[d, ("TYPHA_ETCDSCHEME", "ftp")]).unwrap_err(),
+        "TYPHA_ETCDSCHEME"
+    );
+}
+
+#[test]
+fn every_setting_of_typha_is_ours_or_accepted_with_a_note() {
+    use clap::CommandFactory;
+    // Calico v3.32's `typha/pkg/config/config_params.go`, every field with a `config` tag, as
+    // its environment name.
+    const TYPHAS: &[&str] = &[
+        "DATASTORETYPE",
+        "ETCDADDR",
+        "ETCDSCHEME",
+        "ETCDKEYFILE",
+        "ETCDCERTFILE",
+        "ETCDCAFILE",
+        "ETCDENDPOINTS",
+        "LOGFILEPATH",
+        "LOGSEVERITYFILE",
+        "LOGSEVERITYSCREEN",
+        "LOGSEVERITYSYS",
+        "HEALTHENABLED",
+        "HEALTHHOST",
+        "HEALTHPORT",
+        "PROMETHEUSMETRICSENABLED",
+        "PROMETHEUSMETRICSHOST",
+        "PROMETHEUSMETRICSPORT",
+        "PROMETHEUSGOMETRICSENABLED",
+        "PROMETHEUSPROCESSMETRICSENABLED",
+        "PROMETHEUSMETRICSCAFILE",
+        "PROMETHEUSMETRICSCERTFILE",
+        "PROMETHEUSMETRICSKEYFILE",
+        "PROMETHEUSMETRICSCLIENTAUTH",
+        "SNAPSHOTCACHEMAXBATCHSIZE",
+        "SERVERMAXMESSAGESIZE",
+        "SERVERMAXFALLBEHINDSECS",
+        "SERVERNEWCLIENTFALLBEHINDGRACEPERIOD",
+        "SERVERMINBATCHINGAGETHRESHOLDSECS",
+        "SERVERPINGINTERVALSECS",
+        "SERVERPONGTIMEOUTSECS",
+        "SERVERHANDSHAKETIMEOUTSECS",
+        "SERVERPORT",
+        "SERVERHOST",
+        "SERVERKEYFILE",
+        "SERVERCERTFILE",
+        "CAFILE",
+        "CLIENTCN",
+        "CLIENTURISAN",
+        "DEBUGMEMORYPROFILEPATH",
+        "DEBUGDISABLELOGDROPPING",
+        "DEBUGHOST",
+        "DEBUGPORT",
+        "CONNECTIONREBALANCINGMODE",
+        "CONNECTIONDROPINTERVALSECS",
+        "SHUTDOWNTIMEOUTSECS",
+        "SHUTDOWNCONNECTIONDROPINTERVALMAXSECS",
+        "MAXCONNECTIONSUPPERLIMIT",
+        "MAXCONNECTIONSLOWERLIMIT",
+        "K8SSERVICEPOLLINTERVALSECS",
+        "K8SNAMESPACE",
+        "K8SSERVICENAME",
+        "K8SPORTNAME",
+    ];
+    let cmd = Cli::command();
+    let ours: Vec<String> = cmd
+        .get_arguments()
+        .filter_map(|a| Some(a.get_env()?.to_str()?.to_owned()))
+        .collect();
+    for name in TYPHAS.iter().map(|n| format!("TYPHA_{n}")) {
+        let mine = ours.contains(&name);
+        let noted = super::typha_settings::find(&name).is_some();
+        assert!(
+            mine != noted,
+            "{name}: ours {mine}, noted {noted}: exactly one"
         );
     }
 }

@@ -209,6 +209,25 @@ impl<R: AsyncRead + Unpin> Reader<R> {
     }
 }
 
+/// The hello of a Calico client about to be refused (at the connection limit), to say who it
+/// was: `None` if it does not arrive, whole and valid, before `deadline`. `prefix`: the bytes
+/// [`sniff`] read.
+pub async fn read_hello<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    prefix: BytesMut,
+    deadline: Instant,
+) -> Option<ClientHello> {
+    let mut rd = Reader {
+        r: stream,
+        dec: StreamDecoder::new(Limits::SERVER_INBOUND),
+        buf: prefix,
+    };
+    match rd.next(deadline).await {
+        Ok(Some(Message::ClientHello(h))) => Some(h),
+        _ => None,
+    }
+}
+
 /// What a hello asks for, if we serve it.
 fn check_hello(h: &ClientHello) -> Result<(SyncerType, Carriage), CalicoError> {
     let Some(syncer) = SyncerType::from_hello(&h.syncer_type) else {
@@ -260,11 +279,14 @@ where
         None => return Err(CalicoError::Timeout("MsgClientHello")),
     };
     let (syncer, carriage) = check_hello(&hello)?;
-    info.hello(
+    info.calico_hello(
         &hello.hostname,
         &hello.info,
         format!("calico {}", hello.version),
+        syncer,
     );
+    // Every per-syncer metric of this connection counts under its syncer type, as Typha's.
+    out.syncer = syncer;
     let by_type = ctx.cache.metrics.calico_connections(syncer).clone();
     by_type.inc();
     let _by_type = scopeguard(move || by_type.dec());
@@ -358,10 +380,11 @@ where
     drop(_slot);
     info.synced(ResumeKind::snapshot, cursor);
     m.client_snapshot_send_secs
+        .of(syncer)
         .observe(sync_started.elapsed().as_secs_f64());
-    m.connections_streaming.inc();
+    m.connections_streaming.of(syncer).inc();
     let _streaming = scopeguard(|| {
-        ctx.cache.metrics.connections_streaming.dec();
+        ctx.cache.metrics.connections_streaming.of(syncer).dec();
     });
 
     let mut crumbs = ctx.cache.subscribe();
@@ -370,11 +393,16 @@ where
     let mut last_heard = Instant::now();
     let mut ping_sent: Option<(GoTime, Instant)> = None;
     let mut writing_seen = out.writing;
+    // Up to date and waiting for the next breadcrumb (Typha's `typha_breadcrumb_block`).
+    let mut caught_up = false;
+    let mut grace_used = false;
     loop {
         // Breadcrumbs published since the cursor, each as its shared MsgKVs.
-        let latest = ctx.cache.latest().seq;
-        while cursor < latest {
+        let latest = ctx.cache.latest();
+        let catching_up = latest.seq.0.saturating_sub(cursor.0) > 1;
+        while cursor < latest.seq {
             let next = Seq(cursor.0 + 1);
+            let started = catching_up.then(Instant::now);
             let Some(crumb) = ctx.cache.get(next) else {
                 return Err(CalicoError::FellBehind(format!(
                     "breadcrumb {} has left the history",
@@ -383,17 +411,42 @@ where
             };
             // Typha's fall-behind limit, with the grace after the snapshot.
             let mut allowance = ctx.cfg.max_fall_behind;
-            if Instant::now() < grace_until {
+            let in_grace = Instant::now() < grace_until;
+            if in_grace {
                 allowance += ctx.cfg.new_client_grace;
             }
-            if crumb.created.elapsed() > allowance {
+            let age = crumb.created.elapsed();
+            if age > allowance {
                 return Err(CalicoError::FellBehind(format!(
-                    "breadcrumb {} is {:?} old",
-                    next.0,
-                    crumb.created.elapsed()
+                    "breadcrumb {} is {age:?} old",
+                    next.0
                 )));
             }
-            if let Some(frame) = crumb.calico_frame(syncer, carriage, ctx.cache.calico_driver, m)? {
+            if in_grace
+                && age > ctx.cfg.max_fall_behind
+                && !std::mem::replace(&mut grace_used, true)
+            {
+                // Only the grace period kept this client connected.
+                m.connections_grace_used.of(syncer).inc();
+            }
+            let frame = crumb.calico_frame(syncer, carriage, ctx.cache.calico_driver, m)?;
+            if let Some(t) = started {
+                m.next_breadcrumb_latency_secs
+                    .of(syncer)
+                    .observe(t.elapsed().as_secs_f64());
+            }
+            if std::mem::take(&mut caught_up) {
+                m.breadcrumb_block.of(syncer).inc();
+            } else {
+                m.breadcrumb_non_block.of(syncer).inc();
+            }
+            m.client_latency_secs.of(syncer).observe(
+                latest
+                    .created
+                    .saturating_duration_since(crumb.created)
+                    .as_secs_f64(),
+            );
+            if let Some(frame) = frame {
                 out.queue(frame)?;
             }
             if crumb.status != sent_status {
@@ -404,10 +457,13 @@ where
             pin.set(cursor);
             if out.pending_len >= ctx.cfg.max_write {
                 out.flush().await?;
+                info.sent(cursor);
             }
         }
         out.flush().await?;
         info.sent(cursor);
+        drop(latest);
+        caught_up = true;
         tokio::select! {
             _ = &mut close => {
                 out.close().await;
@@ -425,7 +481,7 @@ where
                     Some(Message::Pong(p)) => {
                         last_heard = Instant::now();
                         if let Some((_, at)) = ping_sent.take_if(|(ts, _)| *ts == p.ping_timestamp) {
-                            m.ping_latency.observe(at.elapsed().as_secs_f64());
+                            m.ping_latency.of(syncer).observe(at.elapsed().as_secs_f64());
                         }
                     }
                     // As in Typha: anything but a pong ends the connection.

@@ -1,7 +1,9 @@
 //! What each connection is doing, for an operator debugging one node: `/status?nodes` lists
-//! every connection with its node's name (from the hello), address, when it connected, its
-//! phase, how it was brought up to date, and where it is in the breadcrumbs (sent,
-//! acknowledged, and how far behind). This is per node, so it is never a metric label (5,000
+//! every connection with its node's name (from the hello), address, protocol and syncer type,
+//! when it connected, its phase, how it was brought up to date, and where it is in the
+//! breadcrumbs (sent, acknowledged, and how far behind). A Calico client acknowledges nothing
+//! (its protocol has no acks), so its lag is what has not been written to it yet. This is per
+//! node, so it is never a metric label (5,000
 //! nodes would be 5,000 series); what dashboards need are the counts per phase, which are
 //! metrics: `typha_connections_handshaking`, `typha_connections_syncing` and Typha's
 //! `typha_connections_streaming`.
@@ -21,6 +23,7 @@ use tokio::time::Instant;
 use typha_protocol::message::Seq;
 
 use crate::cache::Cache;
+use crate::calico::libcalico::SyncerType;
 use crate::metrics::{Metrics, ResumeKind};
 
 /// Where a connection is in its life.
@@ -115,6 +118,8 @@ pub struct ConnInfo {
     since: SystemTime,
     accepted: Instant,
     hello: OnceLock<Hello>,
+    /// A Calico client's syncer type (set with its hello); none for ours.
+    calico: OnceLock<SyncerType>,
     resumed: OnceLock<ResumeKind>,
     phase: AtomicU8,
     /// The last breadcrumb sent (0 before the initial sync).
@@ -129,6 +134,18 @@ impl ConnInfo {
     pub fn hello(&self, name: &str, client: &str, version: impl std::fmt::Display) {
         let _ = self.hello.set(Hello::new(name, client, version));
         self.set_phase(Phase::Waiting);
+    }
+
+    /// A Calico client's hello was accepted: as [`ConnInfo::hello`], with its syncer type.
+    pub fn calico_hello(
+        &self,
+        name: &str,
+        client: &str,
+        version: impl std::fmt::Display,
+        syncer: SyncerType,
+    ) {
+        let _ = self.calico.set(syncer);
+        self.hello(name, client, version);
     }
 
     /// Moves to `phase`, keeping the per-phase gauges right.
@@ -190,6 +207,7 @@ impl ConnInfo {
     /// The connection as `/status?nodes` shows it, against the cache's latest breadcrumb.
     fn json(&self, cache: &Cache, latest: Seq, now: SystemTime) -> Value {
         let hello = self.hello.get();
+        let calico = self.calico.get().copied();
         let phase = self.phase();
         let since = self
             .since
@@ -201,6 +219,10 @@ impl ConnInfo {
             "address": self.peer.to_string(),
             "client": hello.map(Hello::client),
             "version": hello.map(Hello::version),
+            // Known once the hello is in: a Calico client's syncer type, felix for ours (the
+            // type its metrics count under).
+            "protocol": hello.map(|_| if calico.is_some() { "calico" } else { "typha-rs" }),
+            "syncer": hello.map(|_| calico.unwrap_or(SyncerType::Felix).as_str()),
             "phase": phase.as_str(),
             "connected_since": since,
             "connected_secs": now.duration_since(self.since).map_or(0.0, |d| d.as_secs_f64()),
@@ -213,19 +235,28 @@ impl ConnInfo {
             let acked = self.acked.load(Ordering::Acquire);
             // How long the client has been behind: the age of the first breadcrumb it has
             // not acknowledged (none: it is up to date; gone from the history: at least the
-            // oldest's age).
-            let behind = if acked >= latest.0 {
+            // oldest's age). A Calico client acknowledges nothing: the first not yet written
+            // to it.
+            let reached = if calico.is_some() { sent } else { acked };
+            let behind = if reached >= latest.0 {
                 Some(0.0)
             } else {
                 cache
-                    .get(Seq(acked + 1))
+                    .get(Seq(reached + 1))
                     .or_else(|| cache.get(Seq(cache.oldest_resumable().0 + 1)))
                     .map(|c| c.created.elapsed().as_secs_f64())
             };
             v.insert("seq".into(), sent.into());
-            v.insert("acked".into(), (acked > 0).then_some(acked).into());
+            let (acked, ack_lag) = match calico {
+                Some(_) => (None, None),
+                None => (
+                    (acked > 0).then_some(acked),
+                    Some(latest.0.saturating_sub(acked)),
+                ),
+            };
+            v.insert("acked".into(), acked.into());
             v.insert("lag".into(), latest.0.saturating_sub(sent).into());
-            v.insert("ack_lag".into(), latest.0.saturating_sub(acked).into());
+            v.insert("ack_lag".into(), ack_lag.into());
             v.insert("behind_secs".into(), behind.into());
         } else {
             let waiting = self.accepted.elapsed().as_secs_f64();
@@ -283,6 +314,7 @@ impl ConnTable {
             since: SystemTime::now(),
             accepted,
             hello: OnceLock::new(),
+            calico: OnceLock::new(),
             resumed: OnceLock::new(),
             phase: AtomicU8::new(Phase::Handshaking as u8),
             sent: AtomicU64::new(0),
@@ -377,6 +409,26 @@ mod tests {
         );
         assert_eq!(b_json["phase"], "syncing");
         assert!(b_json.get("seq").is_none());
+
+        // A Calico client: its protocol and syncer type; no acks, so behind by what has not
+        // been written to it.
+        let c = table.register(
+            "192.0.2.9:40000".parse().unwrap(),
+            Instant::now(),
+            metrics.clone(),
+        );
+        c.calico_hello("node-c", "", "calico v3.32.0", SyncerType::Bgp);
+        c.synced(ResumeKind::snapshot, Seq(0));
+        let nodes = table.nodes_json(&cache);
+        let c_json = nodes.iter().find(|n| n["name"] == "node-c").unwrap();
+        assert_eq!(c_json["protocol"], "calico");
+        assert_eq!(c_json["syncer"], "bgp");
+        assert_eq!(c_json["acked"], Value::Null);
+        assert_eq!(c_json["ack_lag"], Value::Null);
+        assert_eq!(c_json["behind_secs"], 0.0, "written everything there is");
+        assert_eq!(nodes[0]["protocol"], "typha-rs");
+        assert_eq!(nodes[0]["syncer"], "felix");
+        drop(c);
 
         drop(b);
         assert_eq!(metrics.connections_syncing.get(), 0);

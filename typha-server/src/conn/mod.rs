@@ -7,15 +7,17 @@
 //!                                                                pings; reads pongs and acks
 //! ```
 //!
-//! The task writes only shared, pre-encoded frames (the hello, a digest resync's begin marker
-//! and pings are the only per-client encodes, all tiny). Several waiting frames go out in one
+//! The task writes only shared, pre-encoded frames (the hello, a digest resync's begin marker,
+//! staleness notices and pings are the only per-client encodes, all tiny; a Calico client's
+//! hello, sync statuses and pings likewise). Several waiting frames go out in one
 //! bounded write. A client that stops reading stalls only its own task: the writer and every
 //! other connection go on, and it is dropped when a write stalls past the write timeout or its
 //! position falls past the fall-behind limit.
 
 //!
 //! Files: [`calico`] (a client of Calico's own Typha protocol, on the same port: its hello,
-//! snapshot, breadcrumbs and pings), [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
+//! snapshot, breadcrumbs and pings), [`limit`] (the connection limits and the log of refusals),
+//! [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
 //! pongs and acks), `sync` (what to send: the initial sync by deltas, digest buckets or
 //! snapshot, and catching up), `out` (queueing frames and bounded writes), [`info`] (what each
 //! connection is doing, for `/status?nodes` and the per-phase gauges); this file holds what
@@ -23,6 +25,7 @@
 
 pub mod calico;
 pub mod info;
+pub mod limit;
 mod out;
 pub mod stream;
 mod sync;
@@ -37,10 +40,11 @@ use typha_protocol::handshake::{Rejected, ServerOffer};
 use typha_protocol::message::{GoodbyeReason, MessageType};
 
 use self::info::ConnTable;
+use self::limit::{Refusals, Slots};
 use crate::cache::Cache;
 use crate::cache::calico::CalicoSnapshots;
 use crate::cache::snapshot::{SnapshotConfig, Snapshots};
-use crate::governor::share::Ranking;
+use crate::governor::share::{Limits, Ranking};
 use crate::syncer::freshness::Freshness;
 
 /// Connection settings (defaults are Calico Typha's).
@@ -131,6 +135,10 @@ pub struct Ctx {
     pub freshness: Arc<Freshness>,
     /// What every connection is doing (`/status?nodes`).
     pub table: Arc<ConnTable>,
+    /// The connection limits and what is held against them.
+    pub slots: Arc<Slots>,
+    /// The log of Calico clients refused at the limit.
+    pub refusals: Refusals,
 }
 
 impl Ctx {
@@ -142,6 +150,7 @@ impl Ctx {
         redirect: Vec<String>,
         freshness: Arc<Freshness>,
         table: Arc<ConnTable>,
+        slots: Arc<Slots>,
     ) -> Self {
         let sync_slots = (cfg.max_concurrent_syncs > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_syncs)));
@@ -157,7 +166,14 @@ impl Ctx {
             sync_slots,
             freshness,
             table,
+            slots,
+            refusals: Refusals::default(),
         }
+    }
+
+    /// The connection limits now.
+    pub fn limits(&self) -> Limits {
+        self.slots.limits()
     }
 }
 

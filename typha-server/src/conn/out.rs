@@ -12,6 +12,7 @@ use tokio::time::{Instant, timeout_at};
 use typha_protocol::message::{Goodbye, GoodbyeReason, Message};
 
 use super::{ConnError, Ctx};
+use crate::calico::libcalico::SyncerType;
 use crate::fanout::encode;
 
 /// Frames waiting to be written, and the writing.
@@ -26,6 +27,9 @@ pub(super) struct Out<W> {
     pub(super) writing: Duration,
     /// Bytes ever queued (what a phase of the connection cost: the difference).
     pub(super) queued: u64,
+    /// The syncer type the connection's metrics count under (felix for ours; a Calico
+    /// client's from its hello).
+    pub(super) syncer: SyncerType,
 }
 
 impl<W: AsyncWrite + Unpin> Out<W> {
@@ -38,6 +42,7 @@ impl<W: AsyncWrite + Unpin> Out<W> {
             ctx,
             writing: Duration::ZERO,
             queued: 0,
+            syncer: SyncerType::Felix,
         }
     }
 
@@ -114,7 +119,9 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         }
         let m = &self.ctx.cache.metrics;
         m.bytes_sent.inc_by(total as u64);
-        m.client_write_latency_secs.observe(took.as_secs_f64());
+        m.client_write_latency_secs
+            .of(self.syncer)
+            .observe(took.as_secs_f64());
         Ok(())
     }
 

@@ -246,7 +246,7 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     if in_grace && behind > ctx.cfg.max_fall_behind && !follow.grace_used {
         // Only the grace period kept this client connected.
         follow.grace_used = true;
-        m.connections_grace_used.inc();
+        m.connections_grace_used.felix().inc();
     }
     // A client more than one breadcrumb behind is catching up, not following: the time each
     // of its steps takes to get is Typha's `typha_next_breadcrumb_latency_secs`.
@@ -277,14 +277,15 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
         };
         if let Some(t) = started {
             m.next_breadcrumb_latency_secs
+                .felix()
                 .observe(t.elapsed().as_secs_f64());
         }
         if std::mem::take(&mut follow.caught_up) {
-            m.breadcrumb_block.inc();
+            m.breadcrumb_block.felix().inc();
         } else {
-            m.breadcrumb_non_block.inc();
+            m.breadcrumb_non_block.felix().inc();
         }
-        m.client_latency_secs.observe(
+        m.client_latency_secs.felix().observe(
             latest
                 .created
                 .saturating_duration_since(reached.created)

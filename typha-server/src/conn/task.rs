@@ -98,9 +98,9 @@ where
         } = start.await?;
         let m = &ctx.cache.metrics;
         let mut follow = Following::new(Instant::now() + ctx.cfg.new_client_grace);
-        m.connections_streaming.inc();
+        m.connections_streaming.felix().inc();
         let _streaming = scopeguard(|| {
-            ctx.cache.metrics.connections_streaming.dec();
+            ctx.cache.metrics.connections_streaming.felix().dec();
         });
 
         let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
@@ -373,6 +373,7 @@ where
     m.resume_bytes(resumed).inc_by(out.queued - queued_before);
     info.synced(resumed, cursor.seq);
     m.client_snapshot_send_secs
+        .felix()
         .observe(sync_started.elapsed().as_secs_f64());
     Ok(Begun {
         dec,
@@ -420,6 +421,7 @@ fn inbound(
                     ctx.cache
                         .metrics
                         .ping_latency
+                        .felix()
                         .observe(at.elapsed().as_secs_f64());
                 }
             }

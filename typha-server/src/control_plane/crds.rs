@@ -1,5 +1,5 @@
 //! Calico's CRDs (`crd.projectcalico.org/v1`), applied to the API server as a Calico install
-//! would. They are read at test time from the Calico module in the Go module cache, where
+//! would (and Calico's resources as objects of either of its API groups). They are read at test time from the Calico module in the Go module cache, where
 //! `peers/build` downloads it (`go mod download`) and links its `libcalico-go/config/crd/`
 //! folder as `<peers>/calico-crds`; they are never part of this repository.
 
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::peers::{ControlPlaneError, peers_dir};
 use crate::calico::v3::Spec;
-use crate::datastore::kubernetes::{CRD_GROUP, CRD_KINDS};
+use crate::datastore::kubernetes::{CRD_GROUP, CRD_KINDS, CalicoGroup};
 
 /// The plurals of the CRDs [`apply`] installs that the Kubernetes backend reads: the kinds a
 /// test may write. Others (tiers, in the Calico release linked) are not installed.
@@ -52,13 +52,20 @@ pub fn crd_dir() -> Result<PathBuf, ControlPlaneError> {
 /// `crd.projectcalico.org/v1` with the v3 spec. An IPAM block is stored as Calico's IPAM
 /// writes it ([`IpamBlockSpec::as_written`]), with `strictAffinity`, which the CRD requires.
 pub fn crd_object(r: &crate::calico::v3::Resource) -> Value {
+    crd_object_in(r, CalicoGroup::V1)
+}
+
+/// A Calico v3 resource as Calico's Kubernetes datastore stores it with its kinds in `group`:
+/// in `crd.projectcalico.org/v1` as [`crd_object`] says; in `projectcalico.org/v3` (Calico
+/// 3.32's v3 CRDs) the resource itself, an IPAM block as written there too.
+pub fn crd_object_in(r: &crate::calico::v3::Resource, group: CalicoGroup) -> Value {
     let mut written = r.clone();
     if let Spec::IpamBlock(s) = &mut written.spec {
         *s = s.as_written();
     }
     let mut doc = written.to_json();
     if let Some(o) = doc.as_object_mut() {
-        o.insert("apiVersion".into(), format!("{CRD_GROUP}/v1").into());
+        o.insert("apiVersion".into(), group.api_version().into());
         o.insert("kind".into(), r.kind().as_str().into());
     }
     if r.kind() == crate::calico::v3::Kind::IpamBlock

@@ -16,5 +16,5 @@ mod peers;
 mod process;
 
 pub use cluster::{ControlPlane, Options};
-pub use crds::{CALICO_MODULE, crd_dir, crd_object, installed_kinds};
+pub use crds::{CALICO_MODULE, crd_dir, crd_object, crd_object_in, installed_kinds};
 pub use peers::{ControlPlaneError, PEERS_DIR_ENV, peer, peers_dir};

@@ -5,16 +5,20 @@
 //! [`Api::watch`], with bookmarks. What is read becomes Calico v3 [`Resource`]s, as Calico's
 //! Kubernetes datastore driver makes them:
 //!
-//! - `crd.projectcalico.org/v1` objects ([`CRD_KINDS`]) carry the v3 spec as it is, and the
-//!   metadata Calico's driver gives them (the uid converted by Calico's `ConvertUID`, the
-//!   creation time and annotations of Calico's metadata annotation over the CR's);
+//! - Calico's kinds ([`CRD_KINDS`]) are CRDs in one of two API groups (below): in
+//!   `crd.projectcalico.org/v1` an object carries the v3 spec as it is, and the metadata
+//!   Calico's driver gives it (the uid converted by Calico's `ConvertUID`, the creation time
+//!   and annotations of Calico's metadata annotation over the CR's); in `projectcalico.org/v3`
+//!   the object is the v3 resource, its metadata as stored (uid, labels, annotations as they
+//!   are: Calico's driver converts nothing there);
 //! - a namespace becomes profile `kns.<ns>` (labels `pcns.`-prefixed, rules allow all; the
 //!   namespace's uid converted and its creation time);
 //! - a service account becomes profile `ksa.<ns>.<sa>` (labels `pcsa.`-prefixed; uid and
 //!   creation time as for namespaces);
 //! - a pod becomes a workload endpoint `<node>-k8s-<pod>-eth0` (addresses from Calico's
-//!   `cni.projectcalico.org/podIPs` annotation, else `status.podIPs`; interface `cali` + 11 hex
-//!   digits of SHA-1 of `<ns>.<pod>`; profiles `kns.<ns>`, `ksa.<ns>.<sa>`); a pod that is
+//!   `cni.projectcalico.org/podIPs` annotation, else `status.podIPs`; interface `cali`, or the
+//!   first prefix of `FELIX_INTERFACEPREFIX` ([`InterfacePrefix`]), + 11 hex digits of SHA-1 of
+//!   `<ns>.<pod>`; profiles `kns.<ns>`, `ksa.<ns>.<sa>`); a pod that is
 //!   host-networked, unscheduled, finished or without an address is not one (and an update
 //!   that makes it so deletes the endpoint);
 //! - a node becomes a Calico node: calico-node's `projectcalico.org/*` annotations (BGP
@@ -49,6 +53,26 @@
 //! does not hold readiness back, and the kind is asked for again every
 //! [`MISSING_CRD_POLL`]; once it answers, its objects arrive as ordinary watch events and its
 //! watch starts, without a relist. A kind is missing when its mark is [`MISSING`].
+//!
+//! # Calico's two API groups
+//!
+//! Calico's kinds are CRDs in `crd.projectcalico.org/v1` (Calico's classic CRDs, also what its
+//! aggregated API server keeps `projectcalico.org/v3` in) or, since Calico 3.32 without the
+//! aggregated API server, in `projectcalico.org/v3` itself ([`CalicoGroup`]). As Calico v3.32
+//! decides (libcalico-go's `UsingV3CRDs`): `CALICO_API_GROUP` names the group; unset, the
+//! groups the API server serves decide, `projectcalico.org/v3` when only it is served,
+//! `crd.projectcalico.org/v1` otherwise ([`CalicoGroup::discover`]). Calico decides once, when
+//! its client starts; this backend decides at every full listing, so a cluster whose CRDs
+//! arrive after the server started, or whose v1 CRDs are removed after a migration to v3, is
+//! read from the group that holds them, by a relist.
+//!
+//! While none of the [`CORE_KINDS`] (IP pools, network policies, global network policies:
+//! every Calico release installs them) is served in the group read, a listing fails with
+//! [`DatastoreError::Unusable`], saying why and what to do: the server stays not ready instead
+//! of serving an empty network policy state as the cluster's (Calico's Typha, reading a group
+//! that holds nothing, reports itself in sync). Checked with one discovery request
+//! (`GET /apis/<group>/<version>`) before anything is listed, so a cluster without Calico's
+//! CRDs is not listed whole every few seconds while it waits.
 //!
 //! An object that does not convert is an [`Invalid`] item, never an error.
 //!
@@ -113,19 +137,27 @@ use super::{Datastore, DatastoreError, Invalid, Item, Listing, WatchEvent, Watch
 use crate::calico::v3::{Kind, Resource, ResourceId};
 
 mod convert;
+mod group;
+mod interface;
 mod missing;
-pub use convert::interface_name;
 use convert::*;
+use group::Chosen;
+pub use group::{CALICO_API_GROUP, CORE_KINDS, CalicoGroup};
+pub use interface::{FELIX_INTERFACEPREFIX, InterfacePrefix, interface_name};
 use missing::*;
 
-/// The API group of Calico's CRDs.
+/// The API group of Calico's classic CRDs (`crd.projectcalico.org/v1`).
 pub const CRD_GROUP: &str = "crd.projectcalico.org";
+
+/// The API group of Calico's v3 API, whose kinds Calico 3.32 also installs as CRDs of their
+/// own (`projectcalico.org/v3`).
+pub const V3_GROUP: &str = "projectcalico.org";
 
 /// The API group of Kubernetes' ClusterNetworkPolicy (sigs.k8s.io network-policy-api), read at
 /// `v1alpha2` as Calico v3.32 reads it.
 pub const CLUSTER_NETWORK_POLICY_GROUP: &str = "policy.networking.k8s.io";
 
-/// The Calico kinds stored as CRDs in [`CRD_GROUP`]`/v1`.
+/// The Calico kinds stored as CRDs, in [`CRD_GROUP`]`/v1` or [`V3_GROUP`]`/v3`.
 pub const CRD_KINDS: [Kind; 18] = [
     Kind::NetworkPolicy,
     Kind::GlobalNetworkPolicy,
@@ -171,14 +203,14 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 /// How an object of one source becomes a resource.
 #[derive(Debug, Clone, Copy)]
 enum Conversion {
-    /// A Calico CRD of this kind.
-    Crd(Kind),
+    /// A Calico CRD of this kind, in this group.
+    Crd(Kind, CalicoGroup),
     /// A namespace: profile `kns.<ns>`.
     Namespace,
     /// A service account: profile `ksa.<ns>.<sa>`.
     ServiceAccount,
-    /// A pod: its workload endpoint.
-    Pod,
+    /// A pod: its workload endpoint, its interface name with this prefix.
+    Pod(InterfacePrefix),
     /// A node: Calico's node (addresses, and what calico-node annotated); with `pod_cidr`
     /// (`USE_POD_CIDR`, host-local IPAM) its IPIP tunnel address from its pod CIDR and its pod
     /// CIDRs as its IPAM blocks.
@@ -205,7 +237,7 @@ impl Conversion {
     fn optional(self) -> bool {
         matches!(
             self,
-            Conversion::Crd(_) | Conversion::ClusterNetworkPolicy | Conversion::LiveMigration
+            Conversion::Crd(..) | Conversion::ClusterNetworkPolicy | Conversion::LiveMigration
         )
     }
 }
@@ -224,9 +256,14 @@ struct Source {
 #[cfg(feature = "fuzzing")]
 pub fn fuzz_convert(which: u8, object: &[u8]) -> Option<Item> {
     let o: DynamicObject = serde_json::from_slice(object).ok()?;
-    let all: Vec<Source> = Kubernetes::sources(false)
+    let prefix = InterfacePrefix::CALI;
+    let all: Vec<Source> = [CalicoGroup::V1, CalicoGroup::V3]
         .into_iter()
-        .chain(Kubernetes::sources(true))
+        .flat_map(|g| {
+            Kubernetes::sources(false, g, prefix)
+                .into_iter()
+                .chain(Kubernetes::sources(true, g, prefix))
+        })
         .collect();
     let kind = o.types.as_ref().map(|t| t.kind.as_str());
     let same: Vec<&Source> = all
@@ -257,7 +294,18 @@ impl Source {
 /// The Kubernetes backend.
 pub struct Kubernetes {
     client: Client,
-    sources: Arc<[Source]>,
+    /// What is read when Calico's kinds are in `crd.projectcalico.org/v1`...
+    v1: Arc<[Source]>,
+    /// ... and in `projectcalico.org/v3`: the same sources in the same order, but for the
+    /// group of Calico's kinds, so that the marks below are per source in either.
+    v3: Arc<[Source]>,
+    /// `CALICO_API_GROUP`: `None`, discovered at each listing.
+    api_group: Option<CalicoGroup>,
+    /// The group the last listing read, and how it was chosen.
+    active: Mutex<Option<(CalicoGroup, Chosen)>>,
+    /// Why no Calico kind can be read, when that was said (once).
+    unusable: Mutex<Option<String>>,
+    interface_prefix: InterfacePrefix,
     /// How far each source's watch (or list) got: its revision, per source.
     marks: Arc<Mutex<Vec<u64>>>,
     /// Per source: whether its CRD was found missing (and said so, once).
@@ -270,7 +318,9 @@ pub struct Kubernetes {
 impl std::fmt::Debug for Kubernetes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kubernetes")
-            .field("sources", &self.sources.len())
+            .field("sources", &self.v1.len())
+            .field("api_group", &self.api_group)
+            .field("interface_prefix", &self.interface_prefix)
             .finish()
     }
 }
@@ -286,12 +336,18 @@ impl Kubernetes {
     /// blocks and block affinities are not read; each node's pod CIDRs are its blocks, and
     /// its IPIP tunnel address is the first address of its pod CIDR.
     pub fn with_pod_cidr(client: Client, use_pod_cidr: bool) -> Self {
-        let sources = Self::sources(use_pod_cidr);
-        let marks = Arc::new(Mutex::new(vec![0; sources.len()]));
-        let missing = Arc::new(Mutex::new(vec![false; sources.len()]));
+        let prefix = InterfacePrefix::CALI;
+        let v1 = Self::sources(use_pod_cidr, CalicoGroup::V1, prefix);
+        let marks = Arc::new(Mutex::new(vec![0; v1.len()]));
+        let missing = Arc::new(Mutex::new(vec![false; v1.len()]));
         Self {
             client,
-            sources: sources.into(),
+            v1: v1.into(),
+            v3: Self::sources(use_pod_cidr, CalicoGroup::V3, prefix).into(),
+            api_group: None,
+            active: Mutex::new(None),
+            unusable: Mutex::new(None),
+            interface_prefix: prefix,
             marks,
             missing,
             page_size: PAGE_SIZE,
@@ -300,22 +356,52 @@ impl Kubernetes {
         }
     }
 
+    /// Reads Calico's kinds from `group` only (`CALICO_API_GROUP`), or, with `None` (the
+    /// default), from the group Calico's discovery picks at each listing
+    /// ([`CalicoGroup::discover`]).
+    pub fn with_api_group(mut self, group: Option<CalicoGroup>) -> Self {
+        self.api_group = group;
+        self
+    }
+
+    /// Names workload interfaces with `prefix` (`FELIX_INTERFACEPREFIX`) instead of `cali`.
+    pub fn with_interface_prefix(mut self, prefix: InterfacePrefix) -> Self {
+        self.interface_prefix = prefix;
+        self.v1 = Self::sources(self.use_pod_cidr, CalicoGroup::V1, prefix).into();
+        self.v3 = Self::sources(self.use_pod_cidr, CalicoGroup::V3, prefix).into();
+        self
+    }
+
+    /// The sources of the group the last listing read (`crd.projectcalico.org/v1` before the
+    /// first).
+    fn sources_now(&self) -> Arc<[Source]> {
+        let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        self.sources_of(active.map_or(CalicoGroup::V1, |(g, _)| g))
+    }
+
+    fn sources_of(&self, group: CalicoGroup) -> Arc<[Source]> {
+        match group {
+            CalicoGroup::V1 => self.v1.clone(),
+            CalicoGroup::V3 => self.v3.clone(),
+        }
+    }
+
     /// Whether the nodes' pod CIDRs are the IPAM blocks ([`Kubernetes::with_pod_cidr`]).
     pub fn uses_pod_cidr(&self) -> bool {
         self.use_pod_cidr
     }
 
-    /// Every source read, in order.
-    fn sources(use_pod_cidr: bool) -> Vec<Source> {
+    /// Every source read with Calico's kinds in `group`, in order.
+    fn sources(use_pod_cidr: bool, group: CalicoGroup, prefix: InterfacePrefix) -> Vec<Source> {
         let mut sources: Vec<Source> = CRD_KINDS
             .into_iter()
             .filter(|k| !(use_pod_cidr && matches!(k, Kind::IpamBlock | Kind::BlockAffinity)))
             .map(|kind| Source {
                 resource: ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk(CRD_GROUP, "v1", kind.as_str()),
+                    &GroupVersionKind::gvk(group.group(), group.version(), kind.as_str()),
                     kind.plural(),
                 ),
-                conversion: Conversion::Crd(kind),
+                conversion: Conversion::Crd(kind, group),
             })
             .collect();
         sources.extend(
@@ -325,7 +411,7 @@ impl Kubernetes {
                     ApiResource::erase::<ServiceAccount>(&()),
                     Conversion::ServiceAccount,
                 ),
-                (ApiResource::erase::<Pod>(&()), Conversion::Pod),
+                (ApiResource::erase::<Pod>(&()), Conversion::Pod(prefix)),
                 (
                     ApiResource::erase::<Node>(&()),
                     Conversion::Node {
@@ -369,20 +455,29 @@ impl Kubernetes {
     }
 
     /// What this backend reads, as (API group, plural) pairs (`""` for the core group): the
-    /// resources its ServiceAccount needs get, list and watch on.
+    /// resources its ServiceAccount needs get, list and watch on. Calico's kinds in both of
+    /// their groups: which one is read depends on the cluster ([`CalicoGroup`]).
     pub fn resources() -> Vec<(String, String)> {
         // With Calico IPAM: the most it reads (host-local IPAM reads less).
-        Self::sources(false)
-            .into_iter()
-            .map(|s| (s.resource.group, s.resource.plural))
-            .collect()
+        let mut out: Vec<(String, String)> =
+            Self::sources(false, CalicoGroup::V1, InterfacePrefix::CALI)
+                .into_iter()
+                .map(|s| (s.resource.group, s.resource.plural))
+                .collect();
+        out.extend(
+            CRD_KINDS
+                .iter()
+                .map(|k| (V3_GROUP.to_owned(), k.plural().to_owned())),
+        );
+        out
     }
 
-    /// The collection path of each resource this backend reads (`/api/v1/pods`,
-    /// `/apis/crd.projectcalico.org/v1/ippools`): what a client that lists and watches for
-    /// itself, as Felix does without Typha, asks for.
+    /// The collection path of each resource this backend reads with Calico's kinds in
+    /// `crd.projectcalico.org/v1` (`/api/v1/pods`, `/apis/crd.projectcalico.org/v1/ippools`):
+    /// what a client that lists and watches for itself, as Felix does without Typha, asks
+    /// for.
     pub fn collection_paths() -> Vec<String> {
-        Self::sources(false)
+        Self::sources(false, CalicoGroup::V1, InterfacePrefix::CALI)
             .into_iter()
             .map(|s| {
                 if s.resource.group.is_empty() {
@@ -436,16 +531,25 @@ impl Kubernetes {
     }
 
     async fn list_all(&self) -> Result<Listing, DatastoreError> {
+        // Where Calico's kinds are, and whether any that matters is there: one or two
+        // discovery requests, before anything is listed.
+        let (group, chosen) = self.choose_group().await?;
+        let served = self.served(group).await?;
+        let usable = CORE_KINDS.iter().any(|k| served.contains(k.plural()));
+        self.say_usable(group, chosen, usable);
+        if !usable {
+            return Err(DatastoreError::Unusable {
+                what: group::no_calico_kinds(group, chosen),
+            });
+        }
+        self.read_group(group, chosen);
+        let sources = self.sources_of(group);
         // Every type at once: a restarted API server builds each type's watch cache when it is
         // first asked for it (answering 429 "storage is (re)initializing" meanwhile), so asking
         // one type after the other costs a back-off per type; at once, one for all.
-        let lists = future::try_join_all(
-            self.sources
-                .iter()
-                .enumerate()
-                .map(|(i, s)| self.list_one(i, s)),
-        )
-        .await?;
+        let lists =
+            future::try_join_all(sources.iter().enumerate().map(|(i, s)| self.list_one(i, s)))
+                .await?;
         let mut items = Vec::new();
         let mut revs = Vec::with_capacity(lists.len());
         for (its, rv) in lists {
@@ -482,8 +586,9 @@ impl Kubernetes {
         };
         // Bookmarks are on by default.
         let wp = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
+        let sources = self.sources_now();
         // Every type's watch at once, for the reason `list_all` gives.
-        let opened = future::try_join_all(self.sources.iter().zip(&marks).enumerate().map(
+        let opened = future::try_join_all(sources.iter().zip(&marks).enumerate().map(
             |(i, (s, mark))| {
                 let wp = &wp;
                 async move {
@@ -520,7 +625,7 @@ impl Kubernetes {
             .collect();
         let merge = Merge {
             events: stream::select_all(streams),
-            sources: self.sources.clone(),
+            sources,
             marks,
             shared: self.marks.clone(),
             reported: after,
@@ -693,15 +798,16 @@ impl Datastore for Kubernetes {
             // One object of the first type we read whose CRD is installed: proves the API
             // server answers and that we may still read (a 403 after an RBAC change shows
             // here).
+            let sources = self.sources_now();
             let first = {
                 let m = self.marks();
-                self.sources
+                sources
                     .iter()
                     .zip(m.iter())
                     .find(|(_, mark)| **mark != MISSING)
                     .map(|(s, _)| s.clone())
             };
-            let Some(s) = first.as_ref().or(self.sources.last()) else {
+            let Some(s) = first.as_ref().or(sources.last()) else {
                 return Ok(());
             };
             deadline("list", s, self.api(s).list(&ListParams::default().limit(1)))

@@ -214,6 +214,15 @@ pub enum DatastoreError {
         /// The datastore's message.
         message: String,
     },
+    /// The datastore answers, but holds nothing this server could serve as the cluster's state
+    /// (on Kubernetes: none of Calico's core kinds is installed in the API group read). Like
+    /// the others, retried; until it passes the server is not ready. The backend that returns
+    /// it says so at `warn`, once per cause, with what to do (the syncer does not repeat it).
+    #[error("datastore not usable: {what}")]
+    Unusable {
+        /// Why, and what to do about it.
+        what: String,
+    },
 }
 
 impl DatastoreError {

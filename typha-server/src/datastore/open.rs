@@ -119,12 +119,18 @@ pub async fn open(cfg: &DatastoreConfig) -> Result<Opened, OpenError> {
         DatastoreConfig::Kubernetes {
             api_endpoint,
             use_pod_cidr,
+            calico_api_group,
+            interface_prefix,
         } => {
             let client = kube_client(api_endpoint.as_deref())
                 .await
                 .map_err(|source| OpenError::Kubernetes { source })?;
-            info!(api = ?api_endpoint, use_pod_cidr, "kubernetes datastore");
-            Arc::new(Kubernetes::with_pod_cidr(client, *use_pod_cidr))
+            info!(api = ?api_endpoint, use_pod_cidr, calico_api_group = ?calico_api_group.map(|g| g.api_version()), %interface_prefix, "kubernetes datastore");
+            Arc::new(
+                Kubernetes::with_pod_cidr(client, *use_pod_cidr)
+                    .with_api_group(*calico_api_group)
+                    .with_interface_prefix(*interface_prefix),
+            )
         }
         DatastoreConfig::Upstream(_) => return Err(OpenError::Upstream),
     };

@@ -1,8 +1,9 @@
 //! Connection balancing across replicas (`TYPHA_CONNECTIONREBALANCINGMODE=kubernetes`).
 //!
-//! Every poll the governor finds the ready replicas ([`peers::ready_endpoints`]: the Service's
+//! Every poll the governor lists the replicas ([`peers::endpoints`]: the Service's
 //! EndpointSlices), counts the cluster's nodes in the cache, and sets this replica's hard
-//! connection limit the way Typha does ([`share::typha_limit`]). It reads every other
+//! connection limits the way Typha computes its limit ([`share::Limits::for_cluster`]: four
+//! connections per node for Calico's clients, one for ours). It reads every other ready
 //! replica's load from its `/status` ([`peers::load`]) and, when it holds clearly more than
 //! the mean ([`share::plan`]), moves the excess away gradually: at most
 //! `moves_per_sec` connections a second, each closed with a Goodbye (Rebalance) that names the
@@ -23,6 +24,8 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 use typha_protocol::message::Epoch;
+
+use typha_protocol::model::SyncStatus;
 
 use crate::cache::{Cache, NODES_PREFIX};
 
@@ -72,8 +75,8 @@ impl Default for GovernorConfig {
 pub trait Connections: Send + Sync {
     /// Connections held now (counted from accept).
     fn held(&self) -> usize;
-    /// Sets the hard limit: connections above it are turned away.
-    fn set_limit(&self, limit: usize);
+    /// Sets the hard limits: connections above them are turned away.
+    fn set_limits(&self, limits: share::Limits, why: LimitReason);
     /// Closes one established connection (a random one) with a Goodbye (Rebalance) suggesting
     /// the replicas by the current ranking; `false` if there was none to close.
     fn move_one(&self) -> bool;
@@ -83,6 +86,17 @@ pub trait Connections: Send + Sync {
     /// Sets the other replicas and their loads: what every client sent away (moved, turned
     /// away at the limit, drained at shutdown) is told, each by the ranking at that moment.
     fn set_ranking(&self, ranking: share::Ranking);
+}
+
+/// What a limit was computed from, for the log line that says it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitReason {
+    /// Replicas the Service lists (`None`: the list failed).
+    pub replicas: Option<usize>,
+    /// Nodes in the cache (`None`: not in sync yet).
+    pub nodes: Option<usize>,
+    /// Which bound or rule decided it.
+    pub rule: &'static str,
 }
 
 /// Nodes in the cache's latest state.
@@ -107,30 +121,34 @@ pub async fn run(
     let mut last_problem = String::new();
     loop {
         tick.tick().await;
-        let endpoints = match peers::ready_endpoints(
-            &client,
-            &cfg.namespace,
-            &cfg.service,
-            &cfg.port_name,
-        )
-        .await
-        {
+        let listed = peers::endpoints(&client, &cfg.namespace, &cfg.service, &cfg.port_name).await;
+        // Typha's limit: every address the Service lists, ready or not, and the cache's nodes
+        // once it is in sync; either unknown, the upper limit.
+        let replicas = listed.as_ref().ok().map(Vec::len);
+        let nodes = (cache.latest().status == SyncStatus::InSync).then(|| node_count(&cache));
+        let (limits, rule) = share::Limits::for_cluster(cfg.lower, cfg.upper, replicas, nodes);
+        conns.set_limits(
+            limits,
+            LimitReason {
+                replicas,
+                nodes,
+                rule,
+            },
+        );
+        let endpoints = match listed {
             Ok(e) => e,
             Err(e) => {
                 let msg = e.to_string();
                 if msg != last_problem {
-                    warn!(error = %msg, "connection balancing: cannot list the replicas; keeping the current limit");
+                    warn!(error = %msg, upper = cfg.upper, "connection balancing: cannot list the replicas; the connection limit is the upper limit until they can be");
                     last_problem = msg;
                 }
                 continue;
             }
         };
         last_problem.clear();
-        let nodes = node_count(&cache);
-        let limit = share::typha_limit(cfg.lower, cfg.upper, endpoints.len(), nodes, 1);
-        conns.set_limit(limit);
         let mut others = Vec::new();
-        for e in &endpoints {
+        for e in endpoints.iter().filter(|e| e.ready) {
             match peers::load(
                 SocketAddr::new(e.ip, cfg.health_port),
                 Duration::from_secs(2),
@@ -165,7 +183,7 @@ pub async fn run(
             moving = moves,
             replicas = endpoints.len(),
             nodes,
-            limit,
+            limit = limits.all,
             "connection balancing: moving connections to less loaded replicas"
         );
         let gap = Duration::from_secs_f64(1.0 / f64::from(cfg.moves_per_sec.max(1)));

@@ -14,13 +14,15 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A ready replica of the Service.
+/// A replica of the Service, as its EndpointSlices list it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     /// Its address.
     pub ip: IpAddr,
     /// Its sync port (the port named like `TYPHA_K8SPORTNAME`).
     pub port: u16,
+    /// Whether it is ready (Kubernetes' `ready` condition; unknown counts as ready).
+    pub ready: bool,
 }
 
 /// Why the replicas could not be listed.
@@ -33,8 +35,9 @@ pub struct ListError {
     source: kube::Error,
 }
 
-/// Ready endpoints of the Service, with the port named `port_name`.
-pub async fn ready_endpoints(
+/// Every endpoint of the Service with the port named `port_name`, ready or not, each address
+/// once (the first listing of an address decides its readiness).
+pub async fn endpoints(
     client: &kube::Client,
     namespace: &str,
     service: &str,
@@ -49,7 +52,7 @@ pub async fn ready_endpoints(
             service: service.to_owned(),
             source,
         })?;
-    let mut out = Vec::new();
+    let mut out: Vec<Endpoint> = Vec::new();
     for slice in list.items {
         let Some(port) = slice
             .ports
@@ -63,15 +66,12 @@ pub async fn ready_endpoints(
         };
         for ep in slice.endpoints {
             // Ready unknown counts as ready, as Kubernetes defines it.
-            if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
-                continue;
-            }
+            let ready = ep.conditions.as_ref().and_then(|c| c.ready) != Some(false);
             for a in &ep.addresses {
-                if let Ok(ip) = a.parse() {
-                    let e = Endpoint { ip, port };
-                    if !out.contains(&e) {
-                        out.push(e);
-                    }
+                if let Ok(ip) = a.parse()
+                    && !out.iter().any(|e| e.ip == ip)
+                {
+                    out.push(Endpoint { ip, port, ready });
                 }
             }
         }

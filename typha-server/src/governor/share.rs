@@ -1,17 +1,32 @@
 //! How many connections a replica should hold: Typha's limit, and our balancing target.
 //!
-//! Typha's limit (`typha/pkg/k8s/rebalance.go`, facts in our words): one replica alone takes
-//! up to the upper limit; with `n` replicas each may hold `syncer types × (1 + nodes × 1.2 /
-//! (n − 1))` (one replica's worth of headroom for a rolling update, plus 20 %), within the
-//! lower and upper limits. Typha enforces it by dropping random connections, every one of which
-//! then needs a full snapshot elsewhere.
+//! Typha's limit (Calico v3.32, `typha/pkg/k8s/rebalance.go`, `CalculateMaxConnLimit`; facts
+//! in our words): one replica alone takes up to the upper limit; with `n` replicas each may
+//! hold `syncer types × (1 + nodes × 1.2 / (n − 1))` connections (integer arithmetic, one
+//! replica's worth of headroom for a rolling update, plus 20 %), at least the lower limit and
+//! at most the upper one. The factor is the number of syncer types the server serves (four:
+//! `daemon.go` passes `len(CachesBySyncerType)`), because each calico-node may open one
+//! connection of each type (Felix, confd's bgp, the tunnel IP allocator, the node status
+//! reporter). Every connection counts, whatever its type. When the replicas or the nodes
+//! cannot be counted (a failed list, a node count not in sync yet), the limit is the upper
+//! one. Typha enforces the limit by dropping one random connection a second above it, every
+//! one of which then needs a full snapshot elsewhere.
 //!
-//! Ours keeps that limit as the hard ceiling (new connections above it are turned away), and
-//! balances below it: each replica knows the others' loads, and one holding clearly more than
-//! the mean moves its excess, gradually, to the least-loaded replicas, whose clients then
-//! resume there by digest.
+//! Ours applies that limit, with the factor four, to every connection, so Calico's clients
+//! get the room Typha gives them ([`Limits::all`]). A client of our own protocol is one
+//! connection per node (the agent takes everything it needs over one), so connections of
+//! our protocol are also held to one connection per node's share ([`Limits::ours`]: the same
+//! formula with the factor one, within the same bounds): a fleet of our agents is limited as
+//! before, a fleet of calico-nodes as Typha limits it, and a mixed one by both. Both are hard
+//! ceilings (a connection over one is turned away), and balancing works below them: each
+//! replica knows the others' loads, and one holding clearly more than the mean moves its
+//! excess, gradually, to the least-loaded replicas, whose clients then resume there by digest.
 
-/// Typha's per-replica connection limit.
+/// The syncer types a Calico client may connect for: Typha's factor.
+pub const SYNCER_TYPES: usize = 4;
+
+/// Typha's per-replica connection limit for `replicas` replicas, `nodes` nodes and `types`
+/// connections per node (`CalculateMaxConnLimit`).
 pub fn typha_limit(
     lower: usize,
     upper: usize,
@@ -24,6 +39,55 @@ pub fn typha_limit(
     }
     let candidate = types.saturating_mul(1 + nodes.saturating_mul(120) / (replicas - 1) / 100);
     candidate.max(lower).min(upper)
+}
+
+/// A replica's connection limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Every connection, whatever its protocol (Typha's limit, counting each syncer type).
+    pub all: usize,
+    /// Connections of our own protocol (one per node).
+    pub ours: usize,
+}
+
+impl Limits {
+    /// The same limit for both: the upper limit, without balancing.
+    pub fn flat(limit: usize) -> Self {
+        Limits {
+            all: limit,
+            ours: limit,
+        }
+    }
+
+    /// The limits for `replicas` (every address the Service lists, as Typha counts them) and
+    /// `nodes` (the cache's Node resources); `None` for either: not known (a failed list, the
+    /// cache not in sync yet), so the upper limit, as Typha does. With the reason Typha would
+    /// log.
+    pub fn for_cluster(
+        lower: usize,
+        upper: usize,
+        replicas: Option<usize>,
+        nodes: Option<usize>,
+    ) -> (Self, &'static str) {
+        let (Some(replicas), Some(nodes)) = (replicas, nodes) else {
+            return (Self::flat(upper), "replicas or nodes unknown");
+        };
+        if replicas <= 1 {
+            return (Self::flat(upper), "lone replica");
+        }
+        let limits = Limits {
+            all: typha_limit(lower, upper, replicas, nodes, SYNCER_TYPES),
+            ours: typha_limit(lower, upper, replicas, nodes, 1),
+        };
+        let reason = if limits.all == upper {
+            "upper limit"
+        } else if limits.all == lower {
+            "lower limit"
+        } else {
+            "share + 20 %"
+        };
+        (limits, reason)
+    }
 }
 
 /// One replica's load, as it reported it.
@@ -123,6 +187,42 @@ mod tests {
         // Within the limits.
         assert_eq!(typha_limit(400, 10_000, 3, 100, 1), 400);
         assert_eq!(typha_limit(400, 10_000, 2, 50_000, 1), 10_000);
+        // Go's integer arithmetic, left to right: 1,000 × 120 / 7 / 100 = 171.
+        assert_eq!(typha_limit(1, 10_000, 8, 1_000, 4), 4 * 172);
+    }
+
+    #[test]
+    fn calico_clients_get_four_connections_per_node_and_ours_one() {
+        // Issue 39: 2,000 nodes on 12 replicas. Typha: 4 × (1 + 2,000 × 1.2 / 11) = 876 per
+        // replica (10,512 in all, for about 8,000 connections of calico-nodes); one per node
+        // would be 219, raised to the lower limit: 4,800 in all, too few.
+        let (l, reason) = Limits::for_cluster(400, 10_000, Some(12), Some(2_000));
+        assert_eq!(
+            l,
+            Limits {
+                all: 876,
+                ours: 400
+            }
+        );
+        assert_eq!(reason, "share + 20 %");
+        // 1,000 nodes, 3 replicas: TYPHA-FACTS' example.
+        let (l, _) = Limits::for_cluster(400, 10_000, Some(3), Some(1_000));
+        assert_eq!(
+            l,
+            Limits {
+                all: 2_404,
+                ours: 601
+            }
+        );
+        // A lone replica, or nothing known: the upper limit, for both.
+        for (replicas, nodes) in [(Some(1), Some(5_000)), (None, Some(5)), (Some(3), None)] {
+            let (l, _) = Limits::for_cluster(400, 10_000, replicas, nodes);
+            assert_eq!(l, Limits::flat(10_000), "{replicas:?} {nodes:?}");
+        }
+        let (l, reason) = Limits::for_cluster(400, 1_000, Some(2), Some(5_000));
+        assert_eq!((l, reason), (Limits::flat(1_000), "upper limit"));
+        let (l, reason) = Limits::for_cluster(400, 10_000, Some(3), Some(10));
+        assert_eq!((l, reason), (Limits::flat(400), "lower limit"));
     }
 
     fn peers(loads: &[usize]) -> Vec<Peer> {

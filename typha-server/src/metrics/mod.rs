@@ -4,10 +4,14 @@
 //! Typha's metrics keep Typha's exact names, types and labels (Calico v3.32), so existing
 //! dashboards and alerts work: a counter Typha names `typha_connections_accepted` is the sample
 //! `typha_connections_accepted` (no `_total` appended); Typha's summaries are summaries with
-//! its objectives and windows. Typha labels its per-cache metrics `syncer="<type>"`; this
-//! server serves one syncer type, [`SYNCER`]. Ours sit beside them under our own names, and
-//! our counters end in `_total` (Prometheus' convention). What each one measures, and where it
-//! differs from Typha, is in `docs/server.md`.
+//! its objectives and windows. Typha labels its per-syncer metrics `syncer="<type>"`, with a
+//! series for each of its four syncer types from the start. Here the connection and snapshot
+//! ones are [`PerSyncer`] in the same way: a Calico client counts under the syncer type of its
+//! hello, a client of our own protocol under felix (it is the felix syncer's equivalent). The
+//! cache's own metrics describe the one cache every syncer type is served from, and carry
+//! [`SYNCER`]. Ours sit beside them under our own names, and our counters end in `_total`
+//! (Prometheus' convention). What each one measures, and where it differs from Typha, is in
+//! `docs/server.md`.
 //!
 //! The `process_*` metrics (CPU, memory, file descriptors) are registered with them
 //! ([`typha_service::metrics::ProcessCollector`]).
@@ -44,9 +48,51 @@ use typha_service::metrics::{
 
 pub use labels::{DropReason, FrameKind, ResumeKind};
 
-/// The `syncer` label value of Typha's per-cache metrics: the one syncer type this server
-/// serves ([`typha_protocol::message::SyncerType::Felix`]'s wire name).
+/// The `syncer` label value of Typha's per-cache metrics: the syncer type of the one cache
+/// every type is served from ([`typha_protocol::message::SyncerType::Felix`]'s wire name).
 pub const SYNCER: &str = "felix";
+
+/// One of Typha's per-syncer metrics: a series for each of Calico's four syncer types, every
+/// one exposed from the start (as Typha creates them), in the order of [`SyncerType::ALL`].
+#[derive(Debug)]
+pub struct PerSyncer<T>([T; 4]);
+
+impl<T> PerSyncer<T> {
+    /// The series of syncer type `t`.
+    pub fn of(&self, t: SyncerType) -> &T {
+        let [felix, bgp, tunnel, status] = &self.0;
+        match t {
+            SyncerType::Felix => felix,
+            SyncerType::Bgp => bgp,
+            SyncerType::TunnelIpAllocation => tunnel,
+            SyncerType::NodeStatus => status,
+        }
+    }
+
+    /// The felix series: where clients of our own protocol count.
+    pub fn felix(&self) -> &T {
+        self.of(SyncerType::Felix)
+    }
+
+    /// Every syncer type's series.
+    pub fn iter(&self) -> impl Iterator<Item = (SyncerType, &T)> {
+        SyncerType::ALL.into_iter().zip(self.0.iter())
+    }
+}
+
+impl PerSyncer<IntGauge> {
+    /// The sum over the syncer types.
+    pub fn total(&self) -> i64 {
+        self.0.iter().map(IntGauge::get).sum()
+    }
+}
+
+impl PerSyncer<IntCounter> {
+    /// The sum over the syncer types.
+    pub fn total(&self) -> u64 {
+        self.0.iter().map(IntCounter::get).sum()
+    }
+}
 
 /// Every metric the server exports. Typha's first (their exposed names in the field docs),
 /// then ours.
@@ -57,10 +103,10 @@ pub struct Metrics {
     pub breadcrumb_seq: IntGauge,
     /// `typha_breadcrumb_non_block`: a connection took its next step through the breadcrumbs
     /// without waiting (it was behind).
-    pub breadcrumb_non_block: IntCounter,
+    pub breadcrumb_non_block: PerSyncer<IntCounter>,
     /// `typha_breadcrumb_block`: a connection had to wait for its next breadcrumb (it was up
     /// to date).
-    pub breadcrumb_block: IntCounter,
+    pub breadcrumb_block: PerSyncer<IntCounter>,
     /// `typha_updates_total`: updates the cache received (skipped ones included).
     pub updates: IntCounter,
     /// `typha_updates_skipped`: updates equal to the cached value, dropped.
@@ -71,13 +117,13 @@ pub struct Metrics {
     pub breadcrumb_size: Summary,
     // Typha's snapshot metrics, per syncer.
     /// `typha_snapshots_generated`.
-    pub snapshots_generated: IntCounter,
+    pub snapshots_generated: PerSyncer<IntCounter>,
     /// `typha_snapshots_reused`.
-    pub snapshots_reused: IntCounter,
+    pub snapshots_reused: PerSyncer<IntCounter>,
     /// `typha_snapshot_raw_bytes`: size of the last snapshot before compression.
-    pub snapshot_raw_bytes: IntGauge,
+    pub snapshot_raw_bytes: PerSyncer<IntGauge>,
     /// `typha_snapshot_compressed_bytes`: size of the last snapshot on the wire.
-    pub snapshot_compressed_bytes: IntGauge,
+    pub snapshot_compressed_bytes: PerSyncer<IntGauge>,
     // Typha's connection metrics.
     /// `typha_connections_accepted`.
     pub connections_accepted: IntCounter,
@@ -87,24 +133,24 @@ pub struct Metrics {
     /// `typha_connections_active`: open connections.
     pub connections_active: IntGauge,
     /// `typha_connections_streaming` (per syncer): connections past their initial sync.
-    pub connections_streaming: IntGauge,
+    pub connections_streaming: PerSyncer<IntGauge>,
     /// `typha_connections_grace_used` (per syncer): connections that fell more than the
     /// fall-behind limit behind during their grace period after the initial sync.
-    pub connections_grace_used: IntCounter,
+    pub connections_grace_used: PerSyncer<IntCounter>,
     /// `typha_client_snapshot_send_secs` (summary): time to send a client its initial sync.
-    pub client_snapshot_send_secs: Summary,
+    pub client_snapshot_send_secs: PerSyncer<Summary>,
     /// `typha_client_latency_secs` (summary, 1 min window): how far behind the latest
     /// breadcrumb a client's next step is.
-    pub client_latency_secs: Summary,
+    pub client_latency_secs: PerSyncer<Summary>,
     /// `typha_client_write_latency_secs` (summary): time per write to a client.
-    pub client_write_latency_secs: Summary,
+    pub client_write_latency_secs: PerSyncer<Summary>,
     /// `typha_next_breadcrumb_latency_secs` (summary): time to get the next step's frame for
     /// a client that is behind.
-    pub next_breadcrumb_latency_secs: Summary,
+    pub next_breadcrumb_latency_secs: PerSyncer<Summary>,
     /// `typha_ping_latency` (summary): ping round trip, seconds.
-    pub ping_latency: Summary,
+    pub ping_latency: PerSyncer<Summary>,
     /// `typha_kvs_per_msg` (summary): KVs per delta message.
-    pub kvs_per_msg: Summary,
+    pub kvs_per_msg: PerSyncer<Summary>,
     /// `typha_log_errors`: log lines that could not be written
     /// ([`typha_service::logging::errors`], process-wide).
     pub log_errors: IntCounter,
@@ -131,6 +177,14 @@ pub struct Metrics {
     pub syncs_waiting: IntGauge,
     /// `typha_connections_handshaking`: accepted, TLS and hello not done yet.
     pub connections_handshaking: IntGauge,
+    /// `typha_connections_limit{protocol}` (`all`, `typha-rs`): the limit on every connection
+    /// (Typha's, four per node with balancing) and on those of our own protocol (one per
+    /// node).
+    pub connections_limit: [IntGauge; 2],
+    /// `typha_calico_connections_refused_total{syncer}`: Calico clients closed at the
+    /// connection limit (their protocol has no goodbye), by the syncer type of their hello
+    /// (`unknown`: not read in time).
+    calico_refused: [IntCounter; 5],
     /// `typha_calico_connections{syncer}`: connections speaking Calico's own Typha protocol,
     /// past their hello, by syncer type (felix, bgp, tunnel-ip-allocation, node-status).
     calico_connections: [IntGauge; 4],
@@ -183,10 +237,28 @@ fn syncer_gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
     gauge_vec(r, name, help, &["syncer"]).with_label_values(&[SYNCER])
 }
 
-/// One of Typha's per-syncer summaries (Calico's objectives; Go's 10-minute window unless
-/// Typha sets another).
+/// One of Typha's per-syncer summaries of the cache (Calico's objectives; Go's 10-minute
+/// window unless Typha sets another).
 fn syncer_summary(r: &Registry, opts: SummaryOpts) -> Summary {
     summary(r, opts.const_label("syncer", SYNCER))
+}
+
+/// One of Typha's per-syncer counters of connections and snapshots: a series per syncer type.
+fn per_syncer_counter(r: &Registry, name: &str, help: &str) -> PerSyncer<IntCounter> {
+    let v = counter_vec(r, name, help, &["syncer"]);
+    PerSyncer(SyncerType::ALL.map(|t| v.with_label_values(&[t.as_str()])))
+}
+
+/// One of Typha's per-syncer gauges of connections and snapshots.
+fn per_syncer_gauge(r: &Registry, name: &str, help: &str) -> PerSyncer<IntGauge> {
+    let v = gauge_vec(r, name, help, &["syncer"]);
+    PerSyncer(SyncerType::ALL.map(|t| v.with_label_values(&[t.as_str()])))
+}
+
+/// One of Typha's per-syncer summaries of connections: a summary per syncer type (one family:
+/// the registry merges them).
+fn per_syncer_summary(r: &Registry, opts: SummaryOpts) -> PerSyncer<Summary> {
+    PerSyncer(SyncerType::ALL.map(|t| summary(r, opts.clone().const_label("syncer", t.as_str()))))
 }
 
 /// A counter per label value, in the order of `values`, every one exposed from the start (at
@@ -209,18 +281,20 @@ impl Metrics {
         let summary = SummaryOpts::new;
         // CPU, memory, file descriptors, start time: what every exporter serves.
         typha_service::metrics::register_process_metrics(r);
+        // What the binary was built from: `typha_build_info`.
+        crate::build_info::register(r);
         Arc::new(Metrics {
             breadcrumb_seq: syncer_gauge(
                 r,
                 "typha_breadcrumb_seq_number",
                 "Sequence number of the latest breadcrumb.",
             ),
-            breadcrumb_non_block: syncer_counter(
+            breadcrumb_non_block: per_syncer_counter(
                 r,
                 "typha_breadcrumb_non_block",
                 "Times a connection got its next breadcrumb without waiting for it.",
             ),
-            breadcrumb_block: syncer_counter(
+            breadcrumb_block: per_syncer_counter(
                 r,
                 "typha_breadcrumb_block",
                 "Times a connection got its next breadcrumb after waiting for it.",
@@ -240,22 +314,22 @@ impl Metrics {
                 r,
                 summary("typha_breadcrumb_size", "Updates per breadcrumb."),
             ),
-            snapshots_generated: syncer_counter(
+            snapshots_generated: per_syncer_counter(
                 r,
                 "typha_snapshots_generated",
                 "Snapshots built for joining clients.",
             ),
-            snapshots_reused: syncer_counter(
+            snapshots_reused: per_syncer_counter(
                 r,
                 "typha_snapshots_reused",
                 "Times a joining client was sent a snapshot already built.",
             ),
-            snapshot_raw_bytes: syncer_gauge(
+            snapshot_raw_bytes: per_syncer_gauge(
                 r,
                 "typha_snapshot_raw_bytes",
                 "Size of the last snapshot built, before compression.",
             ),
-            snapshot_compressed_bytes: syncer_gauge(
+            snapshot_compressed_bytes: per_syncer_gauge(
                 r,
                 "typha_snapshot_compressed_bytes",
                 "Size of the last snapshot built, on the wire.",
@@ -271,17 +345,17 @@ impl Metrics {
                 "typha_connections_active",
                 "Open client connections, including those still in the handshake.",
             ),
-            connections_streaming: syncer_gauge(
+            connections_streaming: per_syncer_gauge(
                 r,
                 "typha_connections_streaming",
                 "Client connections past their initial sync, streaming updates.",
             ),
-            connections_grace_used: syncer_counter(
+            connections_grace_used: per_syncer_counter(
                 r,
                 "typha_connections_grace_used",
                 "Connections that needed their grace period after the initial sync to catch up.",
             ),
-            client_snapshot_send_secs: syncer_summary(
+            client_snapshot_send_secs: per_syncer_summary(
                 r,
                 summary(
                     "typha_client_snapshot_send_secs",
@@ -290,7 +364,7 @@ impl Metrics {
             ),
             // Typha's one window of its own: a minute in two steps, so the figure recovers
             // soon after a spike.
-            client_latency_secs: syncer_summary(
+            client_latency_secs: per_syncer_summary(
                 r,
                 summary(
                     "typha_client_latency_secs",
@@ -298,25 +372,28 @@ impl Metrics {
                 )
                 .window(std::time::Duration::from_secs(60), 2),
             ),
-            client_write_latency_secs: syncer_summary(
+            client_write_latency_secs: per_syncer_summary(
                 r,
                 summary(
                     "typha_client_write_latency_secs",
                     "Time per write to a client.",
                 ),
             ),
-            next_breadcrumb_latency_secs: syncer_summary(
+            next_breadcrumb_latency_secs: per_syncer_summary(
                 r,
                 summary(
                     "typha_next_breadcrumb_latency_secs",
                     "Time to get the next breadcrumb's frame for a client that is behind.",
                 ),
             ),
-            ping_latency: syncer_summary(
+            ping_latency: per_syncer_summary(
                 r,
                 summary("typha_ping_latency", "Round-trip ping latency to a client."),
             ),
-            kvs_per_msg: syncer_summary(r, summary("typha_kvs_per_msg", "KVs per delta message.")),
+            kvs_per_msg: per_syncer_summary(
+                r,
+                summary("typha_kvs_per_msg", "KVs per delta message."),
+            ),
             log_errors: register(r, typha_service::logging::errors()),
             updates_invalid: counter(
                 r,
@@ -385,6 +462,28 @@ impl Metrics {
                 );
                 SyncerType::ALL.map(|t| v.with_label_values(&[t.as_str()]))
             },
+            connections_limit: {
+                let v = gauge_vec(
+                    r,
+                    "typha_connections_limit",
+                    "Most connections this replica takes: all of them (Typha's limit, four per node with balancing), and those of our own protocol (one per node).",
+                    &["protocol"],
+                );
+                ["all", "typha-rs"].map(|p| v.with_label_values(&[p]))
+            },
+            calico_refused: counters(
+                r,
+                "typha_calico_connections_refused_total",
+                "Calico clients closed at the connection limit (their protocol has no goodbye), by the syncer type of their hello.",
+                "syncer",
+                [
+                    SyncerType::Felix.as_str(),
+                    SyncerType::Bgp.as_str(),
+                    SyncerType::TunnelIpAllocation.as_str(),
+                    SyncerType::NodeStatus.as_str(),
+                    "unknown",
+                ],
+            ),
             connections_syncing: gauge(
                 r,
                 "typha_connections_syncing",
@@ -495,6 +594,28 @@ impl Metrics {
             SyncerType::Bgp => bgp,
             SyncerType::TunnelIpAllocation => tunnel,
             SyncerType::NodeStatus => status,
+        }
+    }
+
+    /// Counts a Calico client closed at the connection limit, by its hello's syncer type
+    /// (`None`: the hello was not read in time).
+    pub fn calico_refused(&self, t: Option<SyncerType>) {
+        self.calico_refused_counter(t).inc();
+    }
+
+    /// Calico clients of syncer type `t` closed at the connection limit so far.
+    pub fn calico_refused_count(&self, t: Option<SyncerType>) -> u64 {
+        self.calico_refused_counter(t).get()
+    }
+
+    fn calico_refused_counter(&self, t: Option<SyncerType>) -> &IntCounter {
+        let [felix, bgp, tunnel, status, unknown] = &self.calico_refused;
+        match t {
+            Some(SyncerType::Felix) => felix,
+            Some(SyncerType::Bgp) => bgp,
+            Some(SyncerType::TunnelIpAllocation) => tunnel,
+            Some(SyncerType::NodeStatus) => status,
+            None => unknown,
         }
     }
 

@@ -59,8 +59,9 @@ pub struct FeedContext<'a> {
 /// seen, without a status change (clients keep their state); "too old" relists, with
 /// ResyncInProgress then InSync around it. A watch that stays quiet for a quarter of the
 /// staleness threshold is checked with [`Datastore::probe`]. The first failure after a
-/// success is logged at `warn`; the retries that follow at `debug` (the staleness monitor says
-/// when the view has been unconfirmed for too long, once).
+/// success is logged at `warn` (but [`DatastoreError::Unusable`], which its backend has said);
+/// the retries that follow at `debug` (the staleness monitor says when the view has been
+/// unconfirmed for too long, once).
 pub async fn run_syncer(
     ds: Arc<dyn Datastore>,
     tx: mpsc::Sender<SyncerEvent>,
@@ -68,7 +69,9 @@ pub async fn run_syncer(
 ) {
     let probe_every = (fresh.threshold() / 4).max(Duration::from_millis(100));
     let failed = |what: &str, e: &DatastoreError| {
-        if fresh.failed(e) {
+        // An unusable datastore is said at warn by the backend, once per cause, with what to
+        // do about it: a second line would only repeat it.
+        if fresh.failed(e) && !matches!(e, DatastoreError::Unusable { .. }) {
             warn!(datastore = ds.name(), error = %e, "{what} failed; retrying");
         } else {
             debug!(datastore = ds.name(), error = %e, "{what} failed; retrying");

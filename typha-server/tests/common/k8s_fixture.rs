@@ -4,8 +4,9 @@
 //! backend is tested against a real kube-apiserver over etcd 3.6 (tests/kubernetes.rs,
 //! tests/conformance.rs, tests/staleness.rs, tests/binary.rs).
 //!
-//! It is a fake, and only as much of one as the backend uses: `GET` of a collection
-//! (`/apis/<group>/<version>/<plural>` or `/api/v1/<plural>`) returns a `*List` with
+//! It is a fake, and only as much of one as the backend uses: discovery (`GET /apis`, and
+//! `GET /apis/crd.projectcalico.org/v1`: Calico's classic group, with every kind), and `GET`
+//! of a collection (`/apis/<group>/<version>/<plural>` or `/api/v1/<plural>`) returns a `*List` with
 //! `metadata.resourceVersion`, and `?watch=1&resourceVersion=N` streams newline-separated JSON
 //! watch events after revision N, as the real one does. One revision counter for every type,
 //! as an etcd-backed API server has. The test writes objects, compacts (a watch from before
@@ -229,6 +230,28 @@ async fn handle(State(s): State<Shared>, uri: Uri) -> Response {
     if db.down {
         let body = status(503, "ServiceUnavailable", "the fixture is down").to_string();
         return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+    }
+    // Discovery, as much as the backend asks before it lists: Calico's classic CRD group is
+    // served, with every kind the backend reads.
+    if path == "/apis" {
+        let body = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": "crd.projectcalico.org",
+             "versions": [{"groupVersion": "crd.projectcalico.org/v1", "version": "v1"}],
+             "preferredVersion": {"groupVersion": "crd.projectcalico.org/v1", "version": "v1"}}]});
+        return ([("content-type", "application/json")], body.to_string()).into_response();
+    }
+    if path == "/apis/crd.projectcalico.org/v1" {
+        let resources: Vec<Value> = typha_server::datastore::kubernetes::CRD_KINDS
+            .iter()
+            .map(|k| {
+                json!({"name": k.plural(), "singularName": k.as_str().to_lowercase(),
+                       "namespaced": k.is_namespaced(), "kind": k.as_str(),
+                       "verbs": ["get", "list", "watch"]})
+            })
+            .collect();
+        let body = json!({"kind": "APIResourceList", "apiVersion": "v1",
+                          "groupVersion": "crd.projectcalico.org/v1", "resources": resources});
+        return ([("content-type", "application/json")], body.to_string()).into_response();
     }
     if !watching {
         db.lists += 1;

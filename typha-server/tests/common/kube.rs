@@ -440,3 +440,108 @@ pub async fn try_create(
         )
         .await
 }
+
+/// Set to the path of Calico's `calico-v3-crds.yaml` (Calico v3.32's `manifests/`) to install
+/// Calico's own `projectcalico.org/v3` CRDs where a test needs them, instead of the minimal
+/// ones of ours ([`v3_crds`]). CI has no copy of Calico's source, so it runs with ours.
+pub const CALICO_V3_CRDS: &str = "TYPHA_TEST_CALICO_V3_CRDS";
+
+/// Installs Calico's kinds as CRDs of `projectcalico.org/v3` (Calico 3.32's install without
+/// the aggregated API server) and waits until every kind the backend reads is served. With
+/// [`CALICO_V3_CRDS`] set, Calico's own CRDs from that file (every `projectcalico.org` CRD in
+/// it; a file that cannot be read fails the test, naming the variable); otherwise minimal CRDs
+/// of ours, one per kind the backend reads, that keep whatever spec they are given (no
+/// schema, so no pruning and no defaults: the tests write complete objects). Returns which.
+pub async fn v3_crds(admin: &kube::Client) -> &'static str {
+    let crds: Vec<Value> = match std::env::var_os(CALICO_V3_CRDS) {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+                panic!("{CALICO_V3_CRDS}={}: cannot read it: {e}", path.to_string_lossy())
+            });
+            let mut out = Vec::new();
+            for doc in serde_norway::Deserializer::from_str(&text) {
+                let v: Value = serde::Deserialize::deserialize(doc).unwrap_or_else(|e| {
+                    panic!("{CALICO_V3_CRDS}: {} is not YAML: {e}", path.to_string_lossy())
+                });
+                if v["kind"] == "CustomResourceDefinition" && v["spec"]["group"] == "projectcalico.org"
+                {
+                    out.push(v);
+                }
+            }
+            assert!(
+                !out.is_empty(),
+                "{CALICO_V3_CRDS}: no projectcalico.org CRD in {}",
+                path.to_string_lossy()
+            );
+            out
+        }
+        None => CRD_KINDS
+            .iter()
+            .map(|k| {
+                let scope = if k.is_namespaced() { "Namespaced" } else { "Cluster" };
+                json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                       "metadata": {"name": format!("{}.projectcalico.org", k.plural())},
+                       "spec": {"group": "projectcalico.org", "scope": scope,
+                                "names": {"kind": k.as_str(), "listKind": format!("{}List", k.as_str()),
+                                          "plural": k.plural(),
+                                          "singular": k.as_str().to_lowercase()},
+                                "versions": [{"name": "v3", "served": true, "storage": true,
+                                              "schema": {"openAPIV3Schema": {"type": "object",
+                                                  "x-kubernetes-preserve-unknown-fields": true}}}]}})
+            })
+            .collect(),
+    };
+    for crd in crds {
+        apply(admin, crd).await;
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    for k in CRD_KINDS {
+        let res = resource("projectcalico.org/v3", k.as_str(), k.plural());
+        let api: Api<DynamicObject> = Api::all_with(admin.clone(), &res);
+        while let Err(e) = api.list(&ListParams::default().limit(1)).await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}.projectcalico.org is not served: {e}",
+                k.plural()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+    if std::env::var_os(CALICO_V3_CRDS).is_some() {
+        "Calico's own v3 CRDs"
+    } else {
+        "minimal v3 CRDs of ours"
+    }
+}
+
+/// Writes a Calico v3 resource as an object of Calico 3.32's `projectcalico.org/v3` CRDs (the
+/// resource itself); what the API server stored.
+pub async fn put_v3(client: &kube::Client, r: &Resource) -> DynamicObject {
+    apply(
+        client,
+        typha_server::control_plane::crd_object_in(
+            r,
+            typha_server::datastore::kubernetes::CalicoGroup::V3,
+        ),
+    )
+    .await
+}
+
+/// The v3 resource a `projectcalico.org/v3` object (`stored`, as the API server returned it) is
+/// to Calico's driver, read here independently of the backend: the object itself, its
+/// metadata as stored (uid not converted, creation time, generation, labels, annotations) and
+/// its spec as stored (with whatever defaults the CRD's schema added).
+pub fn stored_v3(stored: &DynamicObject) -> Resource {
+    let m = &stored.metadata;
+    let mut metadata = json!({"name": m.name, "uid": m.uid, "creationTimestamp": created(m),
+                              "generation": m.generation,
+                              "labels": m.labels.clone().unwrap_or_default(),
+                              "annotations": m.annotations.clone().unwrap_or_default()});
+    if let Some(ns) = &m.namespace {
+        metadata["namespace"] = ns.clone().into();
+    }
+    let kind = &stored.types.as_ref().expect("a kind").kind;
+    Resource::from_json(json!({"apiVersion": "projectcalico.org/v3", "kind": kind,
+                               "metadata": metadata, "spec": stored.data["spec"]}))
+    .unwrap()
+}

@@ -24,6 +24,7 @@ use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::server::{RunningServer, start};
 
+pub mod calico_raw;
 pub mod etcd;
 pub mod helm;
 pub mod k8s_fixture;

@@ -25,7 +25,27 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
     let (id, doc) = match c {
-        Conversion::Crd(kind) => {
+        Conversion::Crd(kind, CalicoGroup::V3) => {
+            // The object is the v3 resource, stored as Calico's v3 API writes it: Calico's
+            // driver takes it as it is (it converts only `crd.projectcalico.org/v1` objects),
+            // so its name, labels, uid and annotations are the object's own.
+            let id = if kind.is_namespaced() {
+                ResourceId::namespaced(kind, namespace.clone(), name.clone())
+            } else {
+                ResourceId::global(kind, name.clone())
+            };
+            let mut metadata = if kind.is_namespaced() {
+                json!({"name": name, "namespace": namespace, "labels": labels})
+            } else {
+                json!({"name": name, "labels": labels})
+            };
+            if let Some(m) = metadata.as_object_mut() {
+                v3_crd_metadata(o, kind, m);
+            }
+            let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
+            (id, v3_doc(kind, metadata, spec))
+        }
+        Conversion::Crd(kind, CalicoGroup::V1) => {
             // What Calico's own writers (calicoctl, Calico's API server) store: the v3 name,
             // labels and annotations in one annotation, the CRD's labels cleared but for
             // Calico's own (libcalico-go's ConvertCalicoResourceToK8sResource).
@@ -105,14 +125,14 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
                 v3_doc(Kind::Profile, profile_metadata(o, profile), spec),
             )
         }
-        Conversion::Pod => {
+        Conversion::Pod(prefix) => {
             let node = at(&o.data, "/spec/nodeName").as_str().unwrap_or_default();
             let id = ResourceId::namespaced(
                 Kind::WorkloadEndpoint,
                 namespace.clone(),
                 workload_endpoint_name(node, &name),
             );
-            match pod_spec(o, &namespace, &name, labels) {
+            match pod_spec(o, &namespace, &name, labels, prefix) {
                 Ok(Some((metadata, spec))) => (id, v3_doc(Kind::WorkloadEndpoint, metadata, spec)),
                 // Not networked by Calico (yet, or any more): nothing to serve.
                 Ok(None) => return (Some(id), None),
@@ -378,6 +398,33 @@ fn crd_metadata(o: &DynamicObject, stored: Option<&Value>, m: &mut Map<String, V
     }
 }
 
+/// The metadata of a `projectcalico.org/v3` CRD object, as Calico's driver passes it on, into
+/// `m`: uid, creation time, generation and annotations as stored (a FelixConfiguration always
+/// has annotations, as from the v1 group: Felix reads overrides there). Not carried, as from
+/// the v1 group: `ownerReferences`, `finalizers` and `managedFields`.
+fn v3_crd_metadata(o: &DynamicObject, kind: Kind, m: &mut Map<String, Value>) {
+    let meta = &o.metadata;
+    if let Some(uid) = meta.uid.as_deref().filter(|u| !u.is_empty()) {
+        m.insert("uid".into(), uid.into());
+    }
+    if let Some(t) = &meta.creation_timestamp {
+        // k8s-openapi writes it as Go does: UTC, whole seconds.
+        m.insert("creationTimestamp".into(), json!(t));
+    }
+    if let Some(g) = meta.generation {
+        m.insert("generation".into(), g.into());
+    }
+    let annotations: Map<String, Value> = meta
+        .annotations
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    if !annotations.is_empty() || kind == Kind::FelixConfiguration {
+        m.insert("annotations".into(), Value::Object(annotations));
+    }
+}
+
 /// Calico's `ConvertUID`: the uid Calico gives a resource derived from a Kubernetes object
 /// (a `crd.projectcalico.org/v1` resource, a profile made from a namespace or a service
 /// account), so that the two never share one. Each byte of the UUID has its bits reversed,
@@ -521,17 +568,6 @@ pub(super) fn workload_endpoint_name(node: &str, pod: &str) -> String {
     )
 }
 
-/// Calico's host-side interface name for a pod: `cali` and the first 11 hex digits of the
-/// SHA-1 of `<namespace>.<pod>`.
-pub fn interface_name(namespace: &str, pod: &str) -> String {
-    let d = ring::digest::digest(
-        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
-        format!("{namespace}.{pod}").as_bytes(),
-    );
-    let hex: String = d.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("cali{}", hex.get(..11).unwrap_or_default())
-}
-
 /// The pod's addresses as CIDRs, from where Calico's Kubernetes driver takes them, the first
 /// that has any: `status.podIPs`, `status.podIP`, Calico's CNI annotations
 /// `cni.projectcalico.org/podIPs` and `podIP`, then AWS's `vpc.amazonaws.com/pod-ips`. An
@@ -654,6 +690,7 @@ pub(super) fn pod_spec(
     namespace: &str,
     name: &str,
     mut labels: Map<String, Value>,
+    prefix: InterfacePrefix,
 ) -> Result<Option<(Value, Value)>, String> {
     let spec = at(&o.data, "/spec");
     if at(spec, "/hostNetwork").as_bool() == Some(true) {
@@ -711,7 +748,7 @@ pub(super) fn pod_spec(
         "pod": name,
         "endpoint": "eth0",
         "serviceAccountName": sa,
-        "interfaceName": interface_name(namespace, name),
+        "interfaceName": interface_name(prefix, namespace, name),
         "ipNetworks": nets,
         "ipNATs": nats,
         "profiles": profiles,

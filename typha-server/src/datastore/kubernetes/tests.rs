@@ -13,7 +13,7 @@ fn a_crd_becomes_its_v3_resource() {
         "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
         "metadata": {"name": "set", "labels": {"a": "b"}, "resourceVersion": "7"},
         "spec": {"nets": ["10.0.0.0/8"]}}));
-    let (id, item) = convert(Conversion::Crd(Kind::GlobalNetworkSet), &o);
+    let (id, item) = convert(Conversion::Crd(Kind::GlobalNetworkSet, CalicoGroup::V1), &o);
     let r = item.unwrap().unwrap();
     assert_eq!(Some(r.id()), id);
     assert_eq!(r.metadata.labels.get("a").map(String::as_str), Some("b"));
@@ -25,7 +25,7 @@ fn a_bad_crd_is_invalid_not_an_error() {
     let o = object(json!({
         "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
         "metadata": {"name": "set"}, "spec": {"nets": 5}}));
-    let (id, item) = convert(Conversion::Crd(Kind::GlobalNetworkSet), &o);
+    let (id, item) = convert(Conversion::Crd(Kind::GlobalNetworkSet, CalicoGroup::V1), &o);
     let invalid = item.unwrap().unwrap_err();
     assert_eq!(invalid.id, id);
 }
@@ -81,12 +81,15 @@ fn json_merge(a: &mut Value, b: Value) {
 #[test]
 fn interface_names_are_calicos() {
     // From Python: "cali" + hashlib.sha1(b"web.api-7d9f-x2k4q").hexdigest()[:11]
-    assert_eq!(interface_name("web", "api-7d9f-x2k4q"), "calif32b024f777");
+    assert_eq!(
+        interface_name(InterfacePrefix::CALI, "web", "api-7d9f-x2k4q"),
+        "calif32b024f777"
+    );
 }
 
 #[test]
 fn a_pod_becomes_its_workload_endpoint() {
-    let r = convert(Conversion::Pod, &pod(json!({})))
+    let r = convert(Conversion::Pod(InterfacePrefix::CALI), &pod(json!({})))
         .1
         .unwrap()
         .unwrap();
@@ -108,13 +111,19 @@ fn a_pod_becomes_its_workload_endpoint() {
     // the status has no address yet.
     let annotation = json!({"cni.projectcalico.org/podIPs": "10.9.9.9/32"});
     let annotated = pod(json!({"metadata": {"annotations": annotation}}));
-    let r = convert(Conversion::Pod, &annotated).1.unwrap().unwrap();
+    let r = convert(Conversion::Pod(InterfacePrefix::CALI), &annotated)
+        .1
+        .unwrap()
+        .unwrap();
     let Spec::WorkloadEndpoint(w) = &r.spec else {
         panic!("{r:?}")
     };
     assert_eq!(w.ip_networks, ["10.0.0.5/32", "fd00::5/128"]);
     let early = pod(json!({"metadata": {"annotations": annotation}, "status": {"podIPs": []}}));
-    let r = convert(Conversion::Pod, &early).1.unwrap().unwrap();
+    let r = convert(Conversion::Pod(InterfacePrefix::CALI), &early)
+        .1
+        .unwrap()
+        .unwrap();
     let Spec::WorkloadEndpoint(w) = &r.spec else {
         panic!("{r:?}")
     };
@@ -132,10 +141,13 @@ fn a_felix_configuration_keeps_its_override_annotations() {
             "projectcalico.org/metadata":
                 r#"{"annotations": {"config.projectcalico.org/PrometheusMetricsEnabled": "true"}}"#}},
         "spec": {"logSeverityScreen": "Info"}}));
-    let r = convert(Conversion::Crd(Kind::FelixConfiguration), &o)
-        .1
-        .unwrap()
-        .unwrap();
+    let r = convert(
+        Conversion::Crd(Kind::FelixConfiguration, CalicoGroup::V1),
+        &o,
+    )
+    .1
+    .unwrap()
+    .unwrap();
     let mut keys: Vec<(String, String)> = crate::calico::convert::convert(&r)
         .unwrap()
         .into_iter()
@@ -166,7 +178,10 @@ fn a_pods_floating_ips_and_allowed_source_prefixes_are_read() {
     let annotated = pod(json!({"metadata": {"annotations": {
         "cni.projectcalico.org/floatingIPs": r#"["192.0.2.10", "2001:db8::10", "nope"]"#,
         "cni.projectcalico.org/allowedSourcePrefixes": r#"["198.51.100.1/24"]"#}}}));
-    let r = convert(Conversion::Pod, &annotated).1.unwrap().unwrap();
+    let r = convert(Conversion::Pod(InterfacePrefix::CALI), &annotated)
+        .1
+        .unwrap()
+        .unwrap();
     let kvs = crate::calico::convert::convert(&r).unwrap();
     let typha_protocol::model::Value::WorkloadEndpoint(w) = &kvs[0].1 else {
         panic!("{kvs:?}")
@@ -188,7 +203,7 @@ fn a_pods_floating_ips_and_allowed_source_prefixes_are_read() {
         json!({"cni.projectcalico.org/allowedSourcePrefixes": "10.0.0.0/8"}),
     ] {
         let (id, item) = convert(
-            Conversion::Pod,
+            Conversion::Pod(InterfacePrefix::CALI),
             &pod(json!({"metadata": {"annotations": annotations}})),
         );
         let e = item.unwrap().unwrap_err();
@@ -198,11 +213,21 @@ fn a_pods_floating_ips_and_allowed_source_prefixes_are_read() {
     let wide = pod(json!({"metadata": {"annotations": {
         "cni.projectcalico.org/floatingIPs": r#"["192.0.2.10"]"#}},
         "status": {"podIPs": [{"ip": "10.0.0.0/24"}]}}));
-    assert!(convert(Conversion::Pod, &wide).1.unwrap().is_err());
+    assert!(
+        convert(Conversion::Pod(InterfacePrefix::CALI), &wide)
+            .1
+            .unwrap()
+            .is_err()
+    );
     // An empty allowedSourcePrefixes is none.
     let empty = pod(json!({"metadata": {"annotations": {
         "cni.projectcalico.org/allowedSourcePrefixes": ""}}}));
-    assert!(convert(Conversion::Pod, &empty).1.unwrap().is_ok());
+    assert!(
+        convert(Conversion::Pod(InterfacePrefix::CALI), &empty)
+            .1
+            .unwrap()
+            .is_ok()
+    );
 }
 
 /// Named ports of init containers count, and a port of a protocol Calico does not map is
@@ -216,7 +241,10 @@ fn a_pods_named_ports_are_mapped_as_calico_maps_them() {
             {"name": "odd", "containerPort": 9, "protocol": "FOO"}]}],
         "initContainers": [{"name": "i", "ports": [
             {"name": "sidecar", "containerPort": 15001, "protocol": "SCTP"}]}]}}));
-    let r = convert(Conversion::Pod, &p).1.unwrap().unwrap();
+    let r = convert(Conversion::Pod(InterfacePrefix::CALI), &p)
+        .1
+        .unwrap()
+        .unwrap();
     let Spec::WorkloadEndpoint(w) = &r.spec else {
         panic!("{r:?}")
     };
@@ -233,7 +261,7 @@ fn pods_calico_does_not_network_are_skipped_by_id() {
         json!({"status": {"phase": "Succeeded"}}),
         json!({"spec": {"nodeName": null}}),
     ] {
-        let (id, item) = convert(Conversion::Pod, &pod(extra.clone()));
+        let (id, item) = convert(Conversion::Pod(InterfacePrefix::CALI), &pod(extra.clone()));
         assert!(item.is_none(), "{extra}");
         assert_eq!(id.unwrap().kind, Kind::WorkloadEndpoint);
     }
@@ -545,7 +573,7 @@ fn cluster_network_policies_become_calicos_or_nothing() {
         ))
     );
     assert!(item.is_none());
-    let source = Kubernetes::sources(false)
+    let source = Kubernetes::sources(false, CalicoGroup::V1, InterfacePrefix::CALI)
         .into_iter()
         .find(|s| matches!(s.conversion, Conversion::ClusterNetworkPolicy))
         .unwrap();
@@ -555,10 +583,10 @@ fn cluster_network_policies_become_calicos_or_nothing() {
 
 #[test]
 fn gone_is_too_old_and_the_rest_refused() {
-    let k = Kubernetes::sources(false);
+    let k = Kubernetes::sources(false, CalicoGroup::V1, InterfacePrefix::CALI);
     let pods = k
         .iter()
-        .find(|s| matches!(s.conversion, Conversion::Pod))
+        .find(|s| matches!(s.conversion, Conversion::Pod(_)))
         .unwrap();
     assert!(matches!(
         status_error(
@@ -580,7 +608,7 @@ fn gone_is_too_old_and_the_rest_refused() {
 
 #[test]
 fn forbidden_names_the_resource_and_the_verb() {
-    let k = Kubernetes::sources(false);
+    let k = Kubernetes::sources(false, CalicoGroup::V1, InterfacePrefix::CALI);
     let knp = k
         .iter()
         .find(|s| matches!(s.conversion, Conversion::NetworkPolicy))
@@ -592,7 +620,7 @@ fn forbidden_names_the_resource_and_the_verb() {
     );
     let pods = k
         .iter()
-        .find(|s| matches!(s.conversion, Conversion::Pod))
+        .find(|s| matches!(s.conversion, Conversion::Pod(_)))
         .unwrap();
     let e = status_error(403, "Forbidden", "no", Revision(0), "list", pods).to_string();
     assert!(e.contains("may not list pods "), "{e}");
@@ -770,7 +798,7 @@ fn with_pod_cidrs_a_nodes_cidrs_are_its_blocks_and_its_tunnel_address() {
     );
 
     let kinds = |pod_cidr| -> Vec<Conversion> {
-        Kubernetes::sources(pod_cidr)
+        Kubernetes::sources(pod_cidr, CalicoGroup::V1, InterfacePrefix::CALI)
             .into_iter()
             .map(|s| s.conversion)
             .collect()
@@ -778,7 +806,7 @@ fn with_pod_cidrs_a_nodes_cidrs_are_its_blocks_and_its_tunnel_address() {
     for pod_cidr in [false, true] {
         let reads_blocks = kinds(pod_cidr)
             .iter()
-            .any(|c| matches!(c, Conversion::Crd(Kind::IpamBlock | Kind::BlockAffinity)));
+            .any(|c| matches!(c, Conversion::Crd(Kind::IpamBlock | Kind::BlockAffinity, _)));
         assert_eq!(reads_blocks, !pod_cidr);
     }
 }
@@ -794,10 +822,13 @@ fn calicos_metadata_annotation_gives_the_labels_and_the_name() {
                      "annotations": {"projectcalico.org/metadata":
                          "{\"name\":\"blocked\",\"labels\":{\"role\":\"blocked\"},\"creationTimestamp\":null}"}},
         "spec": {"nets": ["192.0.2.0/24"]}}));
-    let r = convert(Conversion::Crd(Kind::GlobalNetworkSet), &set)
-        .1
-        .unwrap()
-        .unwrap();
+    let r = convert(
+        Conversion::Crd(Kind::GlobalNetworkSet, CalicoGroup::V1),
+        &set,
+    )
+    .1
+    .unwrap()
+    .unwrap();
     assert_eq!(
         r.metadata.labels,
         [
@@ -817,7 +848,10 @@ fn calicos_metadata_annotation_gives_the_labels_and_the_name() {
         if let Some(t) = tier {
             o["spec"]["tier"] = t.into();
         }
-        convert(Conversion::Crd(Kind::NetworkPolicy), &object(o))
+        convert(
+            Conversion::Crd(Kind::NetworkPolicy, CalicoGroup::V1),
+            &object(o),
+        )
     };
     let named = |r: (Option<ResourceId>, Option<Item>)| r.0.unwrap().name;
     // Pre-3.30 storage of a default-tier policy: `default.` dropped when the annotation has
@@ -1034,7 +1068,7 @@ fn the_objects_resource_version_is_the_resources() {
         "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkSet",
         "metadata": {"name": "set", "resourceVersion": "4711"},
         "spec": {"nets": ["10.0.0.0/8"]}}));
-    let r = convert(Conversion::Crd(Kind::GlobalNetworkSet), &o)
+    let r = convert(Conversion::Crd(Kind::GlobalNetworkSet, CalicoGroup::V1), &o)
         .1
         .unwrap()
         .unwrap();
@@ -1056,7 +1090,7 @@ fn a_crds_uid_creation_time_and_annotations_are_calicos() {
                      "annotations": {"projectcalico.org/metadata": stored.to_string(),
                                      "projectcalico.org/owned": "yes"}},
         "spec": {"node": "node-1", "classes": ["Agent"], "updatePeriodSeconds": 10}}));
-    let r = convert(Conversion::Crd(Kind::CalicoNodeStatus), &o)
+    let r = convert(Conversion::Crd(Kind::CalicoNodeStatus, CalicoGroup::V1), &o)
         .1
         .unwrap()
         .unwrap();
@@ -1086,7 +1120,7 @@ fn a_crds_uid_creation_time_and_annotations_are_calicos() {
                      "creationTimestamp": "2025-01-01T10:00:00Z",
                      "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
         "spec": {"peerIP": "10.0.0.1", "asNumber": 64512}}));
-    let r = convert(Conversion::Crd(Kind::BgpPeer), &plain)
+    let r = convert(Conversion::Crd(Kind::BgpPeer, CalicoGroup::V1), &plain)
         .1
         .unwrap()
         .unwrap();
@@ -1209,4 +1243,192 @@ fn an_endpoint_slice_keeps_its_generation() {
         Some("2025-01-01T10:00:00Z")
     );
     assert!(r.metadata.annotations.is_empty());
+}
+
+/// A `projectcalico.org/v3` CRD object is the v3 resource as stored, as Calico's driver takes
+/// it: its uid not converted, its name kept (no `default.` taken off a policy's), its labels and
+/// annotations as they are (a `projectcalico.org/metadata` annotation is only an annotation
+/// there), its creation time and generation.
+#[test]
+fn a_v3_crd_is_the_resource_as_stored() {
+    let stored = json!({"name": "other", "labels": {"from": "annotation"}});
+    let o = object(json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "NetworkPolicy",
+        "metadata": {"name": "default.legacy", "namespace": "web",
+                     "uid": "30316465-6365-4463-ad63-3564622d3638",
+                     "creationTimestamp": "2025-01-01T10:00:00Z", "generation": 2,
+                     "resourceVersion": "41", "labels": {"projectcalico.org/tier": "default"},
+                     "annotations": {"projectcalico.org/metadata": stored.to_string(),
+                                     "note": "kept"}},
+        "spec": {"tier": "default", "selector": "all()", "types": ["Ingress"]}}));
+    let (id, item) = convert(Conversion::Crd(Kind::NetworkPolicy, CalicoGroup::V3), &o);
+    let r = item.unwrap().unwrap();
+    assert_eq!(
+        id,
+        Some(ResourceId::namespaced(
+            Kind::NetworkPolicy,
+            "web",
+            "default.legacy"
+        ))
+    );
+    let m = &r.metadata;
+    assert_eq!(m.name, "default.legacy");
+    assert_eq!(m.uid, "30316465-6365-4463-ad63-3564622d3638");
+    assert_eq!(
+        m.creation_timestamp.as_deref(),
+        Some("2025-01-01T10:00:00Z")
+    );
+    assert_eq!(m.generation, Some(2));
+    assert_eq!(m.resource_version.as_deref(), Some("41"));
+    assert_eq!(
+        m.labels.to_btree().into_iter().collect::<Vec<_>>(),
+        [("projectcalico.org/tier".to_owned(), "default".to_owned())]
+    );
+    assert_eq!(m.annotations.len(), 2);
+    assert_eq!(m.annotations["note"], "kept");
+    assert_eq!(
+        m.annotations["projectcalico.org/metadata"],
+        stored.to_string()
+    );
+
+    // The same object in crd.projectcalico.org/v1 is Calico's converted form: the other name,
+    // the uid converted.
+    let r = convert(Conversion::Crd(Kind::NetworkPolicy, CalicoGroup::V1), &o)
+        .1
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.metadata.name, "other");
+    assert_eq!(r.metadata.uid, "0c8c26a6-c6a6-44c6-adc6-ac2646b46c1c");
+
+    // A FelixConfiguration has its annotations (Felix's overrides) in either group.
+    let fc = object(json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "FelixConfiguration",
+        "metadata": {"name": "default",
+                     "annotations": {"config.projectcalico.org/LogSeverityScreen": "Debug"}},
+        "spec": {}}));
+    let r = convert(
+        Conversion::Crd(Kind::FelixConfiguration, CalicoGroup::V3),
+        &fc,
+    )
+    .1
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        r.metadata.annotations["config.projectcalico.org/LogSeverityScreen"],
+        "Debug"
+    );
+}
+
+/// Calico v3.32's choice of group (libcalico-go's `UsingV3CRDs`): the setting, else v3 only
+/// when the API server serves `projectcalico.org` and not `crd.projectcalico.org`.
+#[test]
+fn the_group_is_chosen_as_calico_chooses_it() {
+    assert_eq!(CalicoGroup::discover(true, false), CalicoGroup::V1);
+    assert_eq!(CalicoGroup::discover(false, true), CalicoGroup::V3);
+    // Both: the v1 CRDs behind Calico's aggregated API server (or a migration under way).
+    assert_eq!(CalicoGroup::discover(true, true), CalicoGroup::V1);
+    assert_eq!(CalicoGroup::discover(false, false), CalicoGroup::V1);
+    assert_eq!(CalicoGroup::from_setting(""), Ok(None));
+    assert_eq!(
+        CalicoGroup::from_setting("projectcalico.org/v3"),
+        Ok(Some(CalicoGroup::V3))
+    );
+    assert_eq!(
+        CalicoGroup::from_setting("CRD.projectcalico.org/v1"),
+        Ok(Some(CalicoGroup::V1))
+    );
+    assert!(CalicoGroup::from_setting("projectcalico.org/v1").is_err());
+
+    // The same sources in the same order in either group, Calico's kinds in the group's own
+    // version.
+    let (v1, v3) = (
+        Kubernetes::sources(false, CalicoGroup::V1, InterfacePrefix::CALI),
+        Kubernetes::sources(false, CalicoGroup::V3, InterfacePrefix::CALI),
+    );
+    assert_eq!(v1.len(), v3.len());
+    for (a, b) in v1.iter().zip(&v3) {
+        assert_eq!(a.resource.plural, b.resource.plural);
+        match (a.conversion, b.conversion) {
+            (Conversion::Crd(k, CalicoGroup::V1), Conversion::Crd(l, CalicoGroup::V3)) => {
+                assert_eq!(k, l);
+                assert_eq!(
+                    (a.resource.group.as_str(), a.resource.version.as_str()),
+                    (CRD_GROUP, "v1")
+                );
+                assert_eq!(
+                    (b.resource.group.as_str(), b.resource.version.as_str()),
+                    (V3_GROUP, "v3")
+                );
+            }
+            (Conversion::Crd(..), _) | (_, Conversion::Crd(..)) => panic!("{a:?} / {b:?}"),
+            _ => assert_eq!(a.resource.group, b.resource.group),
+        }
+    }
+    // RBAC: Calico's kinds in both groups.
+    let resources = Kubernetes::resources();
+    for k in CRD_KINDS {
+        for g in [CRD_GROUP, V3_GROUP] {
+            assert!(resources.contains(&(g.to_owned(), k.plural().to_owned())));
+        }
+    }
+}
+
+/// Without any core kind the listing fails, and says what was read, why, and what to do.
+#[test]
+fn no_calico_kinds_says_what_to_do() {
+    let e = DatastoreError::Unusable {
+        what: group::no_calico_kinds(
+            CalicoGroup::V1,
+            Chosen::Discovered {
+                v1: false,
+                v3: false,
+            },
+        ),
+    }
+    .to_string();
+    for part in [
+        "ippools, networkpolicies, globalnetworkpolicies",
+        "crd.projectcalico.org/v1",
+        "CALICO_API_GROUP unset",
+        "projectcalico.org not served",
+        "Install Calico's CRDs",
+        "set CALICO_API_GROUP",
+        "not ready",
+    ] {
+        assert!(e.contains(part), "{part:?} in {e}");
+    }
+    let e = group::no_calico_kinds(CalicoGroup::V3, Chosen::Setting);
+    assert!(
+        e.contains("in projectcalico.org/v3 (as CALICO_API_GROUP says)"),
+        "{e}"
+    );
+}
+
+/// `FELIX_INTERFACEPREFIX` as Calico's conversion reads it: the first of its prefixes, then the
+/// hash.
+#[test]
+fn interface_names_take_the_first_prefix() {
+    let eni = InterfacePrefix::from_setting("eni,cali").unwrap();
+    assert_eq!(eni.as_str(), "eni");
+    // From Python: "eni" + hashlib.sha1(b"web.api-7d9f-x2k4q").hexdigest()[:11]
+    assert_eq!(
+        interface_name(eni, "web", "api-7d9f-x2k4q"),
+        "enif32b024f777"
+    );
+    assert_eq!(
+        InterfacePrefix::from_setting("").unwrap(),
+        InterfacePrefix::CALI
+    );
+    let long = InterfacePrefix::from_setting("fifteen-chars-x").unwrap();
+    assert_eq!(long.as_str(), "fifteen-chars-x");
+    assert!(InterfacePrefix::from_setting("sixteen-chars-xx").is_err());
+    assert!(InterfacePrefix::from_setting("eni,").is_err());
+    let r = convert(Conversion::Pod(eni), &pod(json!({})))
+        .1
+        .unwrap()
+        .unwrap();
+    let Spec::WorkloadEndpoint(w) = &r.spec else {
+        panic!("{r:?}")
+    };
+    assert_eq!(w.interface_name, "enif32b024f777");
 }
