@@ -622,6 +622,8 @@ fn a_small_fleet_of_calico_nodes_opens_every_connection_and_checks_each_syncer_t
         assert_eq!(b["exact_before_churn"], 6, "{b}");
         assert_eq!(b["exact"], 6, "{b}");
         assert_eq!(b["reconnects"], 0, "{b}");
+        // The server counts each node's connection under its own syncer type.
+        assert_eq!(b["server_streaming"], 6, "{b}");
         assert!(b["kvs"].as_u64().unwrap() > 0, "{b}");
         assert!(b["sync_secs"].as_f64().unwrap() > 0.0, "{b}");
         if b["syncer"] == "felix" {

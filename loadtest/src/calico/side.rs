@@ -196,6 +196,8 @@ pub(super) async fn side(
     let swarm_cpu_synced = harness::cpu(&swarm_pids);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let connected = usage(server.pid()).context("server usage")?;
+    // What the server itself counts, per syncer type, once every connection is in sync.
+    let streaming = server.streaming().await?;
     // Quiet: every connection in sync, nothing written. The server pings and is answered;
     // what the syncs freed goes back to the system over the allocator's decay.
     let (quiet_t0, quiet_cpu0) = (Instant::now(), harness::cpu(&[server.pid()]));
@@ -332,6 +334,7 @@ pub(super) async fn side(
                 updates_in_churn: at(&updates1) - at(&updates0),
                 latency_ms: by_latency.get(i).map(Percentiles::of).unwrap_or_default(),
                 exact_before_churn: by_exact_before.get(i).map_or(0, |e| e.0),
+                server_streaming: streaming.get(t.as_str()).copied(),
                 reconnects_sync: at(&by_reconnects_sync),
                 ..SyncerSide::default()
             }
@@ -415,7 +418,8 @@ pub(super) async fn side(
             && b.exact_before_churn == a.nodes
             && b.full_exact == b.full
             && b.reconnects == 0
-            && b.deliveries >= b.deliveries_expected;
+            && b.deliveries >= b.deliveries_expected
+            && b.server_streaming.is_none_or(|n| n == nodes);
     }
     s.nodes_exact = nodes_exact(&mut by_exact.iter().map(|e| e.0));
     s.full_nodes = by_exact.iter().map(|e| e.1).sum();

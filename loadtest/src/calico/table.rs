@@ -277,8 +277,8 @@ fn syncers_table(name: &str, s: &Side) -> String {
          expected to receive none of it, and are judged by their state and by staying \
          connected):\n\n| syncer | KVs | churn reaches it | in sync after | deliveries / \
          expected | updates during the churn | latency p50 / p99 / max | exact after sync / \
-         at the end | full exact | reconnects before sync / after | ok |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n"
+         at the end | full exact | the server counts streaming | reconnects before sync / after | \
+         ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for b in &s.by_syncer {
         let latency = if b.latency_ms.count == 0 {
@@ -291,7 +291,7 @@ fn syncers_table(name: &str, s: &Side) -> String {
         };
         out += &format!(
             "| {} | {} | {} | {:.2} s | {} / {} | {} | {latency} | {} / {} of {} | {} of {} | {} \
-             / {} | {} |\n",
+             | {} / {} | {} |\n",
             b.syncer,
             b.kvs,
             if b.churned { "yes" } else { "no" },
@@ -304,6 +304,8 @@ fn syncers_table(name: &str, s: &Side) -> String {
             s.nodes,
             b.full_exact,
             b.full,
+            b.server_streaming
+                .map_or_else(|| "-".to_owned(), |n| n.to_string()),
             b.reconnects_sync,
             b.reconnects,
             if b.ok { "yes" } else { "NO" },
