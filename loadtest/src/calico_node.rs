@@ -292,8 +292,12 @@ pub(crate) async fn node(
         }
         let nth = counts.failed();
         // The swarm has no log: the first few reasons go to the coordinator's terminal, so a
-        // run with reconnects says why.
-        if nth < FAILURES_SHOWN {
+        // run with reconnects says why; after a mark (a crash), the first few beyond the one
+        // each connection loses to it.
+        let extra_from = shared.calico_failures_extra_from.load(Ordering::SeqCst);
+        if nth < FAILURES_SHOWN
+            || (extra_from..extra_from.saturating_add(FAILURES_SHOWN)).contains(&nth)
+        {
             let why = match &r {
                 Err(e) => format!("{e:#}"),
                 Ok(()) => "the session ended".into(),

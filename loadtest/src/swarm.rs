@@ -154,6 +154,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         calico_failures: AtomicU64::new(0),
         mark: AtomicU64::new(0),
         resynced: AtomicUsize::new(0),
+        calico_failures_extra_from: AtomicU64::new(u64::MAX),
         latency,
     });
     let metrics = ClientMetrics::unregistered();
@@ -405,6 +406,10 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             // Calico-protocol nodes: count, from now on, each node once when a session it
             // starts from now on reaches InSync (before a crash: every node's resync after it).
             "mark" => {
+                shared.calico_failures_extra_from.store(
+                    shared.calico_failures.load(Ordering::SeqCst) + calico_states.len() as u64,
+                    Ordering::SeqCst,
+                );
                 shared.resynced.store(0, Ordering::SeqCst);
                 for t in &tallies {
                     t.reset_resynced();

@@ -225,6 +225,9 @@ pub(crate) struct Side {
     pub(crate) kill_server_cpu_secs: Option<f64>,
     /// Sessions that ended during the resync beyond the one each connection lost to the kill.
     pub(crate) kill_extra_reconnects: Option<u64>,
+    /// Connections the restarted server closed, by reason, until every connection was in sync
+    /// again (typha-server only).
+    pub(crate) kill_server_drops: BTreeMap<String, u64>,
     /// Nothing lost.
     pub(crate) ok: bool,
 }
@@ -392,7 +395,15 @@ pub(crate) async fn run(a: CalicoArgs) -> anyhow::Result<Outcome> {
     let timeline = Timeline::start();
     let started = Instant::now();
     let checks = check_states(&wd, &a, store.as_ref(), tls.as_ref()).await?;
-    let (cal, latency) = side(&wd, &a, store.as_ref(), Target::Ours, &syncers, tls.as_ref()).await?;
+    let (cal, latency) = side(
+        &wd,
+        &a,
+        store.as_ref(),
+        Target::Ours,
+        &syncers,
+        tls.as_ref(),
+    )
+    .await?;
     said_as_it_ends(&cal);
     let fewer = if baseline_syncers.is_empty() {
         None

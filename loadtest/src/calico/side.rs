@@ -218,8 +218,7 @@ pub(super) async fn side(
     };
     let mut by_exact_before = Vec::new();
     if !want.is_empty() {
-        let w: Vec<(SyncerType, String)> =
-            want.iter().map(|(t, (_, d))| (*t, d.clone())).collect();
+        let w: Vec<(SyncerType, String)> = want.iter().map(|(t, (_, d))| (*t, d.clone())).collect();
         by_exact_before = exact(&mut swarms, "digests", &w).await?.0;
     }
     harness::phase_histogram(&mut swarms).await?;
@@ -380,20 +379,14 @@ pub(super) async fn side(
         server.kill_and_restart().await?;
         s.kill_ready_secs = Some(killed.elapsed().as_secs_f64());
         // Progress printed before the mark still shows the last mark's count.
-        harness::wait_for_marked(
-            &swarms,
-            &marks,
-            "resynced",
-            conns,
-            "in sync again",
-            limit,
-        )
-        .await?;
+        harness::wait_for_marked(&swarms, &marks, "resynced", conns, "in sync again", limit)
+            .await?;
         harness::wait_for(&swarms, "in_sync", conns, "in sync again", limit).await?;
         s.kill_resync_secs = Some(killed.elapsed().as_secs_f64());
         s.kill_server_cpu_secs = Some(harness::cpu(&[server.pid()]));
-        s.kill_extra_reconnects =
-            Some(failures(&swarms, None).saturating_sub(reconnects + conns));
+        s.kill_extra_reconnects = Some(failures(&swarms, None).saturating_sub(reconnects + conns));
+        // The restarted server counts from zero: its drops are the resync's.
+        s.kill_server_drops = server.drops().await?;
     }
     // The churn relabels existing endpoints: what a client takes now is the end state.
     let mut end = Vec::new();

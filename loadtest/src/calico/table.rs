@@ -92,11 +92,7 @@ pub(super) fn table(a: &CalicoArgs, checks: &Checks, sides: &Sides<'_>, took: Du
         ratios.push(("Calico / ours (typha-server)".into(), c, o));
     }
     if let Some(t) = sides.theirs {
-        ratios.push((
-            "calico-typha / typha-server (Calico protocol)".into(),
-            t,
-            c,
-        ));
+        ratios.push(("calico-typha / typha-server (Calico protocol)".into(), t, c));
     }
     let mut head = String::from("| measure |");
     for (name, _) in &cols {
@@ -188,7 +184,11 @@ pub(super) fn table(a: &CalicoArgs, checks: &Checks, sides: &Sides<'_>, took: Du
     t_ += &row("server RSS peak", &|s| s.rss_peak as f64, &mb);
     t_ += &row("server RSS per node", &|s| s.rss_per_node, &kib);
     t_ += &row("server RSS per connection", &|s| s.rss_per_connection, &kib);
-    t_ += &row("server RSS per node, quiet", &|s| s.rss_quiet_per_node, &kib);
+    t_ += &row(
+        "server RSS per node, quiet",
+        &|s| s.rss_quiet_per_node,
+        &kib,
+    );
     t_ += &row(
         "server RSS per connection, quiet",
         &|s| s.rss_quiet_per_connection,
@@ -240,7 +240,7 @@ pub(super) fn table(a: &CalicoArgs, checks: &Checks, sides: &Sides<'_>, took: Du
         if s.protocol.starts_with("calico/") {
             t_ += &format!(
                 "{name}: {} of {} full connections exact at the end; {} sessions reconnected \
-                 before all were in sync, {} after{}.\n",
+                 before all were in sync, {} after{}{}.\n",
                 s.full_nodes_exact,
                 s.full_nodes,
                 s.reconnects_sync,
@@ -249,6 +249,15 @@ pub(super) fn table(a: &CalicoArgs, checks: &Checks, sides: &Sides<'_>, took: Du
                     String::new()
                 } else {
                     format!("; the server closed {:?} until then", s.server_drops_sync)
+                },
+                if s.kill_server_drops.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; after the SIGKILL the restarted server closed {:?} until all were in \
+                         sync again",
+                        s.kill_server_drops
+                    )
                 }
             );
         }

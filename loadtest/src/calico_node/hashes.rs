@@ -61,7 +61,9 @@ impl KeyHashes {
         let mut latest: Vec<(u64, u64)> = Vec::with_capacity(pending.len());
         let mut at = 0;
         while let Some(&(k, _)) = pending.get(at) {
-            let run = pending.get(at..).map_or(0, |r| r.iter().take_while(|e| e.0 == k).count());
+            let run = pending
+                .get(at..)
+                .map_or(0, |r| r.iter().take_while(|e| e.0 == k).count());
             if let Some((_, Some(v))) = pending.get(at + run - 1) {
                 latest.push((k, *v));
             }
