@@ -393,7 +393,9 @@ fn the_replica_count_carries_every_calico_node_with_one_replica_down() {
     let Some(helm) = helm() else { return };
     let replicas = |args: &[&str]| -> usize {
         let objs = render(&helm, args);
-        let r = one(&objs, "Deployment")["spec"]["replicas"].as_u64().unwrap();
+        let r = one(&objs, "Deployment")["spec"]["replicas"]
+            .as_u64()
+            .unwrap();
         usize::try_from(r).unwrap()
     };
     // The server's defaults: TYPHA_MAXCONNECTIONSLOWERLIMIT, TYPHA_MAXCONNECTIONSUPPERLIMIT.
@@ -423,7 +425,10 @@ fn the_replica_count_carries_every_calico_node_with_one_replica_down() {
         // the server computes, whether the Service still lists the failed replica or not.
         let survivors = r - 1;
         let each = nodes.div_ceil(survivors);
-        assert!(each <= 2_000, "{nodes} nodes on {survivors} replicas: {each} each");
+        assert!(
+            each <= 2_000,
+            "{nodes} nodes on {survivors} replicas: {each} each"
+        );
         for listed in [r, survivors] {
             let limit = typha_limit(lower, upper, listed, nodes, SYNCER_TYPES);
             assert!(
@@ -438,7 +443,12 @@ fn the_replica_count_carries_every_calico_node_with_one_replica_down() {
     }
     // A replica sized for fewer nodes: more replicas; an explicit count wins.
     assert_eq!(
-        replicas(&["--set", "cluster.nodes=5000", "--set", "server.nodesPerReplica=1000"]),
+        replicas(&[
+            "--set",
+            "cluster.nodes=5000",
+            "--set",
+            "server.nodesPerReplica=1000"
+        ]),
         6
     );
     assert_eq!(
