@@ -20,7 +20,8 @@ use crate::server::{Backend, Listen, Server, ServerOpts, Spawn};
 /// Settings every scenario has.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Common {
-    /// Most nodes per swarm process (each node is one connection; 20,000 files per process).
+    /// Most nodes per swarm process (each node is one connection, or one per syncer type in
+    /// `calico`: 5,000 × 4 is 20,000 sockets, and loadtest raises its open-file limit to fit).
     #[arg(long, default_value_t = 5000)]
     pub(crate) nodes_per_swarm: usize,
     /// Nodes per swarm that keep the full store and recompute the digest themselves (the
@@ -313,6 +314,25 @@ impl Drop for Workdir {
         }
         let _ = std::fs::remove_dir_all(&self.path);
     }
+}
+
+/// Makes room for `needed` open files in this process and the servers and swarms it starts
+/// (they inherit its limit): the soft limit is raised towards the hard one. Fails, naming
+/// `why` and what to do, when even the hard limit is lower: a server or swarm out of file
+/// descriptors turns nodes away in ways that look like the server's fault.
+pub(crate) fn open_files(needed: u64, why: &str) -> anyhow::Result<()> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("getrlimit(RLIMIT_NOFILE)")?;
+    if soft >= needed {
+        return Ok(());
+    }
+    if hard < needed {
+        bail!(
+            "{why} need {needed} open files per process, and the hard limit is {hard}: raise it \
+             (as root, `ulimit -n {needed}` in the shell that runs loadtest)"
+        );
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, needed, hard).context("setrlimit(RLIMIT_NOFILE)")
 }
 
 /// The sum of a progress field over swarms.

@@ -441,6 +441,24 @@ impl Server {
             .collect())
     }
 
+    /// Connections past their initial sync, per syncer type, as the server counts them
+    /// (`typha_connections_streaming{syncer}`: a Calico client under its own type, ours under
+    /// felix); empty for Calico's Typha (not read: its series are not ours to name).
+    pub(crate) async fn streaming(&mut self) -> anyhow::Result<BTreeMap<String, u64>> {
+        if self.calico {
+            return Ok(BTreeMap::new());
+        }
+        let m = self.http.get_metrics().await?;
+        Ok(m.iter()
+            .filter_map(|(series, v)| {
+                let syncer = series
+                    .strip_prefix("typha_connections_streaming{syncer=\"")?
+                    .strip_suffix("\"}")?;
+                Some((syncer.to_owned(), *v as u64))
+            })
+            .collect())
+    }
+
     /// Kills it at once (SIGKILL), as a crash would.
     pub(crate) async fn kill(&mut self) -> anyhow::Result<()> {
         if let Some(p) = &mut self.proc {

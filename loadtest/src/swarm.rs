@@ -7,7 +7,9 @@
 //! once already, so the swarm's CPU does not hide the server's. Optionally some nodes are
 //! stalled (hello, then never read), or every node is a
 //! bare reader of the ceiling broadcaster (see `raw`), or every node watches etcd directly
-//! (`--etcd`, the `direct` scenario's baseline: see `etcd::direct_node`).
+//! (`--etcd`, the `direct` scenario's baseline: see `etcd::direct_node`), or every node opens
+//! calico-node's Calico-protocol connections, one per syncer type (`--calico`: see
+//! `calico_node`).
 //!
 //! Prints a JSON progress line every half second; on `finish` (stdin) it stops every node and
 //! prints the latency histogram (HdrHistogram V2, hex) and how many nodes ended with each
@@ -78,10 +80,12 @@ pub(crate) struct SwarmArgs {
     /// The nodes' bearer token (a throwaway ServiceAccount's, on a loopback API server).
     #[arg(long)]
     pub(crate) kube_token: Option<String>,
-    /// Every node speaks Calico's Typha protocol as calico-node does, with this syncer type
-    /// (`felix`, `bgp`, `tunnel-ip-allocation`, `node-status`), not our own (see `calico_node`).
-    #[arg(long, value_name = "SYNCER")]
-    pub(crate) calico: Option<String>,
+    /// Every node speaks Calico's Typha protocol as calico-node does, not our own, with one
+    /// connection per syncer type listed (`felix`, `bgp`, `tunnel-ip-allocation`,
+    /// `node-status`; comma-separated), as calico-node's processes each open one (see
+    /// `calico_node`).
+    #[arg(long, value_name = "SYNCER", value_delimiter = ',')]
+    pub(crate) calico: Vec<String>,
     /// Typha-client nodes check what they are told (see `node_checks`: no deletion but of
     /// ephemeral pods; on full-store nodes, no revision lower than the last for its key).
     /// Sound only against the mixed churn, which deletes nothing else.
@@ -150,6 +154,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         calico_failures: AtomicU64::new(0),
         mark: AtomicU64::new(0),
         resynced: AtomicUsize::new(0),
+        calico_failures_extra_from: AtomicU64::new(u64::MAX),
         latency,
     });
     let metrics = ClientMetrics::unregistered();
@@ -165,7 +170,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let raw_tls = match &tls {
-        Some(t) if a.raw || a.stalled > 0 || a.calico.is_some() => {
+        Some(t) if a.raw || a.stalled > 0 || !a.calico.is_empty() => {
             Some(typha_client::tls::client_config(t).context("client TLS settings")?)
         }
         _ => None,
@@ -206,43 +211,53 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
         }
     }
     let mut calico_tasks = Vec::new();
+    // Each connection's state, with the index of its syncer type in `tallies`.
     let mut calico_states = Vec::new();
-    if let Some(syncer) = &a.calico {
+    let tallies = a
+        .calico
+        .iter()
+        .map(|t| crate::calico_node::SyncerTally::new(t, SHARDS).map(Arc::new))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if !tallies.is_empty() {
         let mut resolved = Vec::new();
         for s in &a.server {
             resolved.push(crate::raw::resolve(s).await?);
         }
+        // Node by node, each with all its connections: a node's connections start together,
+        // as calico-node's processes do.
         for i in 0..a.nodes {
-            let state = Arc::new(Mutex::new(crate::calico_node::NodeState::new(
-                i < a.full_nodes,
-            )));
-            calico_states.push(state.clone());
-            let addr = a
-                .server
-                .get(i % a.server.len())
-                .cloned()
-                .unwrap_or_default();
-            let conf = crate::calico_node::NodeConf {
-                addr,
-                resolved: resolved
-                    .get(i % resolved.len())
-                    .copied()
-                    .context("no server")?,
-                tls: raw_tls.clone(),
-                hostname: format!("sim-{}", a.first + i),
-                syncer: syncer.clone(),
-            };
-            calico_tasks.push(tokio::spawn(crate::calico_node::node(
-                conf,
-                state,
-                shared.clone(),
-                i % SHARDS,
-                stop_rx.clone(),
-            )));
+            for (j, tally) in tallies.iter().enumerate() {
+                let state = Arc::new(Mutex::new(crate::calico_node::NodeState::new(
+                    i < a.full_nodes,
+                )));
+                calico_states.push((j, state.clone()));
+                let addr = a
+                    .server
+                    .get(i % a.server.len())
+                    .cloned()
+                    .unwrap_or_default();
+                let conf = crate::calico_node::NodeConf {
+                    addr,
+                    resolved: resolved
+                        .get(i % resolved.len())
+                        .copied()
+                        .context("no server")?,
+                    tls: raw_tls.clone(),
+                    hostname: format!("sim-{}", a.first + i),
+                    tally: tally.clone(),
+                };
+                calico_tasks.push(tokio::spawn(crate::calico_node::node(
+                    conf,
+                    state,
+                    shared.clone(),
+                    i % SHARDS,
+                    stop_rx.clone(),
+                )));
+            }
         }
     }
     // Direct and Calico-protocol nodes replace the typha-clients (and stalled or raw ones).
-    let simulated = if a.etcd.is_some() || a.kube.is_some() || a.calico.is_some() {
+    let simulated = if a.etcd.is_some() || a.kube.is_some() || !tallies.is_empty() {
         0
     } else {
         a.nodes
@@ -327,12 +342,13 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     // every half second and still hears `finish`, and a silent swarm is a stuck one.
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress = {
-        let (shared, metrics, raw, done, violations) = (
+        let (shared, metrics, raw, done, violations, tallies) = (
             shared.clone(),
             metrics.clone(),
             raw.clone(),
             done.clone(),
             violations.clone(),
+            tallies.clone(),
         );
         std::thread::Builder::new()
             .name("progress".into())
@@ -347,9 +363,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                     let mark = shared.mark.load(Ordering::SeqCst);
                     let resynced = shared.resynced.load(Ordering::SeqCst);
                     let checks = violations.counts();
-                    println!(
-                        "{}",
-                        json!({
+                    let mut line = json!({
                             "event": "progress",
                             "mark": mark,
                             "resynced": resynced,
@@ -368,8 +382,13 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                             "raw_frames": raw.frames.load(Ordering::Relaxed),
                             "raw_bytes": raw.bytes.load(Ordering::Relaxed),
                             "checks": checks,
-                        })
-                    );
+                    });
+                    if let Some(o) = line.as_object_mut() {
+                        for t in &tallies {
+                            t.progress(o);
+                        }
+                    }
+                    println!("{line}");
                 }
             })
             .context("starting the progress thread")?
@@ -387,18 +406,36 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             // Calico-protocol nodes: count, from now on, each node once when a session it
             // starts from now on reaches InSync (before a crash: every node's resync after it).
             "mark" => {
+                shared.calico_failures_extra_from.store(
+                    shared.calico_failures.load(Ordering::SeqCst) + calico_states.len() as u64,
+                    Ordering::SeqCst,
+                );
                 shared.resynced.store(0, Ordering::SeqCst);
+                for t in &tallies {
+                    t.reset_resynced();
+                }
                 let mark = shared.mark.fetch_add(1, Ordering::SeqCst) + 1;
                 println!("{}", json!({"event": "marked", "mark": mark}));
             }
-            // How many nodes hold each state now (Calico-protocol nodes, typha-clients, lean
-            // nodes), and the checks' violations so far.
+            // Each Calico syncer type's latency histogram so far, and start new ones (a
+            // phase boundary of their own: `histogram` takes the totals).
+            "histograms" => {
+                let mut by = serde_json::Map::new();
+                for t in &tallies {
+                    by.insert(t.syncer.clone(), hex(&t.take_histogram()?)?.into());
+                }
+                println!("{}", json!({"event": "histograms", "by_syncer": by}));
+            }
+            // How many nodes hold each state now (Calico-protocol connections, typha-clients,
+            // lean nodes), and the checks' violations so far.
             "digests" => {
-                let (mut d, mut f) = calico_digests(&calico_states);
+                let c = calico_digests(&calico_states, &tallies);
+                let (mut d, mut f) = (c.all, c.full);
                 live_digests(&positions, &lean_live, &mut d, &mut f);
                 println!(
                     "{}",
                     json!({"event": "digests", "digests": d, "full_digests": f,
+                           "by_syncer": c.by_syncer, "full_by_syncer": c.full_by_syncer,
                            "checks": violations.counts()})
                 );
             }
@@ -434,8 +471,9 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     for t in calico_tasks {
         let _ = t.await;
     }
-    let (calico_d, mut full_digests) = calico_digests(&calico_states);
-    for (d, n) in calico_d {
+    let calico_d = calico_digests(&calico_states, &tallies);
+    let mut full_digests = calico_d.full;
+    for (d, n) in calico_d.all {
         *digests.entry(d).or_default() += n;
     }
     let lean_nodes = lean_tasks.len();
@@ -473,6 +511,8 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
             "event": "done",
             "digests": digests,
             "full_digests": full_digests,
+            "by_syncer": calico_d.by_syncer,
+            "full_by_syncer": calico_d.full_by_syncer,
             "histogram": hex,
             "updates": shared.updates.load(Ordering::Relaxed),
             "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
@@ -551,21 +591,40 @@ async fn direct(
     .await
 }
 
-/// How many Calico-protocol nodes hold each state (`count:digest`): every node in the first
-/// map, full nodes also in the second.
+/// How many Calico-protocol connections hold each state (`count:digest`), over all syncer
+/// types and per syncer type.
+#[derive(Default)]
+struct CalicoDigests {
+    /// Every connection.
+    all: BTreeMap<String, usize>,
+    /// Full connections (every update decoded).
+    full: BTreeMap<String, usize>,
+    /// Per syncer type, every connection.
+    by_syncer: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Per syncer type, full connections.
+    full_by_syncer: BTreeMap<String, BTreeMap<String, usize>>,
+}
+
+/// Counts the connections' states (`states`: the index of each one's syncer type in
+/// `tallies`, and its state).
 fn calico_digests(
-    states: &[Arc<Mutex<crate::calico_node::NodeState>>],
-) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
-    let (mut all, mut full) = (BTreeMap::new(), BTreeMap::new());
-    for s in states {
-        let s = s.lock().unwrap_or_else(|p| p.into_inner());
+    states: &[(usize, Arc<Mutex<crate::calico_node::NodeState>>)],
+    tallies: &[Arc<crate::calico_node::SyncerTally>],
+) -> CalicoDigests {
+    let mut c = CalicoDigests::default();
+    for (j, s) in states {
+        let syncer = tallies.get(*j).map_or("?", |t| t.syncer.as_str());
+        let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
         let d = s.digest();
+        let count = |m: &mut BTreeMap<String, usize>| *m.entry(d.clone()).or_default() += 1;
         if s.full {
-            *full.entry(d.clone()).or_default() += 1;
+            count(&mut c.full);
+            count(c.full_by_syncer.entry(syncer.to_owned()).or_default());
         }
-        *all.entry(d).or_default() += 1;
+        count(&mut c.all);
+        count(c.by_syncer.entry(syncer.to_owned()).or_default());
     }
-    (all, full)
+    c
 }
 
 /// Adds the typha-client nodes' digests as they are now (`positions`: full stores also to
@@ -618,9 +677,14 @@ fn take_histogram(shared: &Shared) -> anyhow::Result<String> {
         merged.add(&*h).context("merging histograms")?;
         h.reset();
     }
+    hex(&merged)
+}
+
+/// A histogram as the swarm prints it: HdrHistogram V2, hex.
+fn hex(merged: &Histogram<u64>) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     V2Serializer::new()
-        .serialize(&merged, &mut buf)
+        .serialize(merged, &mut buf)
         .context("serializing the histogram")?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -27,6 +27,10 @@ pub(crate) struct Shared {
     /// Calico-protocol nodes that have been in sync in a session started after the latest
     /// mark (each node once).
     pub(crate) resynced: AtomicUsize,
+    /// Set by a mark: the session failures up to then plus one per Calico connection (the
+    /// one each loses to a crash). The first few failures beyond it are shown with their
+    /// reason, as the first few of the run are: the extra ones of a resync.
+    pub(crate) calico_failures_extra_from: AtomicU64,
     pub(crate) latency: Vec<Mutex<Histogram<u64>>>,
 }
 

@@ -517,6 +517,11 @@ fn a_small_agent_run_measures_both_dataplanes_against_the_baseline() {
 fn a_small_calico_fleet_loses_nothing_beside_our_protocol() {
     let r = run(&[
         "calico",
+        // Felix's connection alone, as the fleet was before issue 39.
+        "--syncer",
+        "felix",
+        "--connected-wait-secs",
+        "0",
         "--nodes",
         "6",
         "--pods-per-node",
@@ -562,6 +567,89 @@ fn a_small_calico_fleet_loses_nothing_beside_our_protocol() {
     }
     assert_eq!(checks[0]["syncer"], "felix");
     assert!(checks[0]["same"].as_u64().unwrap() > 0, "{r}");
+}
+
+#[test]
+fn a_small_fleet_of_calico_nodes_opens_every_connection_and_checks_each_syncer_type() {
+    // The default: each node opens felix, bgp, tunnel-ip-allocation and node-status, as
+    // calico-node does, all in its own swarm (two swarms here); beside it the same fleet with
+    // felix alone on a fresh server.
+    let r = run(&[
+        "calico",
+        "--baseline-syncer",
+        "felix",
+        "--no-baseline",
+        "--connected-wait-secs",
+        "0",
+        "--nodes",
+        "6",
+        "--pods-per-node",
+        "3",
+        "--rate",
+        "20",
+        "--secs",
+        "2",
+        "--nodes-per-swarm",
+        "4",
+    ]);
+    let c = &r["calico"];
+    assert_eq!(
+        c["protocol"], "calico/felix,bgp,tunnel-ip-allocation,node-status",
+        "{r}"
+    );
+    assert_eq!(c["connections"], 24, "{r}");
+    assert_eq!(c["nodes_exact_before_churn"], 6, "{r}");
+    assert_eq!(c["nodes_exact"], 6, "{r}");
+    // The first node of each swarm is full on every one of its connections.
+    assert_eq!(c["full_nodes"], 8, "{r}");
+    assert_eq!(c["full_nodes_exact"], 8, "{r}");
+    assert_eq!(c["reconnects"], 0, "{r}");
+    // The churn relabels endpoints: felix's six connections get every update, no other.
+    assert_eq!(c["deliveries_expected"], 40 * 6, "{r}");
+    assert_eq!(c["deliveries"], c["deliveries_expected"], "{r}");
+    let by = c["by_syncer"].as_array().unwrap();
+    let names: Vec<&str> = by.iter().map(|b| b["syncer"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["felix", "bgp", "tunnel-ip-allocation", "node-status"],
+        "{r}"
+    );
+    for b in by {
+        assert_eq!(b["ok"], true, "{b}");
+        assert_eq!(b["exact_before_churn"], 6, "{b}");
+        assert_eq!(b["exact"], 6, "{b}");
+        assert_eq!(b["reconnects"], 0, "{b}");
+        // The server counts each node's connection under its own syncer type.
+        assert_eq!(b["server_streaming"], 6, "{b}");
+        assert!(b["kvs"].as_u64().unwrap() > 0, "{b}");
+        assert!(b["sync_secs"].as_f64().unwrap() > 0.0, "{b}");
+        if b["syncer"] == "felix" {
+            assert_eq!(b["churned"], true, "{b}");
+            assert_eq!(b["deliveries"], 240, "{b}");
+            assert!(b["latency_ms"]["p99"].as_f64().unwrap() > 0.0, "{b}");
+        } else {
+            // Not reached by the churn, and not failed for it: nothing expected, nothing
+            // received, no latency, still exact and connected.
+            assert_eq!(b["churned"], false, "{b}");
+            assert_eq!(b["deliveries_expected"], 0, "{b}");
+            assert_eq!(b["deliveries"], 0, "{b}");
+            assert_eq!(b["updates_in_churn"], 0, "{b}");
+            assert_eq!(b["latency_ms"]["count"], 0, "{b}");
+        }
+    }
+    // Felix holds the most, node-status the least (the cluster has no CalicoNodeStatus).
+    let kvs = |i: usize| by[i]["kvs"].as_u64().unwrap();
+    assert!(kvs(0) > kvs(1) && kvs(1) > kvs(3), "{r}");
+    assert_eq!(c["kvs"], kvs(0) + kvs(1) + kvs(2) + kvs(3), "{r}");
+    // Every connection lost its session to the SIGKILL and resynced.
+    assert!(c["kill_resync_secs"].as_f64().unwrap() > 0.0, "{r}");
+    // The baseline: the same six nodes, felix alone.
+    let f = &r["calico_baseline"];
+    assert_eq!(f["protocol"], "calico/felix", "{r}");
+    assert_eq!(f["connections"], 6, "{r}");
+    assert_eq!(f["nodes_exact"], 6, "{r}");
+    assert_eq!(f["deliveries"], 240, "{r}");
+    assert!(r["ours"].is_null(), "{r}");
 }
 
 #[test]

@@ -34,6 +34,7 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 use typha_client::discovery::Discovery;
 use typha_server::control_plane::peers_dir;
+use typha_server::governor::share::{SYNCER_TYPES, typha_limit};
 
 const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
 
@@ -385,6 +386,75 @@ fn every_value_set_renders_objects_that_agree_with_each_other_and_the_programs()
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn the_replica_count_carries_every_calico_node_with_one_replica_down() {
+    let Some(helm) = helm() else { return };
+    let replicas = |args: &[&str]| -> usize {
+        let objs = render(&helm, args);
+        let r = one(&objs, "Deployment")["spec"]["replicas"]
+            .as_u64()
+            .unwrap();
+        usize::try_from(r).unwrap()
+    };
+    // The server's defaults: TYPHA_MAXCONNECTIONSLOWERLIMIT, TYPHA_MAXCONNECTIONSUPPERLIMIT.
+    let (lower, upper) = (400, 10_000);
+    // Small clusters as Calico's (one replica per node at most), at least three above four
+    // nodes, then one per 2,000 nodes (server.nodesPerReplica) and one more.
+    for (nodes, want) in [
+        (1_usize, 1_usize),
+        (2, 1),
+        (3, 2),
+        (4, 2),
+        (5, 3),
+        (200, 3),
+        (4_000, 3),
+        (4_001, 4),
+        (5_000, 4),
+        (10_000, 6),
+        (20_000, 11),
+    ] {
+        let r = replicas(&["--set", &format!("cluster.nodes={nodes}")]);
+        assert_eq!(r, want, "{nodes} nodes");
+        if nodes <= 4 {
+            continue;
+        }
+        // One replica down, the others hold every calico-node's four connections, each
+        // replica at most 2,000 nodes (the size measured with headroom) and within the limit
+        // the server computes, whether the Service still lists the failed replica or not.
+        let survivors = r - 1;
+        let each = nodes.div_ceil(survivors);
+        assert!(
+            each <= 2_000,
+            "{nodes} nodes on {survivors} replicas: {each} each"
+        );
+        for listed in [r, survivors] {
+            let limit = typha_limit(lower, upper, listed, nodes, SYNCER_TYPES);
+            assert!(
+                each * SYNCER_TYPES <= limit,
+                "{nodes} nodes, {listed} replicas listed: {each} nodes × 4 each over the limit \
+                 {limit}"
+            );
+        }
+        // And with room for the balancing tolerance (the mean plus 10 %, plus one) under the
+        // ceiling.
+        assert!(each * SYNCER_TYPES * 11 / 10 < upper, "{nodes} nodes");
+    }
+    // A replica sized for fewer nodes: more replicas; an explicit count wins.
+    assert_eq!(
+        replicas(&[
+            "--set",
+            "cluster.nodes=5000",
+            "--set",
+            "server.nodesPerReplica=1000"
+        ]),
+        6
+    );
+    assert_eq!(
+        replicas(&["--set", "cluster.nodes=5000", "--set", "server.replicas=27"]),
+        27
+    );
 }
 
 /// Not a test: started (as this test binary) with `TYPHA_TEST_RUN_DISCOVERY` = service and

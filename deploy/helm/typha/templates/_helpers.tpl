@@ -24,15 +24,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: agent
 {{- end }}
 
-{{/* Replicas: the value, else Calico's formula from cluster.nodes. */}}
+{{/*
+Replicas: the value, else enough to carry cluster.nodes with one replica down. A replica is
+sized for server.nodesPerReplica nodes (deploy/README.md, "Sizing"), so
+ceil(nodes / nodesPerReplica) replicas carry the cluster and one more covers a failure. Small
+clusters as Calico's: 1 for ≤ 2 nodes and 2 for ≤ 4 (the replicas use the host network, one
+per node), and at least 3 above that, so that one replica drained and one failing still leave
+one serving.
+*/}}
 {{- define "typha.replicas" -}}
 {{- if .Values.server.replicas -}}
 {{ .Values.server.replicas }}
 {{- else -}}
 {{- $n := int .Values.cluster.nodes -}}
+{{- $per := int .Values.server.nodesPerReplica -}}
 {{- if le $n 2 -}}1
 {{- else if le $n 4 -}}2
-{{- else -}}{{ max 3 (add (div $n 200) 2) }}
+{{- else -}}{{ max 3 (add (div (add $n (sub $per 1)) $per) 1) }}
 {{- end -}}
 {{- end -}}
 {{- end }}
