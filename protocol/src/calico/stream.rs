@@ -91,7 +91,7 @@ impl StreamDecoder {
     /// The next gob value from `src`, as [`decode`](Self::decode) reads it but not yet made a
     /// [`Message`]: for a reader that looks into some messages itself (a simulated node
     /// hashing `MsgKVs` updates where they lie) and passes the others to
-    /// [`from_gob`](super::messages::from_gob).
+    /// [`from_gob`].
     pub fn decode_gob(&mut self, src: &mut BytesMut) -> Result<Option<gob::Decoded>, StreamError> {
         let decoded = match &mut self.snappy {
             None => self.gob.decode(src)?,

@@ -165,11 +165,11 @@ impl EncodedValue {
     /// Serializes a typed value: the value, then its tail when it has one.
     ///
     /// Fields added to a value type after version 1 travel as a tail after the version 1
-    /// encoding (a Node's [`NodeDetail`](value::NodeDetail), a Block's
-    /// [`AllocationTable`](value::AllocationTable), a Resource's
-    /// [`ResourceDetail`](value::ResourceDetail), a ProfileLabels'
-    /// [`ProfileDetail`](value::ProfileDetail), a Policy's or ProfileRules' rules'
-    /// [`RuleDetail`](rule::RuleDetail)s). A decoder that predates them stops
+    /// encoding (a Node's [`NodeDetail`], a Block's
+    /// [`AllocationTable`], a Resource's
+    /// [`ResourceDetail`], a ProfileLabels'
+    /// [`ProfileDetail`], a Policy's or ProfileRules' rules'
+    /// [`RuleDetail`]s). A decoder that predates them stops
     /// before the tail (postcard ignores trailing bytes); [`EncodedValue::decode`] reads it
     /// when present and leaves it empty when not, so servers and clients of either age
     /// understand each other (docs/protocol.md, "Compatibility rules").
