@@ -14,7 +14,7 @@ pub(crate) struct Usage {
     pub(crate) peak_rss: u64,
 }
 
-/// Reads /proc/<pid>/stat and /proc/<pid>/status; `None` if the process is gone.
+/// Reads `/proc/<pid>/stat` and `/proc/<pid>/status`; `None` if the process is gone.
 pub(crate) fn usage(pid: u32) -> Option<Usage> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = stat.rsplit_once(')')?.1;
@@ -130,7 +130,7 @@ pub(crate) async fn settled_usage(pid: u32, settle: Settle) -> Option<Settled> {
     }
 }
 
-/// Bytes the process has passed to write-like system calls (`wchar` of /proc/<pid>/io):
+/// Bytes the process has passed to write-like system calls (`wchar` of `/proc/<pid>/io`):
 /// sockets and files alike.
 pub(crate) fn written(pid: u32) -> Option<u64> {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;

@@ -346,11 +346,31 @@ fn typha_server_bin() -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let out = Command::new(env!("CARGO"))
+            let mut cargo = Command::new(env!("CARGO"));
+            cargo
                 .args(["build", "-p", "typha-server", "--bin", "typha-server"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .unwrap();
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            // Not the variables `cargo test` set for this test (CARGO_MANIFEST_DIR, CARGO_PKG_*,
+            // ...): build scripts that watch them (ring's) would run again, here and in every
+            // later cargo command, rebuilding everything above them each time.
+            let set_for_tests = [
+                "CARGO_PKG_",
+                "CARGO_BIN_",
+                "CARGO_CRATE_",
+                "CARGO_MANIFEST_",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ];
+            for (name, _) in std::env::vars_os() {
+                if set_for_tests
+                    .iter()
+                    .any(|p| name.to_string_lossy().starts_with(p))
+                {
+                    cargo.env_remove(name);
+                }
+            }
+            let out = cargo.output().unwrap();
             assert!(
                 out.status.success(),
                 "{}",

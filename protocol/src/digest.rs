@@ -199,6 +199,10 @@ pub struct BucketSet(Vec<BucketId>);
 
 impl BucketSet {
     /// Builds a set from any ids; sorts, removes duplicates, and rejects out-of-range ids.
+    ///
+    /// # Errors
+    ///
+    /// [`BucketSetError::OutOfRange`] for an id not below [`BUCKETS`].
     pub fn new(mut ids: Vec<BucketId>) -> Result<Self, BucketSetError> {
         if let Some(bad) = ids.iter().find(|id| usize::from(id.0) >= BUCKETS) {
             return Err(BucketSetError::OutOfRange(bad.0));

@@ -186,6 +186,10 @@ impl FrameEncoder {
 
     /// An encoder that compresses payloads of at least [`DEFAULT_MIN_COMPRESS_LEN`] bytes with
     /// zstd at `level`, when that makes them smaller.
+    ///
+    /// # Errors
+    ///
+    /// zstd's error when it refuses `level` (outside its range) or the context cannot be made.
     pub fn zstd(level: i32) -> std::io::Result<Self> {
         let mut c = zstd::bulk::Compressor::new(level)?;
         // The decoder relies on the recorded size; make sure it is always written.
@@ -212,6 +216,12 @@ impl FrameEncoder {
     }
 
     /// Encodes `msg` as one complete frame.
+    ///
+    /// # Errors
+    ///
+    /// [`EncodeError::TooLarge`] when the payload, compressed or not, is longer than the encoder's
+    /// largest frame ([`with_max_frame_len`](Self::with_max_frame_len)); [`EncodeError::Compress`]
+    /// when zstd fails; [`EncodeError::Serialize`] if postcard fails (it does not for protocol types).
     pub fn encode(&mut self, msg: &Message) -> Result<Bytes, EncodeError> {
         let message_type = msg.message_type();
         self.scratch.clear();
@@ -303,6 +313,13 @@ impl FrameDecoder {
 
     /// Splits one frame off the front of `buf`: `Ok(None)` until a whole frame is there.
     /// Reserves room for the rest of an announced frame only once its header checked out.
+    ///
+    /// # Errors
+    ///
+    /// [`FrameError::TooLarge`] when the header announces a payload over the limits,
+    /// [`FrameError::UnknownType`] for a type byte that names no message (0 included),
+    /// [`FrameError::ReservedFlags`] when reserved flag bits are set. Nothing is taken from `buf`
+    /// then; the connection should close, since what follows cannot be framed.
     pub fn decode_frame(&self, buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
         let Some(header) = buf.get(..HEADER_LEN) else {
             return Ok(None);
@@ -325,6 +342,13 @@ impl FrameDecoder {
     }
 
     /// Decodes a frame's payload into a message.
+    ///
+    /// # Errors
+    ///
+    /// [`FrameError::DecodedTooLarge`] when the payload, decompressed, would exceed the limits (read
+    /// from zstd's frame header, before decompressing), [`FrameError::UnknownDecodedLen`] for a
+    /// zstd frame that does not record its size, [`FrameError::Decompress`] when zstd refuses it,
+    /// [`FrameError::Payload`] when the payload does not decode as its type.
     pub fn decode_message(&mut self, frame: &Frame) -> Result<Message, FrameError> {
         if !frame.compressed {
             if frame.payload.len() > self.limits.max_decoded_len {
@@ -341,6 +365,11 @@ impl FrameDecoder {
     }
 
     /// [`decode_frame`](Self::decode_frame) then [`decode_message`](Self::decode_message).
+    ///
+    /// # Errors
+    ///
+    /// As [`decode_frame`](Self::decode_frame) and [`decode_message`](Self::decode_message); the
+    /// frame is consumed when the second fails.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Message>, FrameError> {
         match self.decode_frame(buf)? {
             Some(frame) => self.decode_message(&frame).map(Some),

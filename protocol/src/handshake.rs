@@ -234,6 +234,15 @@ impl ServerHandshake {
     }
 
     /// Handles the first message from the client.
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejected`] with the goodbye to send (when there is one) when the deadline has
+    /// passed ([`RejectReason::Timeout`]), the message is not a client hello
+    /// ([`RejectReason::UnexpectedMessage`]), no version offered is one this side speaks
+    /// ([`RejectReason::NoCommonVersion`]), or the syncer type is not the one served
+    /// ([`RejectReason::WrongSyncerType`]); [`RejectReason::Finished`] when the handshake was
+    /// already over. The handshake is over after this call either way.
     pub fn handle_message(&mut self, msg: Message, now: Instant) -> Result<Accepted, Rejected> {
         if self.state != State::Waiting {
             return Err(Rejected {
@@ -437,6 +446,15 @@ impl ClientHandshake {
     }
 
     /// Handles the server's answer.
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejected`] (never with a goodbye: the client just closes) when the deadline has
+    /// passed ([`RejectReason::Timeout`]), the server said goodbye ([`RejectReason::Refused`]),
+    /// the message is neither hello nor goodbye ([`RejectReason::UnexpectedMessage`]), or the
+    /// hello chose a version, syncer type or feature that was not offered
+    /// ([`RejectReason::InvalidServerHello`]); [`RejectReason::Finished`] when the handshake was
+    /// already over. The handshake is over after this call either way.
     pub fn handle_message(&mut self, msg: Message, now: Instant) -> Result<Session, Rejected> {
         let fail = |reason| Rejected {
             reason,

@@ -19,6 +19,10 @@
 //! The wire format of protocol v1 is pinned by golden files (`tests/golden/v1`) and described
 //! in `docs/protocol.md`.
 
+// The public API is the contract: every public item says what it is (every build checks),
+// and every fallible one how it fails (clippy checks, in .ci/test's first tier).
+#![deny(missing_docs, clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 pub mod calico;
 pub mod digest;
 pub mod frame;

@@ -756,6 +756,11 @@ impl Message {
     }
 
     /// Appends the postcard payload to `out`.
+    ///
+    /// # Errors
+    ///
+    /// postcard's error, which it does not return for the protocol's types (every field serializes).
+    /// `out` is left empty then.
     pub fn encode_payload(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
         let buf = std::mem::take(out);
         *out = match self {
@@ -776,6 +781,12 @@ impl Message {
     }
 
     /// Decodes a payload of type `ty`. The whole payload must be consumed.
+    ///
+    /// # Errors
+    ///
+    /// [`PayloadError::Decode`] when the bytes are not a message of type `ty` (this includes a key,
+    /// value or field the types refuse while they are read); [`PayloadError::TrailingBytes`] when
+    /// bytes follow the message.
     pub fn decode_payload(ty: MessageType, payload: &[u8]) -> Result<Message, PayloadError> {
         fn take<'a, T: Deserialize<'a>>(ty: MessageType, p: &'a [u8]) -> Result<T, PayloadError> {
             match postcard::take_from_bytes::<T>(p) {

@@ -69,6 +69,11 @@ pub struct SelectorError {
 
 impl Selector {
     /// Parses a selector. The empty string (or only whitespace) is [`Selector::All`].
+    ///
+    /// # Errors
+    ///
+    /// [`SelectorError`], with the byte offset and what was expected there, for anything Calico's
+    /// parser refuses, and for expressions nested deeper than [`MAX_NESTING`].
     pub fn parse(s: &str) -> Result<Selector, SelectorError> {
         let mut p = Parser {
             src: s,

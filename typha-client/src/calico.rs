@@ -210,6 +210,10 @@ pub enum CalicoError {
 /// until `until`, and returns what it left. With [`Until::ClosedOr`] and [`Until::Closed`]
 /// the state so far is returned when the server closes the connection (or the time is up).
 /// It is [`run_with`] with [`CalicoState::apply`] as the observer.
+///
+/// # Errors
+///
+/// As [`run_with`].
 pub async fn run<S>(
     conn: S,
     hello: &CalicoHello,
@@ -230,11 +234,16 @@ where
 /// reads of the connection: it should be quick.
 ///
 /// Returns `Ok` when `until` is reached (InSync; the connection closed or the time up with
-/// [`Until::ClosedOr`] or [`Until::Closed`]). Errors: the connection failed, nothing arrived
-/// for `read_timeout`, the stream is invalid, the server broke the protocol (a second
-/// hello, a syncer type other than the one asked for, no node resource updates, a decoder
-/// restart that was not offered or into an unknown compression, updates before the hello),
-/// or it closed before InSync with [`Until::InSync`].
+/// [`Until::ClosedOr`] or [`Until::Closed`]).
+///
+/// # Errors
+///
+/// [`CalicoError::Io`] when the connection failed, [`CalicoError::ReadTimeout`] when nothing
+/// arrived for `read_timeout`, [`CalicoError::Stream`] when the stream is invalid,
+/// [`CalicoError::Protocol`] when the server broke the protocol (a second hello, a syncer
+/// type other than the one asked for, no node resource updates, a decoder restart that was
+/// not offered or into an unknown compression, updates before the hello), and
+/// [`CalicoError::Closed`] when it closed before InSync with [`Until::InSync`].
 pub async fn run_with<S, F>(
     conn: S,
     hello: &CalicoHello,
@@ -268,6 +277,10 @@ where
 /// It is what a simulated node that only hashes what it receives needs: snappy and gob are
 /// still read in full, as they must be to find the messages, but a `MsgKVs` is streamed
 /// (`StreamDecoder::decode_gob_streaming`), so the session never holds a whole message.
+///
+/// # Errors
+///
+/// As [`run_with`], and [`CalicoError::Protocol`] for an update that is not a `SerializedUpdate`.
 pub async fn run_skimming<S, F, K>(
     conn: S,
     hello: &CalicoHello,

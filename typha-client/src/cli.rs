@@ -46,6 +46,13 @@ pub struct ConnectArgs {
 impl ConnectArgs {
     /// The client configuration for a node called `hostname`, as program `program` (told to
     /// the server), or the setting that is wrong.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the setting: `FELIX_TYPHAADDR` when neither `--addr` nor
+    /// `--k8s-service-name` is given, `FELIX_TYPHAREADTIMEOUT` when the read timeout is not a
+    /// positive number of seconds, and the CA, certificate or key setting that is missing when
+    /// another TLS setting is given.
     pub fn client_config(
         &self,
         hostname: &str,

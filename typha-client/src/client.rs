@@ -32,6 +32,10 @@ pub struct SyncClient {
 impl SyncClient {
     /// A client; TLS material is loaded now, so bad files fail here, not at the first connect.
     /// Later changes to the files are picked up at the next connect (see [`TlsSource`]).
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] when the TLS files configured cannot be used (see [`tls::client_config`](crate::tls::client_config)).
     pub fn new(cfg: ClientConfig, metrics: Arc<ClientMetrics>) -> Result<Self, TlsError> {
         let tls = cfg.tls.clone().map(TlsSource::load).transpose()?;
         Ok(Self {

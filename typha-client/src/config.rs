@@ -101,6 +101,11 @@ fn secs(setting: &'static str, v: &str) -> Result<Duration, ConfigError> {
 /// FELIX_TYPHACERTFILE, FELIX_TYPHAKEYFILE, FELIX_TYPHACN, FELIX_TYPHAURISAN,
 /// FELIX_TYPHAREADTIMEOUT, FELIX_TYPHAWRITETIMEOUT. Returns `Ok(None)` when no server is
 /// configured (Felix then talks to the datastore itself).
+///
+/// # Errors
+///
+/// [`ConfigError`] naming the setting: a CA, certificate or key file missing when any TLS
+/// setting is given, or a timeout that is not a positive number of seconds.
 pub fn from_felix_env(
     hostname: &str,
     get: impl Fn(&str) -> Option<String>,

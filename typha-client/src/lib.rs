@@ -17,6 +17,10 @@
 //! adds [`cli::ConnectArgs`] (the flags the bundled programs share) and [`tail`], the
 //! `typha-tail` program. The node agent is its own crate, `typha-agent`.
 
+// The public API is the contract: every public item says what it is (every build checks),
+// and every fallible one how it fails (clippy checks, in .ci/test's first tier).
+#![deny(missing_docs, clippy::missing_errors_doc, clippy::missing_panics_doc)]
+
 pub mod calico;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -95,6 +95,12 @@ fn register<C: Collector + Clone + 'static>(r: &Registry, c: C) -> C {
 #[allow(clippy::expect_used)]
 impl ClientMetrics {
     /// Creates the metrics and registers them.
+    ///
+    /// # Panics
+    ///
+    /// Never: every metric's name and help text are literals the exposition format accepts (this
+    /// module's tests encode them). A metric the registry refuses (a name already registered
+    /// there) is logged and left unexposed, not a panic.
     pub fn new(registry: &Registry) -> Arc<Self> {
         let r = registry;
         let resumes = register(

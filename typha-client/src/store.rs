@@ -282,6 +282,11 @@ impl Store {
     /// Light store: a snapshot chunk went by without being decoded (a simulated node does not
     /// need its contents). The chunk must come inside a snapshot; the snapshot's KV count is
     /// then not checked.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unexpected`] in a full store ([`Unexpected::UndecodedChunk`]) and outside a
+    /// snapshot ([`Unexpected::ChunkOutsideSnapshot`]).
     pub fn skip_chunk(&mut self) -> Result<(), StoreError> {
         if !self.light {
             return Err(StoreError::Unexpected(Unexpected::UndecodedChunk));
@@ -492,6 +497,15 @@ impl Store {
     }
 
     /// Applies one message from the server, calling back the consumer.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Gap`] for deltas that do not start where the store is,
+    /// [`StoreError::DigestMismatch`] when the digest after a snapshot or deltas differs from the
+    /// server's (full store), [`StoreError::SnapshotCount`] for a snapshot that carried another
+    /// number of KVs than it announced, and [`StoreError::Unexpected`] for a message out of place.
+    /// The connection should close then; the store keeps what it had applied, and the next
+    /// server resumes it.
     pub fn apply(
         &mut self,
         msg: Message,

@@ -80,6 +80,11 @@ fn provider() -> rustls::crypto::CryptoProvider {
 }
 
 /// Builds the rustls client configuration.
+///
+/// # Errors
+///
+/// [`TlsError`] naming the setting and the file that cannot be used: not readable or not PEM,
+/// a CA file without a certificate, or a certificate or key that rustls refuses.
 pub fn client_config(t: &ClientTls) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let err = |setting: &'static str, path: &Path, source: TlsFileError| TlsError {
         setting,
@@ -137,6 +142,10 @@ pub struct TlsSource {
 
 impl TlsSource {
     /// Loads the material now: files that cannot be used at start are an error.
+    ///
+    /// # Errors
+    ///
+    /// As [`client_config`].
     pub fn load(settings: ClientTls) -> Result<Self, TlsError> {
         let files = Watched::new([
             settings.ca_file.clone(),

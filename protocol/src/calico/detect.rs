@@ -35,6 +35,12 @@ pub enum DetectError {
 
 /// Tells the protocol from the first bytes of a connection. `Ok(None)`: more bytes are
 /// needed (at most [`MAX_ENVELOPE_DEFINITION`] + 3 for Calico, 1 for ours).
+///
+/// # Errors
+///
+/// [`DetectError`] when the bytes cannot open either protocol: a first byte that is not ours
+/// and not the start of a gob message that defines `Envelope` (a struct whose one field is the
+/// `Message` interface), or a first message too long to be that definition.
 pub fn detect(prefix: &[u8]) -> Result<Option<Protocol>, DetectError> {
     match prefix.first() {
         None => return Ok(None),

@@ -137,6 +137,12 @@ impl Decoder {
     /// skippable chunks) to `dst`. `Ok(false)`: `src` holds no complete chunk. The chunk's
     /// length is checked before anything is reserved for it, the decoded length before
     /// decompressing, the checksum after.
+    ///
+    /// # Errors
+    ///
+    /// [`SnappyError`] when the stream does not open with the identifier chunk, for a chunk longer
+    /// than any reader accepts, a reserved chunk type, a data chunk that is corrupt, decodes to more
+    /// than a block or fails its checksum. The stream cannot go on after one.
     pub fn decode_chunk(
         &mut self,
         src: &mut BytesMut,

@@ -81,6 +81,12 @@ impl StreamDecoder {
     /// The next message from `src` (bytes as they came off the connection). `Ok(None)`: more
     /// bytes are needed. With snappy, chunks are decoded only as gob needs them, so at most
     /// one message and one chunk are held decoded.
+    ///
+    /// # Errors
+    ///
+    /// [`StreamError::Gob`] or [`StreamError::Snappy`] when the stream is lost (the connection
+    /// must close); [`StreamError::Message`] for a value that is not one of Calico's messages,
+    /// after which the stream can go on.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Message>, StreamError> {
         match self.decode_gob(src)? {
             None => Ok(None),
@@ -91,7 +97,11 @@ impl StreamDecoder {
     /// The next gob value from `src`, as [`decode`](Self::decode) reads it but not yet made a
     /// [`Message`]: for a reader that looks into some messages itself (a simulated node
     /// hashing `MsgKVs` updates where they lie) and passes the others to
-    /// [`from_gob`](super::messages::from_gob).
+    /// [`from_gob`].
+    ///
+    /// # Errors
+    ///
+    /// [`StreamError::Gob`] or [`StreamError::Snappy`]: the stream is lost.
     pub fn decode_gob(&mut self, src: &mut BytesMut) -> Result<Option<gob::Decoded>, StreamError> {
         let decoded = match &mut self.snappy {
             None => self.gob.decode(src)?,
@@ -112,6 +122,10 @@ impl StreamDecoder {
     /// to `each` as they arrive, and neither buffer need hold a whole message. With snappy, a
     /// chunk is decoded only once what came before it has been read, so at most one chunk is
     /// held decoded.
+    ///
+    /// # Errors
+    ///
+    /// As [`decode_gob`](Self::decode_gob).
     pub fn decode_gob_streaming(
         &mut self,
         src: &mut BytesMut,
@@ -152,6 +166,11 @@ impl StreamDecoder {
     /// Starts a new gob stream (after a `MsgDecoderRestart`): no types defined, carried as
     /// `compression` says. The bytes in `src` that follow the restart message are the new
     /// stream's.
+    ///
+    /// # Errors
+    ///
+    /// [`StreamError::DataAfterRestart`] when decompressed bytes of the old stream follow the
+    /// restart message: the peer sent more on the old stream after restarting it.
     pub fn restart(&mut self, compression: Compression) -> Result<(), StreamError> {
         if let Some((_, plain)) = &self.snappy
             && !plain.is_empty()

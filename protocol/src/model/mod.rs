@@ -43,6 +43,11 @@ pub struct KeyPath(Arc<str>);
 
 impl KeyPath {
     /// Validates `path` as a key path.
+    ///
+    /// # Errors
+    ///
+    /// [`KeyError`] when `path` is not a key path this build knows (see [`Key::validate`]); a path
+    /// of a kind it does not know is refused too, unlike [`from_wire`](Self::from_wire).
     pub fn new(path: &str) -> Result<Self, KeyError> {
         Key::validate(path)?;
         Ok(Self(Arc::from(path)))
@@ -55,6 +60,11 @@ impl KeyPath {
 
     /// Validates a path received from a peer: a key this build knows, or a well-formed path
     /// of a kind it does not know (see [`Key::classify`]).
+    ///
+    /// # Errors
+    ///
+    /// [`KeyError`] for a malformed path: not under `/calico/`, an empty segment, a bad escape, or
+    /// a bad CIDR in a kind this build knows.
     pub fn from_wire(path: &str) -> Result<Self, KeyError> {
         Key::classify(path)?;
         Ok(Self(Arc::from(path)))
@@ -165,11 +175,11 @@ impl EncodedValue {
     /// Serializes a typed value: the value, then its tail when it has one.
     ///
     /// Fields added to a value type after version 1 travel as a tail after the version 1
-    /// encoding (a Node's [`NodeDetail`](value::NodeDetail), a Block's
-    /// [`AllocationTable`](value::AllocationTable), a Resource's
-    /// [`ResourceDetail`](value::ResourceDetail), a ProfileLabels'
-    /// [`ProfileDetail`](value::ProfileDetail), a Policy's or ProfileRules' rules'
-    /// [`RuleDetail`](rule::RuleDetail)s). A decoder that predates them stops
+    /// encoding (a Node's [`NodeDetail`], a Block's
+    /// [`AllocationTable`], a Resource's
+    /// [`ResourceDetail`], a ProfileLabels'
+    /// [`ProfileDetail`], a Policy's or ProfileRules' rules'
+    /// [`RuleDetail`]s). A decoder that predates them stops
     /// before the tail (postcard ignores trailing bytes); [`EncodedValue::decode`] reads it
     /// when present and leaves it empty when not, so servers and clients of either age
     /// understand each other (docs/protocol.md, "Compatibility rules").
@@ -213,6 +223,11 @@ impl EncodedValue {
 
     /// Decodes the typed value, with its tail when it has one (see [`EncodedValue::encode`]).
     /// Bytes after what this version knows are ignored: they belong to a newer version.
+    ///
+    /// # Errors
+    ///
+    /// [`ValueError::Decode`] when the bytes (or a tail this version knows) are not a value of
+    /// this protocol.
     pub fn decode(&self) -> Result<Value, ValueError> {
         let (mut value, tail) =
             postcard::take_from_bytes::<Value>(&self.0).map_err(ValueError::Decode)?;
@@ -249,6 +264,11 @@ impl EncodedValue {
     }
 
     /// Decodes the value and checks that it belongs under `key`.
+    ///
+    /// # Errors
+    ///
+    /// As [`decode`](Self::decode), and [`ValueError::WrongType`] for a value of another type than
+    /// `key`'s.
     pub fn decode_for(&self, key: &Key) -> Result<Value, ValueError> {
         let value = self.decode()?;
         let fits = match (key, &value) {
@@ -390,6 +410,10 @@ impl Update {
     }
 
     /// Decodes the value (if any) and checks it belongs under the key.
+    ///
+    /// # Errors
+    ///
+    /// As [`EncodedValue::decode_for`].
     pub fn decode_value(&self) -> Result<Option<Value>, ValueError> {
         match &self.value {
             None => Ok(None),

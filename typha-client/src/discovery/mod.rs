@@ -46,6 +46,13 @@ impl Discovery {
 
     /// Resolves the servers to try this round, shuffled; with Kubernetes discovery, endpoints
     /// on `local_node` come first (each group shuffled), as Felix does.
+    ///
+    /// # Errors
+    ///
+    /// [`DiscoveryError::NothingResolved`] when no address entry resolves;
+    /// [`DiscoveryError::Kubernetes`] when the API server cannot be asked or answers with an error
+    /// (or the `kubernetes` feature is off), [`DiscoveryError::NoEndpoints`] when the Service has
+    /// no ready endpoint with the port. The caller tries again on its next round.
     pub async fn discover(&self, local_node: &str) -> Result<Vec<Target>, DiscoveryError> {
         match self {
             Discovery::Addresses(entries) => {
@@ -93,6 +100,11 @@ async fn endpoint_slices(
 }
 
 /// Resolves `host:port` entries to every address they name (deduplicated).
+///
+/// # Errors
+///
+/// [`DiscoveryError::NothingResolved`] when no entry resolves to an address (an entry that
+/// does not resolve is skipped while others do).
 pub async fn resolve(entries: &[String]) -> Result<Vec<Target>, DiscoveryError> {
     let mut out: Vec<Target> = Vec::new();
     for e in entries {

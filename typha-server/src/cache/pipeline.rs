@@ -36,7 +36,7 @@ pub struct KvChange {
 /// Conversion, validation and key ownership.
 ///
 /// These two maps are all a server on etcd or Kubernetes holds per KV beside the cache, so
-/// they are kept small: a resource is known by a 128-bit hash of its id ([`Rid`]), not by its
+/// they are kept small: a resource is known by a 128-bit hash of its id (`Rid`), not by its
 /// id, and the common resource that produces a single key keeps it without a `Vec`.
 #[derive(Debug, Default)]
 pub struct Pipeline {

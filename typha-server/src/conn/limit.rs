@@ -134,7 +134,7 @@ impl Drop for Slot {
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The log of refusals at the connection limit: the first one logged at once, then at most
-/// one line per [`LOG_EVERY`] saying how many were not logged since.
+/// one line per `LOG_EVERY` (10 s) saying how many were not logged since.
 #[derive(Debug, Default)]
 pub struct Refusals {
     last: Mutex<Option<Instant>>,

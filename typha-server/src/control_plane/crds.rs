@@ -14,7 +14,7 @@ use super::peers::{ControlPlaneError, peers_dir};
 use crate::calico::v3::Spec;
 use crate::datastore::kubernetes::{CRD_GROUP, CRD_KINDS, CalicoGroup};
 
-/// The plurals of the CRDs [`apply`] installs that the Kubernetes backend reads: the kinds a
+/// The plurals of the CRDs `apply` installs that the Kubernetes backend reads: the kinds a
 /// test may write. Others (tiers, in the Calico release linked) are not installed.
 pub fn installed_kinds() -> Result<Vec<crate::calico::v3::Kind>, ControlPlaneError> {
     let dir = crd_dir()?;
@@ -50,7 +50,7 @@ pub fn crd_dir() -> Result<PathBuf, ControlPlaneError> {
 
 /// A Calico v3 resource as Calico's Kubernetes datastore stores it: its CRD object in
 /// `crd.projectcalico.org/v1` with the v3 spec. An IPAM block is stored as Calico's IPAM
-/// writes it ([`IpamBlockSpec::as_written`]), with `strictAffinity`, which the CRD requires.
+/// writes it ([`IpamBlockSpec::as_written`](crate::calico::v3::IpamBlockSpec::as_written)), with `strictAffinity`, which the CRD requires.
 pub fn crd_object(r: &crate::calico::v3::Resource) -> Value {
     crd_object_in(r, CalicoGroup::V1)
 }

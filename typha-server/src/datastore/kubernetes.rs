@@ -52,7 +52,7 @@
 //! answers 404 for one of these means no objects of that kind: it is logged once at warn,
 //! does not hold readiness back, and the kind is asked for again every
 //! [`MISSING_CRD_POLL`]; once it answers, its objects arrive as ordinary watch events and its
-//! watch starts, without a relist. A kind is missing when its mark is [`MISSING`].
+//! watch starts, without a relist. A kind is missing when its mark is `MISSING` (`u64::MAX`).
 //!
 //! # Calico's two API groups
 //!

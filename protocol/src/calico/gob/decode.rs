@@ -214,6 +214,12 @@ impl Decoder {
     /// Decodes the next value from `src`, consuming its messages (and any definition messages
     /// before it). `Ok(None)`: more bytes are needed; complete definitions have been consumed,
     /// a partial value has not. An error ends the stream.
+    ///
+    /// # Errors
+    ///
+    /// [`GobError`] for what Go's decoder refuses (a malformed message, definition or value, a
+    /// value of an undefined type, a type defined twice) and for what passes this decoder's
+    /// [`Limits`]. The stream cannot go on after one.
     pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Decoded>, GobError> {
         self.decode_with(src, None)
     }
@@ -229,6 +235,10 @@ impl Decoder {
     /// node hashing a snapshot's KVs). Elements handed over stay handed over even if the
     /// stream later fails; the limits apply as in `decode`, each element's memory counted
     /// until it is handed over.
+    ///
+    /// # Errors
+    ///
+    /// As [`decode`](Self::decode).
     pub fn decode_streaming(
         &mut self,
         src: &mut BytesMut,

@@ -96,6 +96,12 @@ impl<'a> StructWriter<'a> {
 
 /// The body of a value message: the type id, then the value (a struct as its fields,
 /// anything else as a singleton: a zero delta, then the value).
+///
+/// # Errors
+///
+/// [`EncodeError`] when `value` does not fit type `id` as `types` defines it: a type not
+/// defined, a value of another kind, struct fields out of order or not in the type, an array of
+/// another length.
 pub fn value_body(types: &TypeTable, id: TypeId, value: &Value) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
     put_int(&mut out, i64::from(id.0));
@@ -104,6 +110,10 @@ pub fn value_body(types: &TypeTable, id: TypeId, value: &Value) -> Result<Vec<u8
 }
 
 /// A complete value message (length prefix included).
+///
+/// # Errors
+///
+/// As [`value_body`].
 pub fn value_message(types: &TypeTable, id: TypeId, value: &Value) -> Result<Vec<u8>, EncodeError> {
     let body = value_body(types, id, value)?;
     let mut out = Vec::with_capacity(body.len() + 9);

@@ -404,6 +404,11 @@ impl TypeTable {
 
     /// Adds a definition, refusing what Go refuses (ids below 64, a second definition of an
     /// id) and more than `max` definitions.
+    ///
+    /// # Errors
+    ///
+    /// [`GobError::DuplicateType`] for an id below 64 or one already defined;
+    /// [`GobError::TooManyTypes`] when `max` are defined already. The table is unchanged then.
     pub fn define(&mut self, id: TypeId, wt: WireType, max: usize) -> Result<(), GobError> {
         if id < TypeId::FIRST_USER || self.types.contains_key(&id) {
             return Err(GobError::DuplicateType(id));

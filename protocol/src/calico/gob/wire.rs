@@ -45,6 +45,10 @@ pub fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 /// Reads a gob uint at the start of `buf`: `Ok(None)` when `buf` ends inside it, else the
 /// value and how many bytes it took. Like Go, a non-minimal encoding (`ff 05`) is accepted.
+///
+/// # Errors
+///
+/// [`GobError::BadUint`] when the length byte announces more than 8 bytes.
 pub fn read_uint(buf: &[u8]) -> Result<Option<(u64, usize)>, GobError> {
     let Some(&first) = buf.first() else {
         return Ok(None);

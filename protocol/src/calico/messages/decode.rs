@@ -61,6 +61,12 @@ pub enum MessageError {
 }
 
 /// The message in a decoded `Envelope`.
+///
+/// # Errors
+///
+/// [`MessageError`] when the value is not an `Envelope` holding one of the messages Calico
+/// registers, or when a field of it has a type or value Go's decoder would not put into Calico's
+/// struct (the variants say which). The stream itself is intact: the next value can be read.
 pub fn from_gob(decoded: &Decoded) -> Result<Message, MessageError> {
     let Value::Struct(envelope) = &decoded.value else {
         return Err(MessageError::NotEnvelope);

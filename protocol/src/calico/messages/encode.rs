@@ -38,6 +38,11 @@ pub enum EncodeError {
 }
 
 /// Encodes `msg` as a value message for a stream that started with `side`'s preamble.
+///
+/// # Errors
+///
+/// [`EncodeError::NotInPreamble`] when `msg` is not one that `side` sends (its preamble does not
+/// define the type); [`EncodeError::Revision`] as [`encode_body`] returns it.
 pub fn encode(side: Side, msg: &Message) -> Result<Bytes, EncodeError> {
     let kind = msg.kind();
     if !side.sends(kind) {
@@ -51,6 +56,11 @@ pub fn encode(side: Side, msg: &Message) -> Result<Bytes, EncodeError> {
 }
 
 /// The body of `msg`'s value message (without the length prefix), whatever the side.
+///
+/// # Errors
+///
+/// [`EncodeError::Revision`] for a KV whose revision is a value of no basic gob type. `out` may
+/// hold part of the message then.
 pub fn encode_body(msg: &Message, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     let kind = msg.kind();
     put_int(out, i64::from(schema::ENVELOPE.0));

@@ -443,6 +443,11 @@ impl GoTime {
     }
 
     /// Reads `GobEncode` bytes, as Go's `UnmarshalBinary` accepts them.
+    ///
+    /// # Errors
+    ///
+    /// [`TimeError::Version`] for a version byte other than 1 or 2; [`TimeError::Length`] when the
+    /// length is not 15 bytes (version 1) or 16 (version 2).
     pub fn from_gob_bytes(b: &[u8]) -> Result<Self, TimeError> {
         let version = *b.first().ok_or(TimeError::Length(0))?;
         let want = match version {

@@ -11,6 +11,12 @@ use super::*;
 
 impl Key {
     /// Parses a default key path. Equivalent to `path.parse()`.
+    ///
+    /// # Errors
+    ///
+    /// [`KeyError`], naming the path and what is wrong, for a path that is not one of the kinds
+    /// this build knows, or is malformed (not under `/calico/`, an empty segment, a bad escape,
+    /// too many segments, a CIDR that is not canonical or does not match the path's family).
     pub fn parse(path: &str) -> Result<Key, KeyError> {
         let raw = RawKey::parse(path)?;
         Ok(raw.into_key())
@@ -18,6 +24,10 @@ impl Key {
 
     /// Checks that `path` is a valid key path without building the key, and returns its type.
     /// Allocation-free: this is what the wire decoder runs on every key it receives.
+    ///
+    /// # Errors
+    ///
+    /// As [`Key::parse`].
     pub fn validate(path: &str) -> Result<KeyType, KeyError> {
         RawKey::parse(path).map(|raw| raw.key_type())
     }
@@ -27,6 +37,11 @@ impl Key {
     /// know (a newer peer's: [`Key::Opaque`]), or an error for a path that is malformed (not
     /// under `/calico/`, an empty segment, a bad escape or CIDR in a known kind, ...).
     /// Allocation-free, like [`Key::validate`].
+    ///
+    /// # Errors
+    ///
+    /// [`KeyError`] for a malformed path, as above; a well-formed path of an unknown kind is
+    /// [`PathClass::Unknown`], not an error.
     pub fn classify(path: &str) -> Result<PathClass, KeyError> {
         match RawKey::parse(path) {
             Ok(raw) => Ok(PathClass::Known {
