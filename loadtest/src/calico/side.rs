@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use typha_server::calico::libcalico::{SyncerType, calico_kvs};
 
+use super::setup::{CalicoArgs, Side, SyncerSide, Target, start};
 use super::states::{digest_of, dump};
-use super::{CalicoArgs, Side, SyncerSide, Target, start};
 use crate::child::Child;
 use crate::harness::{self, Percentiles, Workdir};
 use crate::procstat::{Settle, settled_usage, usage};

@@ -12,7 +12,7 @@ use serde::Serialize;
 use typha_client::calico::{self, CalicoHello, Until};
 use typha_server::calico::libcalico::{SyncerType, builtin_kvs, calico_kvs};
 
-use super::{CalicoArgs, Target, start};
+use super::setup::{CalicoArgs, Target, start};
 use crate::harness::Workdir;
 use crate::store::{Store, StoreKind};
 

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use super::setup::{CalicoArgs, Side};
 use super::states::{Checks, Diff};
-use super::{CalicoArgs, Side};
 use crate::harness::mib;
 use crate::store::StoreKind;
 
