@@ -825,11 +825,19 @@ async fn deadline<T>(
     s: &Source,
     request: impl std::future::Future<Output = T>,
 ) -> Result<T, DatastoreError> {
+    within(|| format!("kubernetes API, {verb} {}", s.name()), request).await
+}
+
+/// A request within [`REQUEST_TIMEOUT`]; `what` names it in the error.
+async fn within<T>(
+    what: impl FnOnce() -> String,
+    request: impl std::future::Future<Output = T>,
+) -> Result<T, DatastoreError> {
     tokio::time::timeout(REQUEST_TIMEOUT, request)
         .await
         .map_err(|_| {
             DatastoreError::unavailable(
-                format!("kubernetes API, {verb} {}", s.name()),
+                what(),
                 format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()),
             )
         })

@@ -412,7 +412,13 @@ impl Peer {
 
     /// Receives and applies until `done` holds.
     pub async fn until(&mut self, what: &str, done: impl Fn(&Peer) -> bool) {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        self.until_within(what, WAIT, done).await;
+    }
+
+    /// [`Peer::until`] with another deadline, for what waits on a slower party (the API
+    /// server deleting a CRD's objects).
+    pub async fn until_within(&mut self, what: &str, wait: Duration, done: impl Fn(&Peer) -> bool) {
+        let deadline = tokio::time::Instant::now() + wait;
         while !done(self) {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let m = self

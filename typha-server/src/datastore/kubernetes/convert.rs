@@ -7,6 +7,31 @@ use crate::calico::v3::{k8s_cluster_policy, k8s_policy};
 
 use super::*;
 
+/// A Calico kind's resource id: namespaced or global as the kind is.
+fn resource_id(kind: Kind, namespace: &str, name: &str) -> ResourceId {
+    if kind.is_namespaced() {
+        ResourceId::namespaced(kind, namespace.to_owned(), name.to_owned())
+    } else {
+        ResourceId::global(kind, name.to_owned())
+    }
+}
+
+/// A Calico kind's resource id and the start of its v3 metadata: name, the namespace of a
+/// namespaced kind, labels.
+fn id_and_metadata(
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    labels: Map<String, Value>,
+) -> (ResourceId, Value) {
+    let metadata = if kind.is_namespaced() {
+        json!({"name": name, "namespace": namespace, "labels": labels})
+    } else {
+        json!({"name": name, "labels": labels})
+    };
+    (resource_id(kind, namespace, name), metadata)
+}
+
 /// What an object is, and the resource it becomes (`None`: nothing to serve).
 pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, Option<Item>) {
     let meta = o.meta();
@@ -29,16 +54,7 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             // The object is the v3 resource, stored as Calico's v3 API writes it: Calico's
             // driver takes it as it is (it converts only `crd.projectcalico.org/v1` objects),
             // so its name, labels, uid and annotations are the object's own.
-            let id = if kind.is_namespaced() {
-                ResourceId::namespaced(kind, namespace.clone(), name.clone())
-            } else {
-                ResourceId::global(kind, name.clone())
-            };
-            let mut metadata = if kind.is_namespaced() {
-                json!({"name": name, "namespace": namespace, "labels": labels})
-            } else {
-                json!({"name": name, "labels": labels})
-            };
+            let (id, mut metadata) = id_and_metadata(kind, &namespace, &name, labels);
             if let Some(m) = metadata.as_object_mut() {
                 v3_crd_metadata(o, kind, m);
             }
@@ -52,11 +68,7 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
             let (name, labels, stored) = match calico_metadata(o, kind, &name, labels) {
                 Ok(v) => v,
                 Err(reason) => {
-                    let id = if kind.is_namespaced() {
-                        ResourceId::namespaced(kind, namespace.clone(), name.clone())
-                    } else {
-                        ResourceId::global(kind, name.clone())
-                    };
+                    let id = resource_id(kind, &namespace, &name);
                     let item = Err(Invalid {
                         id: Some(id.clone()),
                         reason,
@@ -64,16 +76,7 @@ pub(super) fn convert(c: Conversion, o: &DynamicObject) -> (Option<ResourceId>, 
                     return (Some(id), Some(item));
                 }
             };
-            let id = if kind.is_namespaced() {
-                ResourceId::namespaced(kind, namespace.clone(), name.clone())
-            } else {
-                ResourceId::global(kind, name.clone())
-            };
-            let mut metadata = if kind.is_namespaced() {
-                json!({"name": name, "namespace": namespace, "labels": labels})
-            } else {
-                json!({"name": name, "labels": labels})
-            };
+            let (id, mut metadata) = id_and_metadata(kind, &namespace, &name, labels);
             if let Some(m) = metadata.as_object_mut() {
                 crd_metadata(o, stored.as_ref(), m);
                 // Raised by the API server on every change of the spec; Calico's clients

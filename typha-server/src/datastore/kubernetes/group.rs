@@ -135,7 +135,7 @@ impl Kubernetes {
             return Ok((g, Chosen::Setting));
         }
         let what = "kubernetes API, discovery (GET /apis)";
-        let groups = discovery_deadline(what, self.client.list_api_groups())
+        let groups = within(|| what.to_owned(), self.client.list_api_groups())
             .await?
             .map_err(|e| discovery_error(what, e))?;
         let served = |name: &str| groups.groups.iter().any(|g| g.name == name);
@@ -150,8 +150,8 @@ impl Kubernetes {
         group: CalicoGroup,
     ) -> Result<BTreeSet<String>, DatastoreError> {
         let what = format!("kubernetes API, discovery (GET /apis/{group})");
-        match discovery_deadline(
-            &what,
+        match within(
+            || what.clone(),
             self.client.list_api_group_resources(group.api_version()),
         )
         .await?
@@ -192,21 +192,6 @@ impl Kubernetes {
         }
         *active = Some((group, chosen));
     }
-}
-
-/// A discovery request within [`REQUEST_TIMEOUT`].
-async fn discovery_deadline<T>(
-    what: &str,
-    request: impl std::future::Future<Output = T>,
-) -> Result<T, DatastoreError> {
-    tokio::time::timeout(REQUEST_TIMEOUT, request)
-        .await
-        .map_err(|_| {
-            DatastoreError::unavailable(
-                what,
-                format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()),
-            )
-        })
 }
 
 fn discovery_error(what: &str, e: kube::Error) -> DatastoreError {
