@@ -14,7 +14,7 @@ use common::{Peer, cluster, eventually, expected_digest, server, settle};
 use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 use typha_protocol::handshake::ClientOffer;
-use typha_protocol::message::Message;
+use typha_protocol::message::{GoodbyeReason, Message};
 use typha_protocol::model::{Revision, SyncStatus};
 use typha_server::config::Config;
 use typha_server::datastore::embedded::{DirSource, Embedded};
@@ -259,7 +259,7 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     q.sync_to(&srv).await;
     assert_eq!(q.first_after_hello, Some("deltas"));
     assert_eq!(q.digest.combined(), expected_digest(&store).0);
-    let [reached, timed_out] = &srv.metrics.resume_floor_waits;
+    let [reached, timed_out, _] = &srv.metrics.resume_floor_waits;
     assert_eq!((reached.get(), timed_out.get()), (1, 0));
 
     // At or below the cache's revision: not held at all.
@@ -285,8 +285,31 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     .unwrap();
     q.sync_to(&srv).await;
     assert_eq!(q.digest.combined(), expected_digest(&store).0);
-    let [reached, timed_out] = &srv.metrics.resume_floor_waits;
-    assert_eq!((reached.get(), timed_out.get()), (0, 1));
+    let [reached, timed_out, sent_away] = &srv.metrics.resume_floor_waits;
+    assert_eq!((reached.get(), timed_out.get(), sent_away.get()), (0, 1, 0));
+
+    // The same wait run out on a server cut off from its datastore (its view stale): behind
+    // because it cannot hear, so the client is sent to another replica, not back in time.
+    srv.freshness
+        .relay(Some(typha_protocol::message::Staleness::new(
+            true,
+            Duration::from_secs(30),
+            "datastore unavailable",
+        )));
+    assert!(srv.freshness.view().stale);
+    let mut q = Peer::connect(srv.addr).await;
+    q.state = state;
+    q.digest = digest;
+    q.hello(ClientOffer {
+        revision_floor: Some(Revision(u64::MAX)),
+        ..Peer::offer("n", Some(resume))
+    })
+    .await
+    .unwrap();
+    let bye = q.until_closed().await.expect("a Goodbye");
+    assert_eq!(bye.reason, GoodbyeReason::Rebalance);
+    assert!(q.updates_seen.is_empty(), "nothing older was sent");
+    assert_eq!((reached.get(), timed_out.get(), sent_away.get()), (0, 1, 1));
     srv.shutdown().await;
 }
 

@@ -353,9 +353,21 @@ where
     if ctx.cache.latest().revision < floor {
         out.flush().await?;
         let reached = wait_for_revision(ctx, out, close, floor).await?;
-        let [yes, no] = &ctx.cache.metrics.resume_floor_waits;
+        let [yes, no, away] = &ctx.cache.metrics.resume_floor_waits;
         if reached {
             yes.inc();
+        } else if ctx.freshness.view().stale {
+            // Cut off from the datastore: this cache is behind because it cannot hear, not
+            // because the datastore went back. Another replica can serve the client what it
+            // has; this one would send it back in time.
+            away.inc();
+            info!(host = %accepted_hello.hostname, floor = floor.0, cache = ctx.cache.latest().revision.0, "a resuming client has seen newer datastore revisions than this cache, which is stale (cut off from the datastore): sent to another replica");
+            out.goodbye(
+                GoodbyeReason::Rebalance,
+                "this server's view of the datastore is stale and older than yours; try another",
+            )
+            .await;
+            return Err(ConnError::Closed(GoodbyeReason::Rebalance));
         } else {
             no.inc();
             warn!(host = %accepted_hello.hostname, floor = floor.0, cache = ctx.cache.latest().revision.0, "a resuming client has seen newer datastore revisions than this cache reached within TYPHA_RESUMEREVISIONWAITSECS; serving what it has");

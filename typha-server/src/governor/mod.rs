@@ -11,8 +11,8 @@
 //! there and resumes by digest: a move costs the buckets that differ, not a snapshot. The same
 //! ranking is what clients turned away at the limit, or drained at shutdown, are told to try,
 //! so a draining replica's clients spread over the others (a draining replica keeps polling,
-//! to keep that ranking fresh, but moves nothing itself). A replica that says it is draining
-//! is left out.
+//! to keep that ranking fresh, but moves nothing itself). A replica that says it is draining,
+//! or that its view of the datastore is stale, is left out ([`candidate`]).
 
 pub mod peers;
 pub mod share;
@@ -109,6 +109,24 @@ pub fn node_count(cache: &Cache) -> usize {
         .count()
 }
 
+/// Whether another replica may be sent clients (moved, turned away, drained); if not, why.
+/// Left out: this replica itself; one that is draining (still listed, the EndpointSlice
+/// lags, but its clients are on their way here and it takes no new ones); one whose view of
+/// the datastore is stale (cut off from it, it is behind: a client sent there with newer
+/// revisions than its cache would wait for it, `TYPHA_RESUMEREVISIONWAITSECS`, then be served
+/// older values than it had).
+fn candidate(l: &peers::Load, own: Epoch) -> Result<(), &'static str> {
+    if l.epoch == own.0 {
+        Err("this one")
+    } else if l.draining {
+        Err("draining")
+    } else if l.stale {
+        Err("stale (its view of the datastore)")
+    } else {
+        Ok(())
+    }
+}
+
 /// Balances this replica's connections until the process ends.
 pub async fn run(
     cfg: GovernorConfig,
@@ -155,14 +173,13 @@ pub async fn run(
             )
             .await
             {
-                Ok(l) if l.epoch == own_epoch.0 => {}
-                // Still listed (the EndpointSlice lags), but it is leaving: its clients are
-                // on their way here, and it takes no new ones.
-                Ok(l) if l.draining => debug!(replica = %e.ip, "a replica is draining; left out"),
-                Ok(l) => others.push(share::Peer {
-                    addr: SocketAddr::new(e.ip, e.port).to_string(),
-                    load: l.connections,
-                }),
+                Ok(l) => match candidate(&l, own_epoch) {
+                    Ok(()) => others.push(share::Peer {
+                        addr: SocketAddr::new(e.ip, e.port).to_string(),
+                        load: l.connections,
+                    }),
+                    Err(why) => debug!(replica = %e.ip, "a replica is {why}; left out"),
+                },
                 Err(err) => {
                     debug!(error = %err, "a replica's load is unknown; left out this round")
                 }
@@ -194,5 +211,30 @@ pub async fn run(
             }
             tokio::time::sleep(gap).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(epoch: u64, draining: bool, stale: bool) -> peers::Load {
+        peers::Load {
+            epoch,
+            connections: 10,
+            draining,
+            stale,
+        }
+    }
+
+    #[test]
+    fn only_other_replicas_that_are_current_and_staying_take_clients() {
+        let own = Epoch(1);
+        assert_eq!(candidate(&load(2, false, false), own), Ok(()));
+        assert!(candidate(&load(1, false, false), own).is_err(), "itself");
+        assert!(candidate(&load(2, true, false), own).is_err(), "draining");
+        // Cut off from the datastore: behind the others. A client moved there from a replica
+        // that is ahead would be served older values than it had (loadtest chaos, seed 19).
+        assert!(candidate(&load(2, false, true), own).is_err(), "stale");
     }
 }

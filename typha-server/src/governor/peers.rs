@@ -88,6 +88,9 @@ pub struct Load {
     pub connections: usize,
     /// Whether it is shutting down (its clients are leaving; it accepts no more).
     pub draining: bool,
+    /// Whether its view of the datastore is stale (unconfirmed for `TYPHA_STALETHRESHOLDSECS`:
+    /// cut off from the datastore, it falls behind the others).
+    pub stale: bool,
 }
 
 /// Why a replica's load is unknown.
@@ -133,10 +136,16 @@ fn parse_status(answer: &[u8]) -> Option<Load> {
         .get("draining")
         .and_then(serde_json::Value::as_bool)
         .unwrap_or(false);
+    let stale = v
+        .get("datastore")
+        .and_then(|d| d.get("stale"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
     Some(Load {
         epoch,
         connections,
         draining,
+        stale,
     })
 }
 
@@ -153,11 +162,15 @@ mod tests {
                 epoch: 255,
                 connections: 42,
                 draining: false,
+                stale: false,
             })
         );
         let leaving =
             b"HTTP/1.1 200 OK\r\n\r\n{\"epoch\":\"01\",\"connections\":7,\"draining\":true}";
         assert!(parse_status(leaving).unwrap().draining);
+        let cut_off = b"HTTP/1.1 200 OK\r\n\r\n{\"epoch\":\"01\",\"connections\":7,\"datastore\":{\"connected\":false,\"stale\":true}}";
+        let l = parse_status(cut_off).unwrap();
+        assert!(l.stale && !l.draining);
         assert_eq!(parse_status(b"HTTP/1.1 503 X\r\n\r\n{}"), None);
         assert_eq!(parse_status(b"HTTP/1.1 200 OK\r\n\r\nnot json"), None);
         assert_eq!(parse_status(b"garbage"), None);

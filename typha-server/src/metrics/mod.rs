@@ -168,9 +168,10 @@ pub struct Metrics {
     /// `typha_resume_bytes_total{kind}`, indexed by [`ResumeKind`]: bytes of initial syncs.
     resume_bytes: [IntCounter; 3],
     /// `typha_resume_floor_waits_total{result}`: resuming clients held until the cache
-    /// reached their revision floor (`reached`), or served what it had when the wait ran out
-    /// (`timed_out`).
-    pub resume_floor_waits: [IntCounter; 2],
+    /// reached their revision floor (`reached`), served what it had when the wait ran out
+    /// (`timed_out`), or sent to another replica then because this one's view of the
+    /// datastore was stale (`sent_away`).
+    pub resume_floor_waits: [IntCounter; 3],
     /// `typha_connections_dropped_total{reason}`, indexed by [`DropReason`].
     drops: [IntCounter; 10],
     /// `typha_syncs_waiting`: past the handshake, waiting for a turn to be synced.
@@ -427,7 +428,7 @@ impl Metrics {
                 "Resuming clients that had seen newer datastore revisions than the cache, held \
                  until it reached them or the wait ran out.",
                 "result",
-                ["reached", "timed_out"],
+                ["reached", "timed_out", "sent_away"],
             ),
             resume_bytes: counters(
                 r,
