@@ -12,7 +12,7 @@
 //! ranking is what clients turned away at the limit, or drained at shutdown, are told to try,
 //! so a draining replica's clients spread over the others (a draining replica keeps polling,
 //! to keep that ranking fresh, but moves nothing itself). A replica that says it is draining,
-//! or that its view of the datastore is stale, is left out ([`candidate`]).
+//! or that its view of the datastore is stale, is left out (`candidate`).
 
 pub mod peers;
 pub mod share;
