@@ -204,7 +204,8 @@ async fn resume_by_deltas_sends_only_what_was_missed() {
 /// A client that has seen a newer datastore revision than this server's cache (it comes
 /// from a replica that is ahead of this one) is held, pinged, until the cache reaches it:
 /// resumed from behind, it would be sent older values than it has. Past the wait it is
-/// served what the cache has.
+/// served what the cache has, unless the server's view of the datastore is stale (cut off):
+/// then it is sent to another replica.
 #[tokio::test]
 async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revision() {
     let mut cfg = Config::for_tests();
