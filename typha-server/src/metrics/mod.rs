@@ -426,7 +426,9 @@ impl Metrics {
                 r,
                 "typha_resume_floor_waits_total",
                 "Resuming clients that had seen newer datastore revisions than the cache, held \
-                 until it reached them or the wait ran out.",
+                 until it reached them (reached), served what it had when the wait ran out \
+                 (timed_out), or sent to another replica because this one's view of the \
+                 datastore was stale (sent_away).",
                 "result",
                 ["reached", "timed_out", "sent_away"],
             ),
