@@ -411,13 +411,15 @@ impl Server {
         Ok(v)
     }
 
-    /// The names of the nodes connected to it (`/status?nodes=true`).
-    pub(crate) async fn node_names(&mut self) -> anyhow::Result<Vec<String>> {
+    /// The names of the nodes connected to it (`/status?nodes=true`), those in one phase
+    /// only if given (its `phase`: `streaming` for those past their initial sync).
+    pub(crate) async fn node_names(&mut self, phase: Option<&str>) -> anyhow::Result<Vec<String>> {
         let v = self.http.get_json("/status?nodes=true").await?;
         Ok(v["nodes"]
             .as_array()
             .map(|a| {
                 a.iter()
+                    .filter(|n| phase.is_none_or(|p| n["phase"] == p))
                     .filter_map(|n| n["name"].as_str().map(str::to_owned))
                     .collect()
             })

@@ -146,6 +146,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         in_sync: AtomicUsize::new(0),
         stale: AtomicUsize::new(0),
+        stale_told: AtomicU64::new(0),
         direct_connected: AtomicU64::new(0),
         updates: AtomicU64::new(0),
         churn_updates: AtomicU64::new(0),
@@ -370,6 +371,7 @@ pub(crate) async fn run(a: SwarmArgs) -> anyhow::Result<()> {
                             "connected": metrics.connected.get() + shared.direct_connected.load(Ordering::Relaxed) as i64,
                             "in_sync": shared.in_sync.load(Ordering::Relaxed),
                             "stale": shared.stale.load(Ordering::Relaxed),
+                            "stale_told": shared.stale_told.load(Ordering::Relaxed),
                             "updates": shared.updates.load(Ordering::Relaxed),
                             "churn_updates": shared.churn_updates.load(Ordering::Relaxed),
                             "churn_frames": shared.churn_frames.load(Ordering::Relaxed),

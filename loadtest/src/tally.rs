@@ -12,6 +12,9 @@ pub(crate) struct Shared {
     pub(crate) in_sync: AtomicUsize,
     /// Typha-client nodes whose server said, last, that its view of the datastore is stale.
     pub(crate) stale: AtomicUsize,
+    /// Times a typha-client node was told its server's view turned stale (each turn counts
+    /// once; a node that then moves to a current replica stays counted).
+    pub(crate) stale_told: AtomicU64,
     /// Direct (etcd or Kubernetes) or Calico-protocol nodes connected.
     pub(crate) direct_connected: AtomicU64,
     pub(crate) updates: AtomicU64,
@@ -42,6 +45,9 @@ impl Shared {
 
     /// Moves one node's stale flag (`was`) to `now`, keeping the count of stale nodes.
     pub(crate) fn set_stale(&self, was: &mut bool, now: bool) {
+        if now && !*was {
+            self.stale_told.fetch_add(1, Ordering::Relaxed);
+        }
         flip(&self.stale, was, now);
     }
 

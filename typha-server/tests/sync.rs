@@ -205,7 +205,7 @@ async fn resume_by_deltas_sends_only_what_was_missed() {
 /// from a replica that is ahead of this one) is held, pinged, until the cache reaches it:
 /// resumed from behind, it would be sent older values than it has. Past the wait it is
 /// served what the cache has, unless the server's view of the datastore is stale (cut off):
-/// then it is sent to another replica.
+/// then it is sent to another replica, at once (stale already, or turned stale meanwhile).
 #[tokio::test]
 async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revision() {
     let mut cfg = Config::for_tests();
@@ -289,8 +289,8 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     let [reached, timed_out, sent_away] = &srv.metrics.resume_floor_waits;
     assert_eq!((reached.get(), timed_out.get(), sent_away.get()), (0, 1, 0));
 
-    // The same wait run out on a server cut off from its datastore (its view stale): behind
-    // because it cannot hear, so the client is sent to another replica, not back in time.
+    // The same client on a server cut off from its datastore (its view stale): behind because
+    // it cannot hear, so the client is sent to another replica at once, not back in time.
     srv.freshness
         .relay(Some(typha_protocol::message::Staleness::new(
             true,
@@ -298,6 +298,31 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
             "datastore unavailable",
         )));
     assert!(srv.freshness.view().stale);
+    let mut q = Peer::connect(srv.addr).await;
+    q.state = state.clone();
+    q.digest = digest.clone();
+    q.hello(ClientOffer {
+        revision_floor: Some(Revision(u64::MAX)),
+        ..Peer::offer("n", Some(resume.clone()))
+    })
+    .await
+    .unwrap();
+    let bye = tokio::time::timeout(Duration::from_secs(60), q.until_closed())
+        .await
+        .expect("sent away, not served")
+        .expect("a Goodbye");
+    assert_eq!(bye.reason, GoodbyeReason::Rebalance);
+    assert!(q.updates_seen.is_empty(), "nothing older was sent");
+    assert_eq!((reached.get(), timed_out.get(), sent_away.get()), (0, 1, 1));
+    srv.shutdown().await;
+
+    // A view that turns stale while a client is held ends the wait there: the cache will not
+    // catch up while it cannot hear, so the client goes elsewhere now, not when an hour's wait
+    // runs out. (Held before: nothing but pings and how current the view is.)
+    let mut cfg = Config::for_tests();
+    cfg.conn.resume_floor_wait = Duration::from_secs(3600);
+    let (srv, store) = server(cfg).await;
+    store.bulk_load(cluster(5, 10));
     let mut q = Peer::connect(srv.addr).await;
     q.state = state;
     q.digest = digest;
@@ -307,10 +332,25 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     })
     .await
     .unwrap();
-    let bye = q.until_closed().await.expect("a Goodbye");
+    match q.recv_within(Duration::from_millis(800)).await {
+        Ok(m @ (Message::Staleness(_) | Message::Ping(_))) => q.apply(m).await.unwrap(),
+        Ok(m) => panic!("a held client was sent {m:?}"),
+        Err(e) => assert_eq!(e, "timeout"),
+    }
+    srv.freshness
+        .relay(Some(typha_protocol::message::Staleness::new(
+            true,
+            Duration::from_secs(30),
+            "datastore unavailable",
+        )));
+    let bye = tokio::time::timeout(Duration::from_secs(60), q.until_closed())
+        .await
+        .expect("sent away when the view turned stale, not held for the hour")
+        .expect("a Goodbye");
     assert_eq!(bye.reason, GoodbyeReason::Rebalance);
     assert!(q.updates_seen.is_empty(), "nothing older was sent");
-    assert_eq!((reached.get(), timed_out.get(), sent_away.get()), (0, 1, 1));
+    let [reached, timed_out, sent_away] = &srv.metrics.resume_floor_waits;
+    assert_eq!((reached.get(), timed_out.get(), sent_away.get()), (0, 0, 1));
     srv.shutdown().await;
 }
 

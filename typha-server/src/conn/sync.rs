@@ -92,9 +92,10 @@ pub(super) async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
 }
 
 /// Holds a resuming client whose revision floor the cache has not reached (pinging it
-/// meanwhile) until it does, or [`ConnConfig::resume_floor_wait`] runs out: resumed from a
-/// replica that is behind the one it left, it would be sent older values than it has.
-/// Whether the cache reached it.
+/// meanwhile) until it does, or [`ConnConfig::resume_floor_wait`] runs out, or the view of the
+/// datastore is (or turns) stale: resumed from a replica that is behind the one it left, it
+/// would be sent older values than it has, and a replica cut off from its datastore will not
+/// catch up while it is (the caller sends the client elsewhere at once, not at the wait's end).
 ///
 /// [`ConnConfig::resume_floor_wait`]: super::ConnConfig::resume_floor_wait
 pub(super) async fn wait_for_revision<W: AsyncWrite + Unpin>(
@@ -102,18 +103,39 @@ pub(super) async fn wait_for_revision<W: AsyncWrite + Unpin>(
     out: &mut Out<W>,
     close: &mut oneshot::Receiver<Close>,
     floor: Revision,
-) -> Result<bool, ConnError> {
+) -> Result<FloorWait, ConnError> {
     let mut crumbs = ctx.cache.subscribe();
-    let reached = async {
-        while ctx.cache.latest().revision < floor {
-            if crumbs.changed().await.is_err() {
-                return false;
+    let mut staleness = ctx.freshness.subscribe();
+    let ended = async {
+        loop {
+            if ctx.cache.latest().revision >= floor {
+                return FloorWait::Reached;
+            }
+            if ctx.freshness.view().stale {
+                return FloorWait::Stale;
+            }
+            tokio::select! {
+                r = crumbs.changed() => if r.is_err() { return FloorWait::TimedOut },
+                // Published when the view turns stale or current again (`view` above says which).
+                r = staleness.changed() => if r.is_err() { return FloorWait::TimedOut },
             }
         }
-        true
     };
-    let within = tokio::time::timeout(ctx.cfg.resume_floor_wait, reached);
-    Ok(matches!(pinging(ctx, out, close, within).await?, Ok(true)))
+    let within = tokio::time::timeout(ctx.cfg.resume_floor_wait, ended);
+    Ok(pinging(ctx, out, close, within)
+        .await?
+        .unwrap_or(FloorWait::TimedOut))
+}
+
+/// How [`wait_for_revision`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FloorWait {
+    /// The cache reached the client's floor.
+    Reached,
+    /// It did not within the wait (or the cache closed).
+    TimedOut,
+    /// The view of the datastore is stale: cut off, the cache will not catch up while it is.
+    Stale,
 }
 
 /// Brings a newly connected client to a position in the cache: by deltas, by digest buckets,

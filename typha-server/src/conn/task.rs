@@ -20,7 +20,8 @@ use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Pin
 use super::info::{ConnInfo, Phase};
 use super::out::{Out, jitter, scopeguard};
 use super::sync::{
-    Following, catch_up, initial_sync, wait_for_first_sync, wait_for_revision, wait_for_sync_slot,
+    FloorWait, Following, catch_up, initial_sync, wait_for_first_sync, wait_for_revision,
+    wait_for_sync_slot,
 };
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
@@ -352,11 +353,11 @@ where
         .unwrap_or_default();
     if ctx.cache.latest().revision < floor {
         out.flush().await?;
-        let reached = wait_for_revision(ctx, out, close, floor).await?;
+        let ended = wait_for_revision(ctx, out, close, floor).await?;
         let [yes, no, away] = &ctx.cache.metrics.resume_floor_waits;
-        if reached {
+        if ended == FloorWait::Reached {
             yes.inc();
-        } else if ctx.freshness.view().stale {
+        } else if ended == FloorWait::Stale {
             // Cut off from the datastore: this cache is behind because it cannot hear, not
             // because the datastore went back. Another replica can serve the client what it
             // has; this one would send it back in time.

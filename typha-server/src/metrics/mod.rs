@@ -169,8 +169,8 @@ pub struct Metrics {
     resume_bytes: [IntCounter; 3],
     /// `typha_resume_floor_waits_total{result}`: resuming clients held until the cache
     /// reached their revision floor (`reached`), served what it had when the wait ran out
-    /// (`timed_out`), or sent to another replica then because this one's view of the
-    /// datastore was stale (`sent_away`).
+    /// (`timed_out`), or sent to another replica because this one's view of the datastore
+    /// was or turned stale during the wait (`sent_away`).
     pub resume_floor_waits: [IntCounter; 3],
     /// `typha_connections_dropped_total{reason}`, indexed by [`DropReason`].
     drops: [IntCounter; 10],
@@ -428,7 +428,7 @@ impl Metrics {
                 "Resuming clients that had seen newer datastore revisions than the cache, held \
                  until it reached them (reached), served what it had when the wait ran out \
                  (timed_out), or sent to another replica because this one's view of the \
-                 datastore was stale (sent_away).",
+                 datastore was or turned stale during the wait (sent_away).",
                 "result",
                 ["reached", "timed_out", "sent_away"],
             ),
