@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, Span, debug, field, info, info_span, warn};
 use typha_protocol::handshake::ServerOffer;
 use typha_protocol::message::{Epoch, GoodbyeReason};
 
@@ -60,6 +60,10 @@ pub enum StartError {
     )]
     Governor(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
+
+/// How long a shutdown waits, after the drain, for the connections still finishing, all of
+/// them together: shutdown takes at most `TYPHA_SHUTDOWNTIMEOUTSECS` and this.
+pub const SHUTDOWN_LEFTOVER_WAIT: Duration = Duration::from_secs(2);
 
 /// The governor's hold on this replica's connections.
 struct Control {
@@ -421,11 +425,20 @@ fn connection(
     let info = ctx
         .table
         .register(peer, accepted, ctx.cache.metrics.clone());
+    // Every line the connection logs says whose it is: its address now, its protocol once
+    // told, its node and syncer type once its hello is in (`ConnInfo::hello`).
+    let span = info_span!(
+        "conn",
+        %peer,
+        protocol = field::Empty,
+        node = field::Empty,
+        syncer = field::Empty
+    );
     // Made here, so the task's future captures only it, not the socket it takes: an async
     // block keeps room for what it captures even once moved out. (The address and the time of
     // accept are in `info`.)
-    let admit = Box::pin(admit_and_open(tcp, peer, accepted, tls, ctx.clone(), slot));
-    async move {
+    let admit = Box::pin(admit_and_open(tcp, accepted, tls, ctx.clone(), slot));
+    let conn = async move {
         let Some((stream, protocol, prefix, slot)) = admit.await else {
             drop(info);
             return;
@@ -442,7 +455,6 @@ fn connection(
             Protocol::Calico => {
                 Box::pin(conn::calico::serve(
                     stream,
-                    info.peer(),
                     info.accepted(),
                     ctx,
                     rx,
@@ -453,13 +465,14 @@ fn connection(
             }
             _ => {
                 let ended = conn::task::run(stream, &ctx, rx, &info, prefix).await;
-                conn::task::ended(info.peer(), &ctx, ended);
+                conn::task::ended(&ctx, ended);
             }
         }
         lock(&conns).conns.remove(&id);
         drop(info);
         drop(slot);
-    }
+    };
+    conn.instrument(span)
 }
 
 /// TLS (with the client's identity) when configured, then telling the protocol and applying
@@ -467,7 +480,6 @@ fn connection(
 /// connections); `None`: the connection is over (counted and logged).
 async fn admit_and_open(
     tcp: TcpStream,
-    peer: SocketAddr,
     accepted: Instant,
     tls: Option<Arc<tls::ServerTls>>,
     ctx: Arc<Ctx>,
@@ -475,9 +487,9 @@ async fn admit_and_open(
 ) -> Option<(Stream, Protocol, bytes::BytesMut, Slot)> {
     let mut stream = match tls {
         None => Stream::Plain(tcp),
-        Some(t) => Stream::Tls(admit(tcp, peer, accepted, &t, &ctx).await?),
+        Some(t) => Stream::Tls(admit(tcp, accepted, &t, &ctx).await?),
     };
-    let (protocol, prefix, slot) = open(&mut stream, peer, accepted, &ctx, slot).await?;
+    let (protocol, prefix, slot) = open(&mut stream, accepted, &ctx, slot).await?;
     Some((stream, protocol, prefix, slot))
 }
 
@@ -485,7 +497,6 @@ async fn admit_and_open(
 /// connection is over (counted and logged).
 async fn admit(
     tcp: TcpStream,
-    peer: SocketAddr,
     accepted: Instant,
     t: &tls::ServerTls,
     ctx: &Ctx,
@@ -500,12 +511,12 @@ async fn admit(
         Ok(Ok(s)) => Box::new(s),
         Ok(Err(e)) => {
             m.dropped(DropReason::handshake);
-            info!(%peer, error = %e, "TLS handshake failed");
+            info!(error = %e, "TLS handshake failed");
             return None;
         }
         Err(_) => {
             m.dropped(DropReason::handshake);
-            info!(%peer, "TLS handshake timed out");
+            info!("TLS handshake timed out");
             return None;
         }
     };
@@ -517,12 +528,12 @@ async fn admit(
         .map(tls::peer_identity);
     match identity {
         Some(Ok(id)) if cfg.admits(&id) => {
-            debug!(%peer, cn = ?id.common_names, "client admitted");
+            debug!(cn = ?id.common_names, "client admitted");
             Some(stream)
         }
         other => {
             m.dropped(DropReason::tls_identity);
-            warn!(%peer, identity = ?other, "client certificate's CN/URI SAN is not allowed (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN); closing");
+            warn!(identity = ?other, "client certificate's CN/URI SAN is not allowed (TYPHA_CLIENTCN / TYPHA_CLIENTURISAN); closing");
             None
         }
     }
@@ -534,7 +545,6 @@ async fn admit(
 /// connection limit; counted and logged).
 async fn open<S>(
     stream: &mut S,
-    peer: SocketAddr,
     accepted: Instant,
     ctx: &Ctx,
     slot: Option<Slot>,
@@ -555,10 +565,11 @@ where
         Ok(p) => p,
         Err(e) => {
             m.dropped(DropReason::handshake);
-            info!(%peer, error = %e, "connection ended before its protocol was known");
+            info!(error = %e, "connection ended before its protocol was known");
             return None;
         }
     };
+    Span::current().record("protocol", field::display(protocol_name(protocol)));
     let limits = ctx.limits();
     let refused = match slot {
         // Our protocol: one connection per node, held to its own limit too.
@@ -585,7 +596,7 @@ where
         let frame = crate::fanout::encode(&typha_protocol::Message::Goodbye(g), false);
         let _ = tokio::time::timeout(Duration::from_secs(5), stream.write_all(&frame)).await;
         let _ = tokio::time::timeout(Duration::from_secs(5), stream.shutdown()).await;
-        info!(%peer, "refused: {refused}");
+        info!("refused: {refused}");
         return None;
     }
     // Calico's protocol has no goodbye: its clients are just closed, as Typha does. So that an
@@ -596,17 +607,30 @@ where
         .as_ref()
         .and_then(|h| SyncerType::from_hello(&h.syncer_type));
     m.calico_refused(syncer);
+    let span = Span::current();
+    if let Some(h) = &hello {
+        span.record("node", field::display(conn::info::bounded(&h.hostname)));
+    }
+    span.record(
+        "syncer",
+        field::display(syncer.map_or("unknown", SyncerType::as_str)),
+    );
     if let Some(unlogged) = ctx.refusals.note() {
         warn!(
-            %peer,
-            host = hello.as_ref().map_or("", |h| h.hostname.as_str()),
-            syncer = syncer.map_or("unknown", SyncerType::as_str),
             limit = limits.all,
             refused_since_last_line = unlogged,
             "Calico client refused {refused}: closed without a word (Calico's protocol has no goodbye); it retries, another replica or later. Counted in typha_calico_connections_refused_total"
         );
     }
     None
+}
+
+/// A protocol's name in the connection's span (as `/status?nodes` names it).
+fn protocol_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Calico => "calico",
+        _ => "typha-rs",
+    }
 }
 
 impl RunningServer {
@@ -617,7 +641,8 @@ impl RunningServer {
 
     /// Graceful shutdown: readiness fails at once, accepting stops, connections are closed
     /// one at a time (each with a Goodbye) spread over the shutdown timeout, then everything
-    /// else stops; liveness and `/metrics` answer until then.
+    /// else stops; liveness and `/metrics` answer until then. It takes at most the shutdown
+    /// timeout and [`SHUTDOWN_LEFTOVER_WAIT`], however many connections are stuck.
     pub async fn shutdown(self) {
         self.draining.store(true, Ordering::Release);
 
@@ -662,14 +687,22 @@ impl RunningServer {
             let _ = tx.send(Close::because(GoodbyeReason::Shutdown));
             self.metrics.dropped(DropReason::shutdown);
         }
+        // One bound for every connection still finishing (writing its Goodbye, or stuck in a
+        // handshake or a write to a client that stopped reading): what is not done by then is
+        // aborted, however many there are.
         let tasks: Vec<_> = lock(&self.conn_tasks).drain(..).collect();
-        for t in tasks {
-            if tokio::time::timeout(Duration::from_secs(2), t)
-                .await
-                .is_err()
-            {
-                debug!("a connection did not finish in time");
-            }
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        let finishing = futures_util::future::join_all(tasks);
+        if tokio::time::timeout(SHUTDOWN_LEFTOVER_WAIT, finishing)
+            .await
+            .is_err()
+        {
+            let left = aborts.iter().filter(|a| !a.is_finished()).count();
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
+            info!(
+                left,
+                "connections still finishing {SHUTDOWN_LEFTOVER_WAIT:?} after the drain: closed"
+            );
         }
         self.metrics.shutdown_connections_remaining.set(0);
         let _ = self.http_stop.send(true);

@@ -224,9 +224,23 @@ async fn calico_clients_count_once_per_syncer_type_and_ours_once_per_node() {
         .lines()
         .find(|l| l.contains("Calico client refused"))
         .unwrap_or_else(|| panic!("no refusal logged in\n{text}"));
+    // Said by the connection's span: whose connection it was.
     assert!(
-        line.contains("node-3") && line.contains("felix") && line.contains("WARN"),
+        line.contains("WARN")
+            && line.contains("conn{peer=127.0.0.1:")
+            && line.contains("protocol=calico")
+            && line.contains("node=node-3")
+            && line.contains("syncer=felix"),
         "{line}"
+    );
+    // Our own client turned away at the limit: its line names it too.
+    let ours = text
+        .lines()
+        .find(|l| l.contains("refused: at the limit of 3 connections of our own protocol"))
+        .unwrap_or_else(|| panic!("no refusal of ours logged in\n{text}"));
+    assert!(
+        ours.contains("conn{peer=127.0.0.1:") && ours.contains("protocol=typha-rs"),
+        "{ours}"
     );
     assert!(
         text.lines()

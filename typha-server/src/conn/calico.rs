@@ -14,7 +14,6 @@
 //! per connection (all tiny). Calico's protocol has no goodbye: a connection the server ends
 //! (shutdown, limit, refusal) is simply closed.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -115,7 +114,6 @@ pub async fn sniff<S: AsyncRead + Unpin>(
 /// bytes [`sniff`] read.
 pub async fn serve<S>(
     stream: S,
-    peer: SocketAddr,
     accepted: Instant,
     ctx: Arc<Ctx>,
     close: oneshot::Receiver<Close>,
@@ -127,9 +125,9 @@ pub async fn serve<S>(
     let m = ctx.cache.metrics.clone();
     match run(stream, accepted, ctx, close, info, prefix).await {
         Ok(()) | Err(CalicoError::Conn(ConnError::PeerClosed)) => {
-            debug!(%peer, "Calico connection closed")
+            debug!("Calico connection closed")
         }
-        Err(CalicoError::Closed) => debug!(%peer, "Calico connection closed by the server"),
+        Err(CalicoError::Closed) => debug!("Calico connection closed by the server"),
         Err(e) => {
             let reason = match &e {
                 CalicoError::Conn(ConnError::WriteTimeout(_)) => Some(DropReason::write_timeout),
@@ -145,7 +143,6 @@ pub async fn serve<S>(
             if let Some(r) = reason {
                 m.dropped(r);
             }
-            let host = info.hostname();
             match reason {
                 // The client was dropped while it was being served: it will reconnect and
                 // take a whole snapshot, so say why, once, where an operator looks.
@@ -155,12 +152,12 @@ pub async fn serve<S>(
                     | DropReason::fell_behind
                     | DropReason::encode_error),
                 ) => {
-                    warn!(%peer, host = %host, reason = r.label(), error = %e, "Calico client dropped; it will reconnect and resync")
+                    warn!(reason = r.label(), error = %e, "Calico client dropped; it will reconnect and resync")
                 }
                 Some(DropReason::handshake) if matches!(e, CalicoError::Refused(_)) => {
-                    warn!(%peer, host = %host, error = %e, "Calico client refused; closing")
+                    warn!(error = %e, "Calico client refused; closing")
                 }
-                _ => info!(%peer, host = %host, error = %e, "Calico connection ended"),
+                _ => info!(error = %e, "Calico connection ended"),
             }
         }
     }
@@ -290,7 +287,7 @@ where
     let by_type = ctx.cache.metrics.calico_connections(syncer).clone();
     by_type.inc();
     let _by_type = scopeguard(move || by_type.dec());
-    debug!(host = %hello.hostname, syncer = %syncer, version = %hello.version, ?carriage, client_conn_id = hello.client_conn_id, "Calico client hello");
+    debug!(version = %hello.version, ?carriage, client_conn_id = hello.client_conn_id, "Calico client hello");
 
     out.queue(Side::Server.preamble())?;
     let reply = Message::ServerHello(ServerHello {

@@ -67,7 +67,7 @@ const MAX_NAME: usize = 253;
 const _: () = assert!(MAX_NAME <= u8::MAX as usize);
 
 /// `s`, cut to at most [`MAX_NAME`] bytes (on a character boundary).
-fn bounded(s: &str) -> &str {
+pub fn bounded(s: &str) -> &str {
     let mut cut = s.len().min(MAX_NAME);
     while !s.is_char_boundary(cut) {
         cut -= 1;
@@ -131,8 +131,14 @@ pub struct ConnInfo {
 
 impl ConnInfo {
     /// The hello was accepted: who the client says it is. Then waiting for its turn.
+    /// Its node name and syncer type go into the connection's span (the current one: the
+    /// connection's task calls this), so every later line it logs names them.
     pub fn hello(&self, name: &str, client: &str, version: impl std::fmt::Display) {
         let _ = self.hello.set(Hello::new(name, client, version));
+        let span = tracing::Span::current();
+        let syncer = self.calico.get().copied().unwrap_or(SyncerType::Felix);
+        span.record("node", tracing::field::display(bounded(name)));
+        span.record("syncer", tracing::field::display(syncer.as_str()));
         self.set_phase(Phase::Waiting);
     }
 

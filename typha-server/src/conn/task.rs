@@ -2,7 +2,6 @@
 //! sync, then the stream loop: breadcrumbs as they come, pings, pongs and acks read, until
 //! either side closes or a limit is hit. The outcome is logged once, at the task's boundary.
 
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -30,12 +29,12 @@ use crate::metrics::DropReason;
 use crate::syncer::freshness::Published;
 
 /// Logs how a connection served by [`run`] ended, once, and counts a drop by its reason.
-pub fn ended(peer: SocketAddr, ctx: &Ctx, result: Result<(), ConnError>) {
+pub fn ended(ctx: &Ctx, result: Result<(), ConnError>) {
     match result {
-        Ok(()) | Err(ConnError::PeerClosed) => debug!(%peer, "connection closed"),
+        Ok(()) | Err(ConnError::PeerClosed) => debug!("connection closed"),
         // Sent away on purpose (a drain, a balancing move): expected, counted, not logged.
         Err(e @ ConnError::Closed(GoodbyeReason::Shutdown | GoodbyeReason::Rebalance)) => {
-            debug!(%peer, "{e}")
+            debug!("{e}")
         }
         Err(e) => {
             let reason = match &e {
@@ -53,7 +52,7 @@ pub fn ended(peer: SocketAddr, ctx: &Ctx, result: Result<(), ConnError>) {
             if let Some(r) = reason {
                 ctx.cache.metrics.dropped(r);
             }
-            info!(%peer, error = %e, "connection ended");
+            info!(error = %e, "connection ended");
         }
     }
 }
@@ -324,7 +323,7 @@ where
         &accepted_hello.client_info,
         session.version,
     );
-    debug!(host = %accepted_hello.hostname, client = %accepted_hello.client_info, version = %session.version, "client hello");
+    debug!(client = %accepted_hello.client_info, version = %session.version, "client hello");
     out.queue(encode(&Message::ServerHello(accepted_hello.reply), false))?;
     // How current the view is, before any data (so a consumer knows what it is about to get),
     // with its age now: a tiny per-client encode, like the hello. Later changes go out as the
@@ -371,7 +370,11 @@ where
             return Err(ConnError::Closed(GoodbyeReason::Rebalance));
         } else {
             no.inc();
-            warn!(host = %accepted_hello.hostname, floor = floor.0, cache = ctx.cache.latest().revision.0, "a resuming client has seen newer datastore revisions than this cache reached within TYPHA_RESUMEREVISIONWAITSECS; serving what it has");
+            warn!(
+                floor = floor.0,
+                cache = ctx.cache.latest().revision.0,
+                "a resuming client has seen newer datastore revisions than this cache reached within TYPHA_RESUMEREVISIONWAITSECS; serving what it has"
+            );
         }
     }
     let slot = wait_for_sync_slot(ctx, out, close).await?;
