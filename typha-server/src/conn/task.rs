@@ -361,7 +361,11 @@ where
             // because the datastore went back. Another replica can serve the client what it
             // has; this one would send it back in time.
             away.inc();
-            info!(floor = floor.0, cache = ctx.cache.latest().revision.0, "a resuming client has seen newer datastore revisions than this cache, which is stale (cut off from the datastore): sent to another replica");
+            info!(
+                floor = floor.0,
+                cache = ctx.cache.latest().revision.0,
+                "a resuming client has seen newer datastore revisions than this cache, which is stale (cut off from the datastore): sent to another replica"
+            );
             out.goodbye(
                 GoodbyeReason::Rebalance,
                 "this server's view of the datastore is stale and older than yours; try another",
