@@ -23,7 +23,7 @@ use prometheus::Registry;
 use typha_protocol::model::SyncStatus;
 
 use crate::cache::Cache;
-use crate::conn::info::ConnTable;
+use crate::conn::registry::ConnRegistry;
 use crate::liveness::{HEARTBEAT_MAX_AGE, Heartbeat};
 use crate::metrics::Metrics;
 use crate::syncer::freshness::Freshness;
@@ -41,8 +41,8 @@ pub struct HttpState {
     pub registry: Arc<Registry>,
     /// The metrics (for `/status`).
     pub metrics: Arc<Metrics>,
-    /// What every connection is doing (`/status?nodes`).
-    pub table: Arc<ConnTable>,
+    /// Every open connection (`/status`, with `?nodes` what each is doing).
+    pub conns: Arc<ConnRegistry>,
     /// Set when a shutdown drain starts: readiness fails from then on (the Service stops
     /// sending new agents here) while liveness and `/metrics` keep answering until the
     /// process exits (a failing liveness probe would restart the container mid-drain).
@@ -107,7 +107,7 @@ async fn readiness(State(s): State<HttpState>) -> impl IntoResponse {
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "not ready: shutting down, {} connections left to move\n",
-                s.metrics.shutdown_connections_remaining.get()
+                s.conns.closable()
             ),
         );
     }
@@ -166,16 +166,19 @@ fn wants_nodes(query: Option<&str>) -> bool {
 
 async fn status(State(s): State<HttpState>, RawQuery(query): RawQuery) -> impl IntoResponse {
     let latest = s.cache.latest();
+    let phases = s.conns.phases();
     let mut body = serde_json::json!({
         "status": latest.status.to_string(),
         "epoch": latest.epoch.to_string(),
         "seq": latest.seq.0,
         "kvs": latest.kvs,
         "digest": format!("{:016x}", latest.digest),
-        "connections": s.metrics.connections_active.get(),
-        "streaming": s.metrics.connections_streaming.total(),
-        "handshaking": s.metrics.connections_handshaking.get(),
-        "syncing": s.metrics.connections_syncing.get(),
+        // What the connection limit counts (from accept): what the other replicas balance by.
+        "connections": s.conns.slots.held(),
+        "streaming": phases.streaming,
+        "handshaking": phases.handshaking,
+        "waiting": phases.waiting,
+        "syncing": phases.syncing,
         "draining": s.draining.load(Ordering::Acquire),
         "datastore": datastore_json(&s.freshness),
     });
@@ -184,7 +187,7 @@ async fn status(State(s): State<HttpState>, RawQuery(query): RawQuery) -> impl I
     if wants_nodes(query.as_deref())
         && let Some(o) = body.as_object_mut()
     {
-        o.insert("nodes".into(), s.table.nodes_json(&s.cache).into());
+        o.insert("nodes".into(), s.conns.nodes_json(&s.cache).into());
     }
     axum::Json(body)
 }
@@ -221,7 +224,10 @@ mod tests {
             writer: Heartbeat::new(),
             registry: Arc::new(Registry::default()),
             metrics,
-            table: Arc::new(ConnTable::default()),
+            conns: ConnRegistry::new(crate::conn::limit::Slots::new(
+                crate::governor::share::Limits::flat(10),
+                Metrics::unregistered(),
+            )),
             draining: Arc::new(AtomicBool::new(false)),
             freshness: Freshness::new(Duration::from_secs(10)),
             readiness_fails_when_stale: false,

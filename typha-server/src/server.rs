@@ -5,15 +5,14 @@
 //! spread over the shutdown timeout (at most one per second), each with a Goodbye, so clients
 //! move to other replicas without a stampede; then stop.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::Registry;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{Instrument, Span, debug, field, info, info_span, warn};
@@ -24,8 +23,8 @@ use crate::cache::Cache;
 use crate::cache::writer::CacheWriter;
 use crate::calico::libcalico::SyncerType;
 use crate::config::Config;
-use crate::conn::info::ConnTable;
 use crate::conn::limit::{Slot, Slots};
+use crate::conn::registry::ConnRegistry;
 use crate::conn::stream::Stream;
 use crate::conn::{self, Close, Ctx};
 use crate::datastore::Datastore;
@@ -67,23 +66,22 @@ pub const SHUTDOWN_LEFTOVER_WAIT: Duration = Duration::from_secs(2);
 
 /// The governor's hold on this replica's connections.
 struct Control {
-    slots: Arc<Slots>,
-    conns: Arc<Mutex<Registry_>>,
     ctx: Arc<Ctx>,
     draining: Arc<AtomicBool>,
 }
 
 impl governor::Connections for Control {
     fn held(&self) -> usize {
-        self.slots.held()
+        self.ctx.registry.slots.held()
     }
 
     fn set_limits(&self, limits: Limits, why: governor::LimitReason) {
-        if self.slots.set(limits) {
+        let slots = &self.ctx.registry.slots;
+        if slots.set(limits) {
             info!(
                 all = limits.all,
                 typha_rs = limits.ours,
-                held = self.slots.held(),
+                held = slots.held(),
                 replicas = why.replicas,
                 nodes = why.nodes,
                 rule = why.rule,
@@ -93,20 +91,15 @@ impl governor::Connections for Control {
     }
 
     fn move_one(&self) -> bool {
-        let tx = {
-            let mut r = lock(&self.conns);
-            if r.conns.is_empty() {
-                return false;
-            }
-            let pick = rand::random_range(0..r.conns.len());
-            let id = r.conns.keys().nth(pick).copied();
-            id.and_then(|id| r.conns.remove(&id))
-        };
-        let Some(tx) = tx else { return false };
-        self.ctx.cache.metrics.dropped(DropReason::rebalance);
         // Where to: the ranking, when the connection writes its Goodbye.
-        let _ = tx.send(Close::because(GoodbyeReason::Rebalance));
-        true
+        let moved = self
+            .ctx
+            .registry
+            .close_random(Close::because(GoodbyeReason::Rebalance));
+        if moved {
+            self.ctx.cache.metrics.dropped(DropReason::rebalance);
+        }
+        moved
     }
 
     fn draining(&self) -> bool {
@@ -116,13 +109,6 @@ impl governor::Connections for Control {
     fn set_ranking(&self, ranking: governor::share::Ranking) {
         *self.ctx.ranking.lock().unwrap_or_else(|p| p.into_inner()) = ranking;
     }
-}
-
-/// Open connections, each with a way to close it.
-#[derive(Debug, Default)]
-struct Registry_ {
-    next: u64,
-    conns: HashMap<u64, oneshot::Sender<Close>>,
 }
 
 /// A running server.
@@ -147,8 +133,7 @@ pub struct RunningServer {
     draining: Arc<AtomicBool>,
     accept_task: JoinHandle<()>,
     background: Vec<JoinHandle<()>>,
-    conns: Arc<Mutex<Registry_>>,
-    conn_tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    conns: Arc<ConnRegistry>,
     shutdown_timeout: Duration,
 }
 
@@ -238,9 +223,13 @@ pub async fn start_with(
     accept_hb.beat();
 
     let draining = Arc::new(AtomicBool::new(false));
-    let table = Arc::new(ConnTable::default());
+    // Without balancing (or until the governor's first poll) both limits are the upper one.
+    let conns = ConnRegistry::new(Slots::new(
+        Limits::flat(cfg.max_connections),
+        metrics.clone(),
+    ));
     let http_state = HttpState {
-        table: table.clone(),
+        conns: conns.clone(),
         cache: cache.clone(),
         accept: accept_hb.clone(),
         writer: writer_hb,
@@ -291,26 +280,19 @@ pub async fn start_with(
     let mut offer = ServerOffer::new(epoch);
     offer.timeout = cfg.conn.handshake_timeout;
     offer.info = format!("typha-server/{}", env!("CARGO_PKG_VERSION"));
-    // Without balancing (or until the governor's first poll) both limits are the upper one.
-    let slots = Slots::new(Limits::flat(cfg.max_connections), metrics.clone());
     let ctx = Arc::new(Ctx::new(
         cache.clone(),
         cfg.conn.clone(),
         offer,
         cfg.redirect.clone(),
         freshness.clone(),
-        table,
-        slots.clone(),
+        conns.clone(),
     ));
-    let conns = Arc::new(Mutex::new(Registry_::default()));
-    let conn_tasks = Arc::new(Mutex::new(Vec::new()));
     if let Some(g) = &cfg.governor {
         let client = crate::datastore::open::kube_client(g.api_endpoint.as_deref())
             .await
             .map_err(StartError::Governor)?;
         let control = Arc::new(Control {
-            slots: slots.clone(),
-            conns: conns.clone(),
             ctx: ctx.clone(),
             draining: draining.clone(),
         });
@@ -324,16 +306,7 @@ pub async fn start_with(
         )));
     }
     info!(%addr, epoch = %epoch, tls = tls.is_some(), "sync listener up");
-    let accept_task = tokio::spawn(accept_loop(
-        listener,
-        tls,
-        ctx,
-        conns.clone(),
-        conn_tasks.clone(),
-        slots,
-        accept_hb,
-        shutdown_rx,
-    ));
+    let accept_task = tokio::spawn(accept_loop(listener, tls, ctx, accept_hb, shutdown_rx));
     Ok(RunningServer {
         addr,
         health_addr,
@@ -348,19 +321,14 @@ pub async fn start_with(
         accept_task,
         background,
         conns,
-        conn_tasks,
         shutdown_timeout: cfg.shutdown_timeout,
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn accept_loop(
     listener: TcpListener,
     tls: Option<Arc<tls::ServerTls>>,
     ctx: Arc<Ctx>,
-    conns: Arc<Mutex<Registry_>>,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-    slots: Arc<Slots>,
     heartbeat: Arc<Heartbeat>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -382,26 +350,10 @@ async fn accept_loop(
         let accepted = Instant::now();
         let _ = tcp.set_nodelay(true);
         ctx.cache.metrics.connections_accepted.inc();
-        let slot = slots.take();
-        let task = tokio::spawn(connection(
-            tcp,
-            peer,
-            accepted,
-            tls.clone(),
-            ctx.clone(),
-            conns.clone(),
-            slot,
-        ));
-        let mut t = lock(&tasks);
-        t.retain(|h| !h.is_finished());
-        t.push(task);
+        let slot = ctx.registry.slots.take();
+        let task = connection(tcp, peer, accepted, tls.clone(), ctx.clone(), slot);
+        ctx.registry.spawn(task);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Every critical section is a single map or vector operation: still consistent if a
-    // panicking task poisoned the lock.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One connection's task, from accept to close: registered in the table now, when it is
@@ -412,18 +364,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// telling the protocol, a Calico client's whole life, and (inside [`conn::task::run`]) our
 /// hello with the initial sync. What is left inline is our protocol's stream loop: one
 /// allocation per connection for the task and the loop, not a task around a boxed loop.
-#[allow(clippy::too_many_arguments)]
 fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
     accepted: Instant,
     tls: Option<Arc<tls::ServerTls>>,
     ctx: Arc<Ctx>,
-    conns: Arc<Mutex<Registry_>>,
     slot: Option<Slot>,
-) -> impl Future<Output = ()> + Send {
+) -> impl Future<Output = ()> + Send + 'static {
     let info = ctx
-        .table
+        .registry
         .register(peer, accepted, ctx.cache.metrics.clone());
     // Every line the connection logs says whose it is: its address now, its protocol once
     // told, its node and syncer type once its hello is in (`ConnInfo::hello`).
@@ -443,14 +393,7 @@ fn connection(
             drop(info);
             return;
         };
-        let (tx, rx) = oneshot::channel();
-        let id = {
-            let mut r = lock(&conns);
-            r.next += 1;
-            let id = r.next;
-            r.conns.insert(id, tx);
-            id
-        };
+        let rx = info.closable();
         match protocol {
             Protocol::Calico => {
                 Box::pin(conn::calico::serve(
@@ -468,7 +411,6 @@ fn connection(
                 conn::task::ended(&ctx, ended);
             }
         }
-        lock(&conns).conns.remove(&id);
         drop(info);
         drop(slot);
     };
@@ -636,7 +578,7 @@ fn protocol_name(p: Protocol) -> &'static str {
 impl RunningServer {
     /// Open connections.
     pub fn connections(&self) -> usize {
-        lock(&self.conns).conns.len()
+        self.conns.closable()
     }
 
     /// Graceful shutdown: readiness fails at once, accepting stops, connections are closed
@@ -651,7 +593,7 @@ impl RunningServer {
         let _ = self.accept_task.await;
         let start = Instant::now();
         let budget = self.shutdown_timeout.mul_f64(0.95);
-        let n = lock(&self.conns).conns.len();
+        let n = self.conns.closable();
         self.metrics
             .shutdown_connections_remaining
             .set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -663,14 +605,11 @@ impl RunningServer {
             ?step,
             "shutting down: closing connections gradually"
         );
-        loop {
-            let (next, left) = {
-                let mut r = lock(&self.conns);
-                let id = r.conns.keys().next().copied();
-                (id.and_then(|id| r.conns.remove(&id)), r.conns.len())
-            };
-            let Some(tx) = next else { break };
-            let _ = tx.send(Close::because(GoodbyeReason::Shutdown));
+        while self
+            .conns
+            .close_next(Close::because(GoodbyeReason::Shutdown))
+        {
+            let left = self.conns.closable();
             self.metrics.dropped(DropReason::shutdown);
             self.metrics
                 .shutdown_connections_remaining
@@ -683,24 +622,19 @@ impl RunningServer {
         // Any connection still registered now is closed at once.
         // (Connections registered after the drain began, still in their handshake then, are
         // among them.)
-        for (_, tx) in lock(&self.conns).conns.drain() {
-            let _ = tx.send(Close::because(GoodbyeReason::Shutdown));
+        let late = self
+            .conns
+            .close_all(&Close::because(GoodbyeReason::Shutdown));
+        for _ in 0..late {
             self.metrics.dropped(DropReason::shutdown);
         }
         // One bound for every connection still finishing (writing its Goodbye, or stuck in a
         // handshake or a write to a client that stopped reading): what is not done by then is
         // aborted, however many there are.
-        let tasks: Vec<_> = lock(&self.conn_tasks).drain(..).collect();
-        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
-        let finishing = futures_util::future::join_all(tasks);
-        if tokio::time::timeout(SHUTDOWN_LEFTOVER_WAIT, finishing)
-            .await
-            .is_err()
-        {
-            let left = aborts.iter().filter(|a| !a.is_finished()).count();
-            aborts.iter().for_each(tokio::task::AbortHandle::abort);
+        let finished = self.conns.finish(SHUTDOWN_LEFTOVER_WAIT).await;
+        if finished.aborted > 0 {
             info!(
-                left,
+                left = finished.aborted,
                 "connections still finishing {SHUTDOWN_LEFTOVER_WAIT:?} after the drain: closed"
             );
         }

@@ -27,7 +27,7 @@ pub mod snapshot;
 pub mod writer;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use typha_protocol::message::{Epoch, Seq};
 
-use crate::calico::libcalico::Driver;
+use crate::calico::libcalico::{Driver, SyncerType};
 use crate::fanout::Variant;
 use crate::metrics::Metrics;
 use breadcrumb::Breadcrumb;
@@ -125,6 +125,29 @@ pub struct Cache {
     pub calico_driver: Driver,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Connections following the breadcrumbs ([`Cache::follow`]): the batch window grows
+    /// with them ([`CacheConfig::window`]).
+    followers: AtomicUsize,
+}
+
+/// A connection following the breadcrumbs, counted from [`Cache::follow`] until dropped (in
+/// the count the writer's batch window reads, and in Typha's `typha_connections_streaming`
+/// for its syncer type).
+#[derive(Debug)]
+pub struct Follower {
+    cache: Arc<Cache>,
+    syncer: SyncerType,
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.cache.followers.fetch_sub(1, Ordering::AcqRel);
+        self.cache
+            .metrics
+            .connections_streaming
+            .of(self.syncer)
+            .dec();
+    }
 }
 
 /// A connection's cursor, keeping the breadcrumbs after it in the history while it lags
@@ -182,6 +205,22 @@ impl Cache {
     /// state may be partial, and must not be used to tell a resuming client what to delete.
     pub fn ever_in_sync(&self) -> bool {
         self.ever_in_sync.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A connection of `syncer` type starts following the breadcrumbs (its initial sync is
+    /// done); it stops when the guard is dropped.
+    pub fn follow(self: &Arc<Self>, syncer: SyncerType) -> Follower {
+        self.followers.fetch_add(1, Ordering::AcqRel);
+        self.metrics.connections_streaming.of(syncer).inc();
+        Follower {
+            cache: self.clone(),
+            syncer,
+        }
+    }
+
+    /// Connections following the breadcrumbs now.
+    pub fn followers(&self) -> usize {
+        self.followers.load(Ordering::Acquire)
     }
 
     /// Wakes on every new breadcrumb.

@@ -85,6 +85,7 @@ impl CacheWriter {
             pins: Default::default(),
             calico_driver: cfg.calico_driver,
             metrics,
+            followers: Default::default(),
         });
         let writer = CacheWriter {
             cache: cache.clone(),
@@ -428,7 +429,7 @@ impl CacheWriter {
             let Some(ev) = ev else { return };
             self.handle(ev);
             self.drain(&mut rx);
-            let clients = self.cache.metrics.connections_streaming.total();
+            let clients = self.cache.followers();
             let window = self.cfg.window(u64::try_from(clients).unwrap_or(0));
             let hold = self
                 .last_publish

@@ -379,10 +379,7 @@ where
     m.client_snapshot_send_secs
         .of(syncer)
         .observe(sync_started.elapsed().as_secs_f64());
-    m.connections_streaming.of(syncer).inc();
-    let _streaming = scopeguard(|| {
-        ctx.cache.metrics.connections_streaming.of(syncer).dec();
-    });
+    let _following = ctx.cache.follow(syncer);
 
     let mut crumbs = ctx.cache.subscribe();
     let grace_until = Instant::now() + ctx.cfg.new_client_grace;

@@ -8,14 +8,12 @@
 //! metrics: `typha_connections_handshaking`, `typha_connections_syncing` and Typha's
 //! `typha_connections_streaming`.
 //!
-//! A connection is registered when it is accepted (before TLS) and removed when its task
-//! ends; the task updates its own entry with atomics, so the table's lock is taken only to add,
-//! remove and list.
+//! The registry (`conn/registry.rs`) lists every connection's entry from accept until its task
+//! ends; the task updates its own entry with atomics.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
@@ -62,7 +60,7 @@ impl Phase {
 }
 
 /// Longest node name shown (a DNS name's limit): the name comes from the client.
-const MAX_NAME: usize = 253;
+pub(crate) const MAX_NAME: usize = 253;
 // Its length is kept in a byte ([`Hello`]).
 const _: () = assert!(MAX_NAME <= u8::MAX as usize);
 
@@ -130,6 +128,35 @@ pub struct ConnInfo {
 }
 
 impl ConnInfo {
+    /// A connection from `peer`, accepted at `accepted`, handshaking (counted in its gauge
+    /// until [`ConnInfo::left`]).
+    pub(super) fn new(peer: SocketAddr, accepted: Instant, metrics: Arc<Metrics>) -> Self {
+        let info = ConnInfo {
+            peer,
+            since: SystemTime::now(),
+            accepted,
+            hello: OnceLock::new(),
+            calico: OnceLock::new(),
+            resumed: OnceLock::new(),
+            phase: AtomicU8::new(Phase::Handshaking as u8),
+            sent: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            metrics,
+        };
+        info.gauge(Phase::Handshaking, 1);
+        info
+    }
+
+    /// The connection is gone: out of its phase's gauge.
+    pub(super) fn left(&self) {
+        self.gauge(self.phase(), -1);
+    }
+
+    /// The node name the client gave in its hello (`None` before it).
+    pub(super) fn name(&self) -> Option<&str> {
+        self.hello.get().map(Hello::name)
+    }
+
     /// The hello was accepted: who the client says it is. Then waiting for its turn.
     /// Its node name and syncer type go into the connection's span (the current one: the
     /// connection's task calls this), so every later line it logs names them.
@@ -211,7 +238,7 @@ impl ConnInfo {
     }
 
     /// The connection as `/status?nodes` shows it, against the cache's latest breadcrumb.
-    fn json(&self, cache: &Cache, latest: Seq, now: SystemTime) -> Value {
+    pub(super) fn json(&self, cache: &Cache, latest: Seq, now: SystemTime) -> Value {
         let hello = self.hello.get();
         let calico = self.calico.get().copied();
         let phase = self.phase();
@@ -269,178 +296,5 @@ impl ConnInfo {
             v.insert("waiting_secs".into(), waiting.into());
         }
         Value::Object(v)
-    }
-}
-
-/// Every open connection.
-#[derive(Debug, Default)]
-pub struct ConnTable {
-    next: AtomicU64,
-    conns: Mutex<HashMap<u64, Arc<ConnInfo>>>,
-}
-
-/// A connection's entry in the table, removed when this is dropped (when its task ends).
-#[derive(Debug)]
-pub struct Registered {
-    table: Arc<ConnTable>,
-    id: u64,
-    info: Arc<ConnInfo>,
-}
-
-impl std::ops::Deref for Registered {
-    type Target = ConnInfo;
-    fn deref(&self) -> &ConnInfo {
-        &self.info
-    }
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        self.info.gauge(self.info.phase(), -1);
-        self.table.lock().remove(&self.id);
-    }
-}
-
-impl ConnTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnInfo>>> {
-        // Every critical section is one map operation: still consistent after a panic.
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Registers a connection from `peer`, accepted at `accepted`, handshaking.
-    pub fn register(
-        self: &Arc<Self>,
-        peer: SocketAddr,
-        accepted: Instant,
-        metrics: Arc<Metrics>,
-    ) -> Registered {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let info = Arc::new(ConnInfo {
-            peer,
-            since: SystemTime::now(),
-            accepted,
-            hello: OnceLock::new(),
-            calico: OnceLock::new(),
-            resumed: OnceLock::new(),
-            phase: AtomicU8::new(Phase::Handshaking as u8),
-            sent: AtomicU64::new(0),
-            acked: AtomicU64::new(0),
-            metrics,
-        });
-        info.gauge(Phase::Handshaking, 1);
-        self.lock().insert(id, info.clone());
-        Registered {
-            table: self.clone(),
-            id,
-            info,
-        }
-    }
-
-    /// Open connections.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
-    }
-
-    /// Every connection as `/status?nodes` shows it, by node name, then address.
-    pub fn nodes_json(&self, cache: &Cache) -> Vec<Value> {
-        let conns: Vec<Arc<ConnInfo>> = self.lock().values().cloned().collect();
-        let latest = cache.latest().seq;
-        let now = SystemTime::now();
-        let mut out: Vec<(Option<String>, SocketAddr, Value)> = conns
-            .iter()
-            .map(|c| {
-                let name = c.hello.get().map(|h| h.name().to_owned());
-                (name, c.peer, c.json(cache, latest, now))
-            })
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
-        out.into_iter().map(|(_, _, v)| v).collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cache::CacheConfig;
-    use crate::cache::writer::CacheWriter;
-    use typha_protocol::message::Epoch;
-
-    #[tokio::test]
-    async fn phases_keep_the_gauges_and_the_table_lists_each_node() {
-        let metrics = Metrics::unregistered();
-        let (_w, cache) = CacheWriter::new(CacheConfig::default(), Epoch(1), metrics.clone());
-        let table = Arc::new(ConnTable::default());
-        let a = table.register(
-            "192.0.2.7:40000".parse().unwrap(),
-            Instant::now(),
-            metrics.clone(),
-        );
-        let b = table.register(
-            "192.0.2.8:40000".parse().unwrap(),
-            Instant::now(),
-            metrics.clone(),
-        );
-        assert_eq!(metrics.connections_handshaking.get(), 2);
-        a.hello("node-b", "typha-client/1", "v1");
-        assert_eq!(a.phase(), Phase::Waiting);
-        assert_eq!(metrics.connections_handshaking.get(), 1);
-        a.set_phase(Phase::Syncing);
-        assert_eq!(metrics.connections_syncing.get(), 1);
-        a.synced(ResumeKind::digest, Seq(0));
-        a.acked(Seq(0));
-        assert_eq!(metrics.connections_syncing.get(), 0);
-        b.hello(&"é".repeat(1000), "x", "v1");
-        b.set_phase(Phase::Syncing);
-
-        let nodes = table.nodes_json(&cache);
-        assert_eq!(nodes.len(), 2);
-        let a_json = &nodes[0];
-        assert_eq!(a_json["name"], "node-b");
-        assert_eq!(a_json["address"], "192.0.2.7:40000");
-        assert_eq!(a_json["phase"], "streaming");
-        assert_eq!(a_json["resumed"], "digest");
-        assert_eq!(a_json["lag"], 0);
-        assert_eq!(a_json["behind_secs"], 0.0);
-        assert!(a_json["connected_since"].as_f64().unwrap() > 1.7e9);
-        let b_json = &nodes[1];
-        assert_eq!(
-            b_json["name"].as_str().unwrap().len(),
-            MAX_NAME - 1,
-            "cut on a boundary"
-        );
-        assert_eq!(b_json["phase"], "syncing");
-        assert!(b_json.get("seq").is_none());
-
-        // A Calico client: its protocol and syncer type; no acks, so behind by what has not
-        // been written to it.
-        let c = table.register(
-            "192.0.2.9:40000".parse().unwrap(),
-            Instant::now(),
-            metrics.clone(),
-        );
-        c.calico_hello("node-c", "", "calico v3.32.0", SyncerType::Bgp);
-        c.synced(ResumeKind::snapshot, Seq(0));
-        let nodes = table.nodes_json(&cache);
-        let c_json = nodes.iter().find(|n| n["name"] == "node-c").unwrap();
-        assert_eq!(c_json["protocol"], "calico");
-        assert_eq!(c_json["syncer"], "bgp");
-        assert_eq!(c_json["acked"], Value::Null);
-        assert_eq!(c_json["ack_lag"], Value::Null);
-        assert_eq!(c_json["behind_secs"], 0.0, "written everything there is");
-        assert_eq!(nodes[0]["protocol"], "typha-rs");
-        assert_eq!(nodes[0]["syncer"], "felix");
-        drop(c);
-
-        drop(b);
-        assert_eq!(metrics.connections_syncing.get(), 0);
-        assert_eq!(table.len(), 1);
-        drop(a);
-        assert!(table.is_empty());
-        assert_eq!(metrics.connections_handshaking.get(), 0);
     }
 }

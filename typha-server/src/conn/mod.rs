@@ -27,6 +27,7 @@ pub mod calico;
 pub mod info;
 pub mod limit;
 mod out;
+pub mod registry;
 pub mod stream;
 mod sync;
 pub mod task;
@@ -39,8 +40,8 @@ use typha_protocol::frame::FrameError;
 use typha_protocol::handshake::{Rejected, ServerOffer};
 use typha_protocol::message::{GoodbyeReason, MessageType};
 
-use self::info::ConnTable;
-use self::limit::{Refusals, Slots};
+use self::limit::Refusals;
+use self::registry::ConnRegistry;
 use crate::cache::Cache;
 use crate::cache::calico::CalicoSnapshots;
 use crate::cache::snapshot::{SnapshotConfig, Snapshots};
@@ -133,10 +134,8 @@ pub struct Ctx {
     pub sync_slots: Option<Arc<tokio::sync::Semaphore>>,
     /// Whether the datastore view is current (told to clients that understand it).
     pub freshness: Arc<Freshness>,
-    /// What every connection is doing (`/status?nodes`).
-    pub table: Arc<ConnTable>,
-    /// The connection limits and what is held against them.
-    pub slots: Arc<Slots>,
+    /// Every open connection: what each is doing, how to close it, the limits.
+    pub registry: Arc<ConnRegistry>,
     /// The log of Calico clients refused at the limit.
     pub refusals: Refusals,
 }
@@ -149,8 +148,7 @@ impl Ctx {
         offer: ServerOffer,
         redirect: Vec<String>,
         freshness: Arc<Freshness>,
-        table: Arc<ConnTable>,
-        slots: Arc<Slots>,
+        registry: Arc<ConnRegistry>,
     ) -> Self {
         let sync_slots = (cfg.max_concurrent_syncs > 0)
             .then(|| Arc::new(tokio::sync::Semaphore::new(cfg.max_concurrent_syncs)));
@@ -165,15 +163,14 @@ impl Ctx {
             ranking: std::sync::Mutex::new(Ranking::default()),
             sync_slots,
             freshness,
-            table,
-            slots,
+            registry,
             refusals: Refusals::default(),
         }
     }
 
     /// The connection limits now.
     pub fn limits(&self) -> Limits {
-        self.slots.limits()
+        self.registry.slots.limits()
     }
 }
 

@@ -17,13 +17,14 @@ use typha_protocol::handshake::{ServerHandshake, Session};
 use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Ping};
 
 use super::info::{ConnInfo, Phase};
-use super::out::{Out, jitter, scopeguard};
+use super::out::{Out, jitter};
 use super::sync::{
     FloorWait, Following, catch_up, initial_sync, wait_for_first_sync, wait_for_revision,
     wait_for_sync_slot,
 };
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
+use crate::calico::libcalico::SyncerType;
 use crate::fanout::{Variant, encode};
 use crate::metrics::DropReason;
 use crate::syncer::freshness::Published;
@@ -96,12 +97,8 @@ where
             mut staleness,
             tells_staleness,
         } = start.await?;
-        let m = &ctx.cache.metrics;
         let mut follow = Following::new(Instant::now() + ctx.cfg.new_client_grace);
-        m.connections_streaming.felix().inc();
-        let _streaming = scopeguard(|| {
-            ctx.cache.metrics.connections_streaming.felix().dec();
-        });
+        let _following = ctx.cache.follow(SyncerType::Felix);
 
         let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
         let mut sent_status = cursor.status;
