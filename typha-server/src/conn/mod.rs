@@ -41,6 +41,7 @@ use typha_protocol::handshake::{Rejected, ServerOffer};
 use typha_protocol::message::{GoodbyeReason, MessageType};
 
 use self::limit::Refusals;
+pub use self::registry::Close;
 use self::registry::ConnRegistry;
 use crate::cache::Cache;
 use crate::cache::calico::CalicoSnapshots;
@@ -184,26 +185,6 @@ impl Ctx {
             self.redirect.load().to_vec()
         } else {
             ranking.next_client()
-        }
-    }
-}
-
-/// The server's request to close a connection: why, and where the client should go instead
-/// (`None`: [`Ctx::suggest`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Close {
-    /// The reason sent in the Goodbye.
-    pub reason: GoodbyeReason,
-    /// Servers to suggest, best first.
-    pub redirect: Option<Vec<String>>,
-}
-
-impl Close {
-    /// A close for `reason`, suggesting the usual servers.
-    pub fn because(reason: GoodbyeReason) -> Self {
-        Close {
-            reason,
-            redirect: None,
         }
     }
 }

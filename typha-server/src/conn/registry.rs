@@ -21,11 +21,32 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::Close;
+use typha_protocol::message::GoodbyeReason;
+
 use super::info::{ConnInfo, Phase};
 use super::limit::Slots;
 use crate::cache::Cache;
 use crate::metrics::Metrics;
+
+/// The server's request to close a connection: why, and where the client should go instead
+/// (`None`: `Ctx::suggest`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Close {
+    /// The reason sent in the Goodbye.
+    pub reason: GoodbyeReason,
+    /// Servers to suggest, best first.
+    pub redirect: Option<Vec<String>>,
+}
+
+impl Close {
+    /// A close for `reason`, suggesting the usual servers.
+    pub fn because(reason: GoodbyeReason) -> Self {
+        Close {
+            reason,
+            redirect: None,
+        }
+    }
+}
 
 /// The entries, under one lock.
 #[derive(Debug, Default)]
@@ -256,7 +277,7 @@ mod tests {
     use crate::conn::info::MAX_NAME;
     use crate::governor::share::Limits;
     use crate::metrics::ResumeKind;
-    use typha_protocol::message::{Epoch, GoodbyeReason, Seq};
+    use typha_protocol::message::{Epoch, Seq};
 
     fn registry(metrics: &Arc<Metrics>) -> Arc<ConnRegistry> {
         ConnRegistry::new(Slots::new(Limits::flat(10), metrics.clone()))
