@@ -60,7 +60,7 @@ impl Phase {
 }
 
 /// Longest node name shown (a DNS name's limit): the name comes from the client.
-pub(crate) const MAX_NAME: usize = 253;
+pub const MAX_NAME: usize = 253;
 // Its length is kept in a byte ([`Hello`]).
 const _: () = assert!(MAX_NAME <= u8::MAX as usize);
 
