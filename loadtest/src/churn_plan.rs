@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use typha_server::calico::v3::{Kind, Resource};
-use typha_server::sample::Spec;
+use typha_test_support::sample::Spec;
 
 use crate::cluster::{cluster_spec, ephemeral_pod};
 

@@ -8,8 +8,8 @@ use std::path::Path;
 /// BGPFilter), the BGPFilter and a CalicoNodeStatus (compared side by side with Calico's Typha
 /// by `loadtest calico`). The churn
 /// rewrites its workload endpoints.
-pub(crate) fn cluster_spec(nodes: usize, pods: usize) -> typha_server::sample::Spec {
-    typha_server::sample::Spec {
+pub(crate) fn cluster_spec(nodes: usize, pods: usize) -> typha_test_support::sample::Spec {
+    typha_test_support::sample::Spec {
         nodes: nodes.max(1),
         pods_per_node: pods.max(1),
         namespaces: 20,
@@ -29,7 +29,7 @@ pub(crate) const EPHEMERAL_MARKER: &str = "loadtest-ephemeral-";
 /// the cluster's own pods (an address of its node's block beyond theirs), named
 /// `loadtest-ephemeral-<k>`.
 pub(crate) fn ephemeral_pod(
-    spec: &typha_server::sample::Spec,
+    spec: &typha_test_support::sample::Spec,
     k: u64,
 ) -> anyhow::Result<typha_server::calico::v3::Resource> {
     let node = (k % spec.nodes as u64) as usize;
@@ -37,7 +37,7 @@ pub(crate) fn ephemeral_pod(
     let slot = spec.pods_per_node + (k / spec.nodes as u64) as usize % spare;
     let mut v = spec.workload_endpoint(node, slot, k + 1).to_json();
     let pod = format!("{EPHEMERAL_MARKER}{k}");
-    let host = typha_server::sample::node_name(node).replace('-', "--");
+    let host = typha_test_support::sample::node_name(node).replace('-', "--");
     v["metadata"]["name"] = format!("{host}-k8s-{}-eth0", pod.replace('-', "--")).into();
     v["spec"]["pod"] = pod.into();
     Ok(typha_server::calico::v3::Resource::from_json(v)?)

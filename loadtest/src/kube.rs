@@ -1,5 +1,5 @@
 //! A real Kubernetes API server for the `direct --datastore kubernetes` scenario: etcd 3.6 and
-//! kube-apiserver from `peers/build` (`typha_server::control_plane`, watch cache on, as
+//! kube-apiserver from `peers/build` (`typha_test_support::control_plane`, watch cache on, as
 //! clusters run it), seeded with the generated cluster as a Calico cluster on Kubernetes holds
 //! it: namespaces (with their ServiceAccounts), Nodes, Pods (their addresses in Calico CNI's
 //! `cni.projectcalico.org/podIPs` annotation) and Calico's CRDs; churned by relabelling pods,
@@ -23,8 +23,8 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 use typha_server::calico::v3::{Kind, Resource};
-use typha_server::control_plane::{ControlPlane, Options, crd_object};
 use typha_server::datastore::kubernetes::Kubernetes;
+use typha_test_support::control_plane::{ControlPlane, Options, crd_object};
 
 use crate::churn_plan::Gate;
 use crate::server::{Churn, SENT_LABEL, now_ns};

@@ -160,7 +160,7 @@ fn copy_of(c: &std::process::Command) -> std::process::Command {
 /// A free TCP port on the loopback, below the ephemeral range (so none of the swarm's
 /// outgoing connections can be given it before the server binds it).
 pub(crate) fn free_port() -> anyhow::Result<u16> {
-    Ok(typha_server::control_plane::free_port()?)
+    Ok(typha_test_support::control_plane::free_port()?)
 }
 
 /// Settings loadtest owns: never taken from its own environment.

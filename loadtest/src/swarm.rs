@@ -699,7 +699,7 @@ mod tests {
 
     #[test]
     fn finds_the_write_time_in_an_encoded_endpoint_as_decoding_would() {
-        let spec = typha_server::sample::Spec::default();
+        let spec = typha_test_support::sample::Spec::default();
         let encoded = |r: &typha_server::calico::v3::Resource| {
             let kvs = typha_server::calico::convert::convert(r).unwrap();
             let (_, v) = kvs

@@ -386,7 +386,7 @@ fn typha_server_bin() -> std::path::PathBuf {
 
 fn free_port() -> u16 {
     // Below the ephemeral range: never given to an outgoing connection meanwhile.
-    typha_server::control_plane::free_port().expect("a free port")
+    typha_test_support::control_plane::free_port().expect("a free port")
 }
 
 #[test]

@@ -11,7 +11,7 @@ const AGENT: &str = env!("CARGO_BIN_EXE_typha-agent");
 
 fn free_port() -> u16 {
     // Below the ephemeral range: never given to an outgoing connection meanwhile.
-    typha_server::control_plane::free_port().expect("a free port")
+    typha_test_support::control_plane::free_port().expect("a free port")
 }
 
 /// The log lines the agent writes to a pipe in its first seconds, pointed at a server that is

@@ -33,8 +33,8 @@ use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::metrics::FrameKind;
 use typha_server::pki::Ca;
-use typha_server::sample::Spec;
 use typha_server::tls::TlsConfig;
+use typha_test_support::sample::Spec;
 
 const UPDATES: u64 = 2_000;
 const RATE_PER_SEC: u64 = 400;

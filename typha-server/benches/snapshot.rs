@@ -34,7 +34,7 @@ use typha_protocol::message::{Message, MessageType, SnapshotChunk};
 use typha_protocol::model::{Key, Update, UpdateKind};
 use typha_server::config::Config;
 use typha_server::datastore::embedded::Embedded;
-use typha_server::sample::Spec;
+use typha_test_support::sample::Spec;
 
 /// Rounds of each timing; the median is reported.
 const ROUNDS: usize = 3;

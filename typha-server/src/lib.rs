@@ -21,9 +21,10 @@
 //! operator command `gen-certs` ([`pki`], a small certificate authority); [`build_info`] is
 //! what the binary was built from (`--version`, the start-up log line, `typha_build_info`).
 //!
-//! With the `test-support` feature (tests, benchmarks and loadtest; never the release binary):
-//! [`sample`], generated clusters, and [`control_plane`], a real etcd 3.6 and kube-apiserver
-//! (built by `peers/build`).
+//! Test support (generated clusters, a real etcd 3.6 and kube-apiserver, the fuzz targets'
+//! entry points) lives in its own crate, `typha-test-support`, which this crate's build never
+//! compiles; the `fuzzing` feature only exposes the two hooks into private decoders that its
+//! fuzz entry points call (`datastore::etcd::fuzz_item`, `datastore::kubernetes::fuzz_convert`).
 
 pub mod build_info;
 pub mod cache;
@@ -31,21 +32,17 @@ pub mod calico;
 pub mod cli;
 pub mod config;
 pub mod conn;
-#[cfg(feature = "test-support")]
-pub mod control_plane;
 pub mod datastore;
 pub mod fanout;
-#[cfg(feature = "fuzzing")]
-pub mod fuzzing;
 pub mod governor;
 pub mod http;
 pub mod listen;
 pub mod liveness;
 pub mod metrics;
 pub mod pki;
-#[cfg(feature = "test-support")]
-pub mod sample;
 pub mod server;
 pub mod syncer;
+#[cfg(test)]
+mod testing;
 pub mod tls;
 pub mod zdict;

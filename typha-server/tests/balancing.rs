@@ -63,7 +63,7 @@ use serde_json::json;
 use tokio::time::Instant;
 use typha_client::ResumeKind;
 use typha_client::metrics::EndCause;
-use typha_server::control_plane::ControlPlane;
+use typha_test_support::control_plane::ControlPlane;
 
 use agents::Agents;
 use cluster::{churn, datastore_digest, node, publish, until_balanced};

@@ -20,7 +20,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
 
 fn free_port() -> u16 {
     // Below the ephemeral range: never given to an outgoing connection meanwhile.
-    typha_server::control_plane::free_port().expect("a free port")
+    typha_test_support::control_plane::free_port().expect("a free port")
 }
 
 /// GET `path`; (status, body).
@@ -488,7 +488,7 @@ async fn a_second_tier_binary_serves_what_the_first_serves() {
 /// in-cluster files inside it, would give them), with `env` set too; stdout piped. Returns the
 /// process, its ports and a reader of its log lines.
 async fn kubernetes_binary(
-    cp: &typha_server::control_plane::ControlPlane,
+    cp: &typha_test_support::control_plane::ControlPlane,
     rules: &[(String, Vec<String>)],
     env: &[(&str, &str)],
 ) -> (
@@ -618,7 +618,7 @@ async fn without_one_rule_the_binary_says_in_one_line_which_resource_it_may_not_
 /// interface is named with `FELIX_INTERFACEPREFIX=eni,cali`'s first prefix.
 #[tokio::test]
 async fn without_calicos_crds_the_binary_is_not_ready_until_the_v3_crds_arrive() {
-    let Some(cp) = common::kube::start(typha_server::control_plane::Options {
+    let Some(cp) = common::kube::start(typha_test_support::control_plane::Options {
         calico_crds: false,
         ..Default::default()
     })

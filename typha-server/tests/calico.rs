@@ -23,12 +23,12 @@ use typha_protocol::calico::messages::Message;
 use typha_server::calico::libcalico::{SyncerType, builtin_kvs, calico_kvs};
 use typha_server::calico::v3::Resource;
 use typha_server::config::Config;
-use typha_server::control_plane::peer;
 use typha_server::datastore::embedded::Embedded;
 use typha_server::metrics::DropReason;
 use typha_server::pki::Ca;
 use typha_server::server::RunningServer;
 use typha_server::tls::TlsConfig;
+use typha_test_support::control_plane::peer;
 
 struct Pki {
     dir: tempfile::TempDir,
@@ -179,7 +179,7 @@ fn res(v: serde_json::Value) -> Resource {
 
 /// Creates, changes and deletes something each syncer type receives.
 fn churn(store: &Embedded) {
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 4,
         pods_per_node: 5,
         ..Default::default()
@@ -193,7 +193,7 @@ fn churn(store: &Embedded) {
         "spec": {"cidr": "10.128.0.0/9", "vxlanMode": "Always", "natOutgoing": false, "blockSize": 24}})));
     store.put(res(
         serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "Node",
-        "metadata": {"name": typha_server::sample::node_name(1)},
+        "metadata": {"name": typha_test_support::sample::node_name(1)},
         "spec": {"bgp": {"ipv4Address": "10.99.0.1/16"}}}),
     ));
     // Create: a node and a pool.
@@ -263,13 +263,13 @@ fn churn(store: &Embedded) {
     store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPConfiguration",
         "metadata": {"name": "default"}, "spec": {"nodeToNodeMeshEnabled": true, "asNumber": "1.10"}})));
     store.put(res(serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
-        "metadata": {"name": format!("{}-status", typha_server::sample::node_name(0))},
-        "spec": {"node": typha_server::sample::node_name(0), "classes": ["BGP"], "updatePeriodSeconds": 5}})));
+        "metadata": {"name": format!("{}-status", typha_test_support::sample::node_name(0))},
+        "spec": {"node": typha_test_support::sample::node_name(0), "classes": ["BGP"], "updatePeriodSeconds": 5}})));
     // Delete: a pod, a node, the global network set.
     store.delete(&spec.workload_endpoint(0, 0, 0).id());
     let node2 = res(
         serde_json::json!({"apiVersion": "projectcalico.org/v3", "kind": "Node",
-        "metadata": {"name": typha_server::sample::node_name(2)}, "spec": {}}),
+        "metadata": {"name": typha_test_support::sample::node_name(2)}, "spec": {}}),
     );
     store.delete(&node2.id());
     let gns = res(

@@ -151,8 +151,8 @@ async fn server_on(store: &Embedded, addr: SocketAddr) -> RunningServer {
     start(cfg, Arc::new(store.clone())).await.unwrap()
 }
 
-fn cluster(nodes: usize, pods: usize) -> (Embedded, typha_server::sample::Spec) {
-    let spec = typha_server::sample::Spec {
+fn cluster(nodes: usize, pods: usize) -> (Embedded, typha_test_support::sample::Spec) {
+    let spec = typha_test_support::sample::Spec {
         nodes,
         pods_per_node: pods,
         ..Default::default()
@@ -208,7 +208,7 @@ async fn a_restarted_server_resumes_the_client_by_digest_not_snapshot() {
     // connection (the client's reconnects among them) is given it in between.
     let addr = SocketAddr::from((
         [127, 0, 0, 1],
-        typha_server::control_plane::free_port().unwrap(),
+        typha_test_support::control_plane::free_port().unwrap(),
     ));
     let a = server_on(&store, addr).await;
     let c = run_client(client_cfg(&[addr]));

@@ -27,7 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use serde_json::{Value, json};
 use typha_client::discovery::Discovery;
-use typha_server::control_plane::ControlPlane;
+use typha_test_support::control_plane::ControlPlane;
 
 /// Not a test: the tests start this test binary with `TYPHA_TEST_RUN_DISCOVERY` set to run the
 /// client side in a process whose `$KUBECONFIG` is the agent's. The variable's lines: `discover`
@@ -332,7 +332,7 @@ fn loopback_slices(port: u16) -> String {
 async fn a_client_finds_and_syncs_with_a_server_through_the_service() {
     let store = typha_server::datastore::embedded::Embedded::new();
     store.bulk_load(
-        typha_server::sample::Spec {
+        typha_test_support::sample::Spec {
             nodes: 2,
             pods_per_node: 2,
             ..Default::default()

@@ -39,12 +39,12 @@ use typha_protocol::model::{EncodedValue, KeyPath, Revision, SyncStatus};
 use typha_protocol::sample::Rng;
 use typha_server::calico::v3::{Kind, Resource, ResourceId};
 use typha_server::config::Config;
-use typha_server::control_plane::{ControlPlane, Options};
 use typha_server::datastore::embedded::Embedded;
 use typha_server::datastore::etcd::{Etcd, key_value_of};
 use typha_server::datastore::kubernetes::Kubernetes;
 use typha_server::datastore::{Datastore, DatastoreError, Listing, WatchStream};
 use typha_server::server::{RunningServer, start};
+use typha_test_support::control_plane::{ControlPlane, Options};
 
 /// A datastore, driven the way its users drive it.
 trait Backend: Sized {
@@ -195,14 +195,14 @@ impl Backend for KubernetesBackend {
     /// themselves but made from namespaces and service accounts, pods and nodes.
     fn supports(kind: Kind) -> bool {
         // The CRDs the API server has (the Calico release linked has no tiers CRD).
-        typha_server::control_plane::installed_kinds()
+        typha_test_support::control_plane::installed_kinds()
             .unwrap_or_default()
             .contains(&kind)
     }
     /// The linked CRDs (release-v3.28) declare only `cidr`, `matchOperator`, `source`,
     /// `interface` and `action` in a rule.
     fn keeps_every_bgp_filter_field() -> bool {
-        let crd = typha_server::control_plane::crd_dir()
+        let crd = typha_test_support::control_plane::crd_dir()
             .map(|d| {
                 std::fs::read_to_string(d.join("crd.projectcalico.org_bgpfilters.yaml"))
                     .unwrap_or_default()
@@ -227,7 +227,8 @@ impl Backend for KubernetesBackend {
         .await?;
         let admin = cp.admin().unwrap();
         // The namespaces the suite's namespaced resources live in.
-        let mut namespaces: Vec<String> = (0..10).map(typha_server::sample::namespace).collect();
+        let mut namespaces: Vec<String> =
+            (0..10).map(typha_test_support::sample::namespace).collect();
         namespaces.extend(["ns-0".to_owned(), "ns-1".to_owned()]);
         for ns in &namespaces {
             common::kube::namespace(&admin, ns).await;
@@ -433,7 +434,7 @@ fn resource(kind: Kind, i: usize, g: u64) -> Resource {
                      "egress": [{"action": if g.is_multiple_of(2) { "Allow" } else { "Deny" }}],
                      "labelsToApply": {"gen": gen_label}}}),
         Kind::WorkloadEndpoint => {
-            return typha_server::sample::Spec::default().workload_endpoint(i % 3, i, g);
+            return typha_test_support::sample::Spec::default().workload_endpoint(i % 3, i, g);
         }
         Kind::HostEndpoint => json!({
             "metadata": {"name": format!("hep-{i}"), "labels": {"gen": gen_label}},

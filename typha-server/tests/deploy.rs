@@ -33,8 +33,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 use typha_client::discovery::Discovery;
-use typha_server::control_plane::peers_dir;
 use typha_server::governor::share::{SYNCER_TYPES, typha_limit};
+use typha_test_support::control_plane::peers_dir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
 

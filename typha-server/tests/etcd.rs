@@ -648,7 +648,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_typha-server");
 
 fn free_port() -> u16 {
     // Below the ephemeral range: never given to an outgoing connection meanwhile.
-    typha_server::control_plane::free_port().expect("a free port")
+    typha_test_support::control_plane::free_port().expect("a free port")
 }
 
 /// GET `path` on the loopback; the status code.

@@ -1,5 +1,5 @@
 //! Replays every committed fuzz corpus (`typha-server/fuzz/corpus/<target>/`) through the
-//! checks the libFuzzer targets run (`typha_server::fuzzing`), once per `cargo test`, so an
+//! checks the libFuzzer targets run (`typha_test_support::fuzzing`), once per `cargo test`, so an
 //! input that once broke a decoder, added to its corpus when fixed, stays fixed: libFuzzer's
 //! `-runs=0` replay without the sanitizer build (docs/fuzzing.md).
 //!
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use typha_server::calico::v3::{Resource, yaml_documents};
 use typha_server::datastore::etcd::key_of;
-use typha_server::fuzzing;
+use typha_test_support::fuzzing;
 
 fn corpus(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -27,10 +27,10 @@ use serde_json::{Value, json};
 use typha_protocol::model::SyncStatus;
 use typha_server::calico::v3::{Kind, Resource, ResourceId};
 use typha_server::config::Config;
-use typha_server::control_plane::ControlPlane;
 use typha_server::datastore::Datastore;
 use typha_server::datastore::kubernetes::{CalicoGroup, InterfacePrefix, Kubernetes};
 use typha_server::server::{RunningServer, start};
+use typha_test_support::control_plane::ControlPlane;
 
 const CRD: &str = "crd.projectcalico.org/v1";
 
@@ -1052,7 +1052,7 @@ async fn a_cluster_without_the_bgpfilters_crd_is_served_and_gets_filters_once_in
     run.converge(&mut p, "in sync without the bgpfilters CRD")
         .await;
     // Calico's own CRD, the one the control plane installed at first.
-    let dir = typha_server::control_plane::crd_dir().unwrap();
+    let dir = typha_test_support::control_plane::crd_dir().unwrap();
     let text = std::fs::read_to_string(dir.join("crd.projectcalico.org_bgpfilters.yaml")).unwrap();
     let mut crd = typha_server::calico::v3::yaml_documents(&text)
         .unwrap()
@@ -1247,7 +1247,7 @@ async fn kubevirt_migrations_are_live_migrations_while_under_way() {
 }
 
 fn crd_doc(doc: &Value) -> Value {
-    typha_server::control_plane::crd_object(&Resource::from_json(doc.clone()).unwrap())
+    typha_test_support::control_plane::crd_object(&Resource::from_json(doc.clone()).unwrap())
 }
 
 #[test]
@@ -1733,7 +1733,7 @@ async fn v3_only_cluster() -> Option<(
     kube::Client,
     BTreeMap<ResourceId, Resource>,
 )> {
-    let cp = common::kube::start(typha_server::control_plane::Options {
+    let cp = common::kube::start(typha_test_support::control_plane::Options {
         calico_crds: false,
         ..Default::default()
     })

@@ -31,7 +31,7 @@ const SYNCERS: [&str; 4] = ["felix", "bgp", "tunnel-ip-allocation", "node-status
 
 fn free_port() -> u16 {
     // Below the ephemeral range: never given to an outgoing connection meanwhile.
-    typha_server::control_plane::free_port().expect("a free port")
+    typha_test_support::control_plane::free_port().expect("a free port")
 }
 
 /// `/metrics` of the server on `port`.

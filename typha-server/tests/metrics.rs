@@ -24,7 +24,7 @@ use common::{Peer, cluster, server, settle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use typha_protocol::message::{GoodbyeReason, Message};
 use typha_server::config::Config;
-use typha_server::sample::Spec;
+use typha_test_support::sample::Spec;
 
 /// Every Prometheus metric Calico's Typha v3.32.0 registers: name, type, labels. From
 /// `typha/pkg/snapcache/cache.go` (cache), `typha/pkg/syncserver/snap_precalc.go`
@@ -674,7 +674,7 @@ async fn calico_clients_count_under_their_own_syncer_type_and_show_their_lag_on_
         typha_server::calico::v3::Resource::from_json(serde_json::json!({
             "apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
             "metadata": {"name": "status-0"},
-            "spec": {"node": typha_server::sample::node_name(0), "classes": ["BGP"],
+            "spec": {"node": typha_test_support::sample::node_name(0), "classes": ["BGP"],
                      "updatePeriodSeconds": 5}}))
         .unwrap(),
     );

@@ -45,7 +45,7 @@ use futures_util::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use typha_client::calico::{CalicoHello, Until};
-use typha_server::control_plane::{ControlPlane, peers_dir};
+use typha_test_support::control_plane::{ControlPlane, peers_dir};
 
 use common::helm::{chart, documents, env_of, free_port, helm, helm_admin, readiness, selects};
 use common::kube::{apply, resource};

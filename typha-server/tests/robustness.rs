@@ -120,7 +120,7 @@ async fn garbage_and_oversized_frames_close_only_that_connection() {
     );
 
     // The good client still gets every update.
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 2,
         pods_per_node: 5,
         ..Default::default()

@@ -38,7 +38,7 @@ async fn snapshot_equals_the_datastore_and_deltas_follow_in_order() {
     assert_eq!(p.first_after_hello, Some("snapshot"));
 
     // Changes arrive once each, in order.
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 20,
         pods_per_node: 30,
         ..Default::default()
@@ -81,7 +81,7 @@ async fn frames_are_encoded_once_whatever_the_number_of_clients() {
         p.sync_to(&srv).await;
         peers.push(p);
     }
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 5,
         pods_per_node: 10,
         ..Default::default()
@@ -173,7 +173,7 @@ async fn status_moves_from_wait_for_datastore_to_in_sync() {
 async fn resume_by_deltas_sends_only_what_was_missed() {
     let (srv, store) = server(Config::for_tests()).await;
     store.bulk_load(cluster(5, 10));
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 5,
         pods_per_node: 10,
         ..Default::default()
@@ -212,7 +212,7 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     cfg.conn.resume_floor_wait = Duration::from_secs(20);
     let (srv, store) = server(cfg).await;
     store.bulk_load(cluster(5, 10));
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 5,
         pods_per_node: 10,
         ..Default::default()
@@ -371,7 +371,7 @@ async fn resume_by_digest_after_a_server_restart_sends_only_differing_buckets() 
     srv.shutdown().await;
 
     // A few changes while the server is down; a new server (new epoch) over the same store.
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 20,
         pods_per_node: 30,
         ..Default::default()
@@ -420,7 +420,7 @@ async fn resume_by_digest_after_a_server_restart_sends_only_differing_buckets() 
 async fn a_client_far_behind_catches_up_through_shared_spans() {
     let (srv, store) = server(Config::for_tests()).await;
     store.bulk_load(cluster(2, 5));
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 2,
         pods_per_node: 5,
         ..Default::default()

@@ -41,7 +41,7 @@ async fn server(
 ) -> (typha_server::server::RunningServer, Embedded) {
     let store = Embedded::new();
     store.bulk_load(
-        typha_server::sample::Spec {
+        typha_test_support::sample::Spec {
             nodes: 3,
             pods_per_node: 4,
             ..Default::default()

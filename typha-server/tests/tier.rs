@@ -37,10 +37,10 @@ async fn server_at(addr: std::net::SocketAddr, store: &Embedded) -> RunningServe
 }
 
 fn churn(store: &Embedded, round: u64) {
-    let spec = typha_server::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 4,
         pods_per_node: 5,
-        ..typha_server::sample::Spec::default()
+        ..typha_test_support::sample::Spec::default()
     };
     for i in 0..40u64 {
         let n = (i as usize) % 4;

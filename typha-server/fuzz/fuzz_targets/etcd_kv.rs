@@ -1,5 +1,5 @@
-//! libFuzzer target: `typha_server::fuzzing::etcd_kv` says what the input is and what it checks.
+//! libFuzzer target: `typha_test_support::fuzzing::etcd_kv` says what the input is and what it checks.
 
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| typha_server::fuzzing::etcd_kv(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| typha_test_support::fuzzing::etcd_kv(data));

@@ -147,7 +147,7 @@ mod tests {
     use typha_protocol::model::Value;
 
     fn values() -> Vec<EncodedValue> {
-        crate::sample::cluster(&crate::sample::Spec {
+        crate::testing::sample_cluster(&typha_test_support::sample::Spec {
             nodes: 6,
             pods_per_node: 30,
             namespaces: 3,

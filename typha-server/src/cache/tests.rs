@@ -702,7 +702,7 @@ async fn a_kept_snapshot_older_than_a_clients_floor_is_not_reused_for_it() {
 fn values_held_compressed_change_nothing_that_is_published() {
     use super::held::{FIRST_TRAINING, Held};
     let (mut w, cache) = writer(CacheConfig::default());
-    let resources = crate::sample::cluster(&crate::sample::Spec {
+    let resources = crate::testing::sample_cluster(&typha_test_support::sample::Spec {
         nodes: 150,
         pods_per_node: 30,
         namespaces: 4,

@@ -22,7 +22,7 @@ const STARTUP: Duration = Duration::from_secs(20);
 
 fn free_port() -> u16 {
     // Below the ephemeral range: never given to an outgoing connection meanwhile.
-    typha_server::control_plane::free_port().expect("a free port")
+    typha_test_support::control_plane::free_port().expect("a free port")
 }
 
 /// The state letter of each thread of a process (`R`, `S`, `T` stopped, `Z` zombie...), from

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde::Deserialize;
 use serde_json::Value;
-use typha_server::control_plane::{ControlPlane, peer};
+use typha_test_support::control_plane::{ControlPlane, peer};
 
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -69,7 +69,7 @@ pub fn env_of(container: &Value) -> BTreeMap<String, String> {
 /// A loopback port free now.
 pub fn free_port() -> u16 {
     // Below the ephemeral range: never given to an outgoing connection meanwhile.
-    typha_server::control_plane::free_port().expect("a free port")
+    typha_test_support::control_plane::free_port().expect("a free port")
 }
 
 /// The status line of `GET /readiness`, if the server answers.

@@ -1,5 +1,5 @@
 //! A real Kubernetes API server for tests: etcd 3.6 and kube-apiserver built by `peers/build`
-//! (`typha_server::control_plane`), Calico's CRDs applied, and helpers to write objects
+//! (`typha_test_support::control_plane`), Calico's CRDs applied, and helpers to write objects
 //! through the real API (so defaulting and validation are the API server's), to give
 //! typha-server exactly the RBAC rules the README lists, and to mint ServiceAccount tokens.
 //!
@@ -18,8 +18,8 @@ use kube::api::{
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 use typha_server::calico::v3::Resource;
-use typha_server::control_plane::{ControlPlane, ControlPlaneError, Options};
 use typha_server::datastore::kubernetes::{CRD_GROUP, CRD_KINDS};
+use typha_test_support::control_plane::{ControlPlane, ControlPlaneError, Options};
 
 /// Set (to anything) to let tests that cannot run here skip instead of failing.
 pub const ALLOW_SKIP: &str = "TYPHA_TEST_ALLOW_SKIP";
@@ -151,9 +151,9 @@ pub async fn namespace(client: &kube::Client, name: &str) {
 }
 
 /// Writes a Calico v3 resource as Calico's Kubernetes datastore stores it (its CRD object,
-/// `typha_server::control_plane::crd_object`).
+/// `typha_test_support::control_plane::crd_object`).
 pub async fn put_crd(client: &kube::Client, r: &Resource) -> DynamicObject {
-    apply(client, typha_server::control_plane::crd_object(r)).await
+    apply(client, typha_test_support::control_plane::crd_object(r)).await
 }
 
 /// Calico's `ConvertUID`, written again for the tests' own expectations: the uid Calico gives
@@ -519,7 +519,7 @@ pub async fn v3_crds(admin: &kube::Client) -> &'static str {
 pub async fn put_v3(client: &kube::Client, r: &Resource) -> DynamicObject {
     apply(
         client,
-        typha_server::control_plane::crd_object_in(
+        typha_test_support::control_plane::crd_object_in(
             r,
             typha_server::datastore::kubernetes::CalicoGroup::V3,
         ),

@@ -44,7 +44,7 @@ pub async fn server(cfg: Config) -> (RunningServer, Embedded) {
 /// Realistic resources: `nodes` nodes with `pods` workload endpoints each, namespaces, profiles,
 /// policies, a pool, blocks.
 pub fn cluster(nodes: usize, pods: usize) -> Vec<Resource> {
-    typha_server::sample::cluster(&typha_server::sample::Spec {
+    typha_test_support::sample::cluster(&typha_test_support::sample::Spec {
         nodes,
         pods_per_node: pods,
         ..Default::default()

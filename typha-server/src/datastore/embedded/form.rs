@@ -108,7 +108,8 @@ impl Eq for Form {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::{Spec, cluster};
+    use crate::testing::sample_cluster as cluster;
+    use typha_test_support::sample::Spec;
 
     fn resources() -> Vec<Resource> {
         cluster(&Spec {

@@ -260,7 +260,7 @@ fn many_files_removed_in_one_scan_delete_exactly_what_each_defined() {
 /// kind the generated cluster has (the conformance tests cover the rest through their KVs).
 #[tokio::test]
 async fn resources_read_back_exactly_as_they_were_put() {
-    let s = read_back(crate::sample::Spec {
+    let s = read_back(typha_test_support::sample::Spec {
         nodes: 4,
         pods_per_node: 6,
         ..Default::default()
@@ -273,7 +273,7 @@ async fn resources_read_back_exactly_as_they_were_put() {
 /// trained on them: they still read back exactly, in listings and in the change log.
 #[tokio::test]
 async fn a_store_large_enough_trains_a_dictionary_and_reads_back_the_same() {
-    let spec = crate::sample::Spec {
+    let spec = typha_test_support::sample::Spec {
         nodes: 40,
         pods_per_node: 100,
         ..Default::default()
@@ -298,8 +298,8 @@ async fn a_store_large_enough_trains_a_dictionary_and_reads_back_the_same() {
 
 /// Loads the cluster of `spec`, checks that a listing gives it back exactly and that loading
 /// it again changes nothing.
-async fn read_back(spec: crate::sample::Spec) -> Embedded {
-    let put = crate::sample::cluster(&spec);
+async fn read_back(spec: typha_test_support::sample::Spec) -> Embedded {
+    let put = crate::testing::sample_cluster(&spec);
     let s = Embedded::new();
     let rev = s.bulk_load(put.clone());
     assert_eq!(rev, Revision(put.len() as u64));
@@ -314,6 +314,6 @@ async fn read_back(spec: crate::sample::Spec) -> Embedded {
         assert_eq!(got, expected);
     }
     // Writing them again changes nothing: the stored form is the comparison.
-    assert_eq!(s.bulk_load(crate::sample::cluster(&spec)), rev);
+    assert_eq!(s.bulk_load(crate::testing::sample_cluster(&spec)), rev);
     s
 }

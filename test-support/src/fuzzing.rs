@@ -1,7 +1,10 @@
 //! Entry points for typha-server's fuzz targets (`typha-server/fuzz/`, docs/fuzzing.md): the
 //! decoders that read what a datastore or an operator hands the server, each followed by the
 //! conversion, validation and key ownership the server runs on what they return
-//! ([`Pipeline`]). Only built with the `fuzzing` feature.
+//! ([`Pipeline`]). Only built with this crate's `fuzzing` feature, which turns on
+//! typha-server's: the server keeps its decoders private and shows them only through two
+//! hooks behind that feature, `datastore::etcd::fuzz_item` and
+//! `datastore::kubernetes::fuzz_convert`.
 //!
 //! Each panics on a violation of what the server relies on:
 //! - nothing panics on the way, whatever the input;
@@ -13,10 +16,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use typha_protocol::model::{KeyPath, Revision};
-
-use crate::cache::pipeline::{Pipeline, validate};
-use crate::calico::v3::{Resource, yaml_documents};
-use crate::datastore::Item;
+use typha_server::cache::pipeline::{Pipeline, validate};
+use typha_server::calico::v3::{Resource, yaml_documents};
+use typha_server::datastore::Item;
 
 /// A key and a value as etcd holds them: the input is the key, a NUL byte, then the value
 /// (no NUL: all key, empty value).
@@ -28,7 +30,7 @@ pub fn etcd_kv(data: &[u8]) {
         ),
         None => (data, &[][..]),
     };
-    if let Some(item) = crate::datastore::etcd::fuzz_item(key, value, 7) {
+    if let Some(item) = typha_server::datastore::etcd::fuzz_item(key, value, 7) {
         check(item);
     }
 }
@@ -43,12 +45,13 @@ pub fn manifests(data: &[u8]) {
         return;
     };
     for doc in docs.into_iter().take(64) {
-        let item = Resource::from_json(doc)
-            .map(Arc::new)
-            .map_err(|e| crate::datastore::Invalid {
-                id: None,
-                reason: e.to_string(),
-            });
+        let item =
+            Resource::from_json(doc)
+                .map(Arc::new)
+                .map_err(|e| typha_server::datastore::Invalid {
+                    id: None,
+                    reason: e.to_string(),
+                });
         check(item);
     }
 }
@@ -60,7 +63,7 @@ pub fn kube_object(data: &[u8]) {
     let Some((&which, object)) = data.split_first() else {
         return;
     };
-    if let Some(item) = crate::datastore::kubernetes::fuzz_convert(which, object) {
+    if let Some(item) = typha_server::datastore::kubernetes::fuzz_convert(which, object) {
         check(item);
     }
 }

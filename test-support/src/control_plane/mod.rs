@@ -8,7 +8,7 @@
 //! ServiceAccount's token (TokenRequest) and a kubeconfig for it, and the faults only real
 //! processes have: kill and restart kube-apiserver or etcd, compact etcd.
 //!
-//! Only with the `test-support` feature: it never ships.
+//! Test support only (typha-test-support): it never ships.
 
 mod cluster;
 mod crds;

@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use crate::calico::v3::Resource;
 use typha_protocol::sample::{APPS, Rng};
+use typha_server::calico::v3::Resource;
 
 /// The shape of a generated cluster.
 #[derive(Debug, Clone)]
@@ -74,7 +74,6 @@ impl Spec {
         (ns, app.to_owned(), rng.k8s_suffix(10))
     }
 
-    /// Pod `pod` on node `node`; `generation` changes its labels (for churn).
     /// Pod `pod` of node `node`: its namespace, app, replica set and name.
     fn pod_identity(&self, node: usize, pod: usize) -> (String, String, String, String, Rng) {
         let mut rng =
@@ -88,6 +87,11 @@ impl Spec {
     /// Node `node`'s IPAM block as Calico's IPAM writes it: its first `pods_per_node`
     /// addresses allocated to the node's pods, each with its handle and owner.
     pub fn ipam_block(&self, node: usize) -> Resource {
+        must(self.ipam_block_document(node))
+    }
+
+    /// [`Spec::ipam_block`] as its JSON document.
+    fn ipam_block_document(&self, node: usize) -> serde_json::Value {
         let name = node_name(node);
         let pods = self.pods_per_node.min(256);
         let attributes: Vec<serde_json::Value> = (0..pods)
@@ -105,8 +109,7 @@ impl Spec {
                                      "timestamp": "2026-11-24 12:00:00.000000000 +0000 UTC"}})
             })
             .collect();
-        must(
-            json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
+        json!({"apiVersion": "crd.projectcalico.org/v1", "kind": "IPAMBlock",
             "metadata": {"name": format!("10-{}-{}-0-24", 128 + node / 256, node % 256)},
             "spec": {"cidr": format!("10.{}.{}.0/24", 128 + node / 256, node % 256),
                      "affinity": format!("host:{name}"),
@@ -114,11 +117,21 @@ impl Spec {
                      "unallocated": (pods..256).collect::<Vec<_>>(),
                      "attributes": attributes,
                      "sequenceNumber": pods,
-                     "sequenceNumberForAllocation": (0..pods).map(|a| (a.to_string(), json!(a + 1))).collect::<serde_json::Map<_, _>>()}}),
-        )
+                     "sequenceNumberForAllocation": (0..pods).map(|a| (a.to_string(), json!(a + 1))).collect::<serde_json::Map<_, _>>()}})
     }
 
+    /// Pod `pod` on node `node`; `generation` changes its labels (for churn).
     pub fn workload_endpoint(&self, node: usize, pod: usize, generation: u64) -> Resource {
+        must(self.workload_endpoint_document(node, pod, generation))
+    }
+
+    /// [`Spec::workload_endpoint`] as its JSON document.
+    fn workload_endpoint_document(
+        &self,
+        node: usize,
+        pod: usize,
+        generation: u64,
+    ) -> serde_json::Value {
         let (ns, app, rs, pod_name, mut rng) = self.pod_identity(node, pod);
         let node_name = node_name(node);
         let ip =
@@ -128,7 +141,7 @@ impl Spec {
         } else {
             app.clone()
         };
-        must(json!({
+        json!({
             "apiVersion": "projectcalico.org/v3",
             "kind": "WorkloadEndpoint",
             "metadata": {
@@ -155,88 +168,85 @@ impl Spec {
                 "profiles": [format!("kns.{ns}"), format!("ksa.{ns}.{sa}")],
                 "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
             },
-        }))
+        })
     }
 
     /// Everything: cluster info, config, pool, BGP settings and peers, a node status request,
     /// nodes, blocks, profiles, policies, endpoints.
     pub fn resources(&self) -> Vec<Resource> {
+        self.documents().into_iter().map(must).collect()
+    }
+
+    /// [`Spec::resources`] as their JSON documents, in the same order. typha-server's own
+    /// unit tests parse these: the [`Resource`]s this crate makes are those of the typha-server
+    /// library it links, which is not the crate a unit test compiles.
+    pub fn documents(&self) -> Vec<serde_json::Value> {
         let mut out = vec![
-            must(
-                json!({"apiVersion": "projectcalico.org/v3", "kind": "ClusterInformation", "metadata": {"name": "default"},
+            json!({"apiVersion": "projectcalico.org/v3", "kind": "ClusterInformation", "metadata": {"name": "default"},
                 "spec": {"clusterGUID": format!("{:032x}", self.seed), "clusterType": "typha,kdd,k8s", "calicoVersion": "v3.32.0", "datastoreReady": true}}),
-            ),
-            must(
-                json!({"apiVersion": "projectcalico.org/v3", "kind": "FelixConfiguration", "metadata": {"name": "default"},
+            json!({"apiVersion": "projectcalico.org/v3", "kind": "FelixConfiguration", "metadata": {"name": "default"},
                 "spec": {"logSeverityScreen": "Info", "reportingInterval": "0s", "bpfEnabled": false}}),
-            ),
-            must(
-                json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "default-ipv4-ippool"},
+            json!({"apiVersion": "projectcalico.org/v3", "kind": "IPPool", "metadata": {"name": "default-ipv4-ippool"},
                 "spec": {"cidr": "10.128.0.0/9", "vxlanMode": "CrossSubnet", "natOutgoing": true, "blockSize": 24}}),
-            ),
-            must(
-                json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet", "metadata": {"name": "blocked-ranges", "labels": {"role": "blocked"}},
+            json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet", "metadata": {"name": "blocked-ranges", "labels": {"role": "blocked"}},
                 "spec": {"nets": ["198.51.100.0/24", "203.0.113.0/24"]}}),
-            ),
-            must(
-                json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy", "metadata": {"name": "deny-blocked-ranges"},
+            json!({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy", "metadata": {"name": "deny-blocked-ranges"},
                 "spec": {"order": 10, "selector": "all()", "types": ["Ingress"],
                          "ingress": [{"action": "Deny", "source": {"selector": "role == 'blocked'"}}]}}),
-            ),
         ];
         // BGP as a cluster with route reflectors and top-of-rack peers has it (the first
         // peer exports through a BGPFilter), and one node status request: what confd and the
         // node status reporter read. The filter uses only fields every Calico release with
         // BGPFilters has, so the sample can be written to any cluster's CRDs as it is.
-        out.push(must(
+        out.push(
             json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPConfiguration", "metadata": {"name": "default"},
             "spec": {"logSeverityScreen": "Info", "nodeToNodeMeshEnabled": false, "asNumber": 64512,
                      "serviceClusterIPs": [{"cidr": "10.96.0.0/12"}], "listenPort": 179}}),
-        ));
-        out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPFilter",
+        );
+        out.push(json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPFilter",
             "metadata": {"name": "export-pods-only"},
             "spec": {"exportV4": [{"cidr": "10.128.0.0/9", "matchOperator": "In", "action": "Accept"},
                                   {"action": "Reject"}],
-                     "importV4": [{"cidr": "10.128.0.0/9", "matchOperator": "In", "action": "Reject"}]}})));
+                     "importV4": [{"cidr": "10.128.0.0/9", "matchOperator": "In", "action": "Reject"}]}}));
         for rack in 0..3 {
             let filters: &[&str] = if rack == 0 {
                 &["export-pods-only"]
             } else {
                 &[]
             };
-            out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPPeer",
+            out.push(json!({"apiVersion": "projectcalico.org/v3", "kind": "BGPPeer",
                 "metadata": {"name": format!("rack-{rack}-tor")},
                 "spec": {"nodeSelector": format!("rack == 'r{rack}'"), "peerIP": format!("10.255.{rack}.1"),
-                         "asNumber": 65000 + rack, "keepOriginalNextHop": true, "filters": filters}})));
+                         "asNumber": 65000 + rack, "keepOriginalNextHop": true, "filters": filters}}));
         }
-        out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
+        out.push(json!({"apiVersion": "projectcalico.org/v3", "kind": "CalicoNodeStatus",
             "metadata": {"name": format!("{}-status", node_name(0))},
-            "spec": {"node": node_name(0), "classes": ["Agent", "BGP", "Routes"], "updatePeriodSeconds": 60}})));
+            "spec": {"node": node_name(0), "classes": ["Agent", "BGP", "Routes"], "updatePeriodSeconds": 60}}));
         for i in 0..self.nodes {
             let name = node_name(i);
             let ip = format!("10.{}.{}.{}", 20 + i / 65536, (i / 256) % 256, i % 256);
-            out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "Node", "metadata": {"name": name},
-                "spec": {"bgp": {"ipv4Address": format!("{ip}/16")}, "addresses": [{"address": ip, "type": "InternalIP"}]}})));
-            out.push(self.ipam_block(i));
+            out.push(json!({"apiVersion": "projectcalico.org/v3", "kind": "Node", "metadata": {"name": name},
+                "spec": {"bgp": {"ipv4Address": format!("{ip}/16")}, "addresses": [{"address": ip, "type": "InternalIP"}]}}));
+            out.push(self.ipam_block_document(i));
         }
         for n in 0..self.namespaces {
             let ns = namespace(n);
-            out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "Profile", "metadata": {"name": format!("kns.{ns}")},
+            out.push(json!({"apiVersion": "projectcalico.org/v3", "kind": "Profile", "metadata": {"name": format!("kns.{ns}")},
                 "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}],
-                         "labelsToApply": {"pcns.projectcalico.org/name": ns, "pcns.kubernetes.io/metadata.name": ns}}})));
+                         "labelsToApply": {"pcns.projectcalico.org/name": ns, "pcns.kubernetes.io/metadata.name": ns}}}));
         }
         for p in 0..self.policies {
             let (ns, app, _) = self.deployment(p);
             let from = APPS.get((p * 7 + 3) % APPS.len()).copied().unwrap_or("app");
-            out.push(must(json!({"apiVersion": "projectcalico.org/v3", "kind": "NetworkPolicy",
+            out.push(json!({"apiVersion": "projectcalico.org/v3", "kind": "NetworkPolicy",
                 "metadata": {"name": format!("allow-{from}-to-{app}-{p}"), "namespace": ns},
                 "spec": {"order": 100 + p % 10, "selector": format!("app == '{app}'"), "types": ["Ingress"],
                          "ingress": [{"action": "Allow", "protocol": "TCP", "source": {"selector": format!("app == '{from}'")},
-                                      "destination": {"ports": [8080, "http"]}}]}})));
+                                      "destination": {"ports": [8080, "http"]}}]}}));
         }
         for node in 0..self.nodes {
             for pod in 0..self.pods_per_node {
-                out.push(self.workload_endpoint(node, pod, 0));
+                out.push(self.workload_endpoint_document(node, pod, 0));
             }
         }
         out
@@ -248,10 +258,15 @@ pub fn cluster(spec: &Spec) -> Vec<Resource> {
     spec.resources()
 }
 
+/// [`Spec::documents`] for `spec`.
+pub fn documents(spec: &Spec) -> Vec<serde_json::Value> {
+    spec.documents()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calico::convert::convert;
+    use typha_server::calico::convert::convert;
 
     #[test]
     fn every_generated_resource_converts() {
@@ -268,7 +283,7 @@ mod tests {
         }
         assert_eq!(
             rs.iter()
-                .filter(|r| r.kind() == crate::calico::v3::Kind::WorkloadEndpoint)
+                .filter(|r| r.kind() == typha_server::calico::v3::Kind::WorkloadEndpoint)
                 .count(),
             15
         );

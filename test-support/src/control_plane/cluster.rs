@@ -85,7 +85,7 @@ impl ControlPlane {
             None => (process::fresh_dir("typha-control-plane")?, true),
         };
         std::fs::create_dir_all(&dir).map_err(ControlPlaneError::io(dir.display().to_string()))?;
-        let ca = crate::pki::Ca::new("typha-test-kube-ca")?;
+        let ca = typha_server::pki::Ca::new("typha-test-kube-ca")?;
         let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
         if opts.every_address {
             names.extend((1..=Self::LOOPBACK_ALIASES).map(|i| format!("127.0.1.{i}")));

@@ -11,12 +11,12 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use super::peers::{ControlPlaneError, peers_dir};
-use crate::calico::v3::Spec;
-use crate::datastore::kubernetes::{CRD_GROUP, CRD_KINDS, CalicoGroup};
+use typha_server::calico::v3::Spec;
+use typha_server::datastore::kubernetes::{CRD_GROUP, CRD_KINDS, CalicoGroup};
 
 /// The plurals of the CRDs `apply` installs that the Kubernetes backend reads: the kinds a
 /// test may write. Others (tiers, in the Calico release linked) are not installed.
-pub fn installed_kinds() -> Result<Vec<crate::calico::v3::Kind>, ControlPlaneError> {
+pub fn installed_kinds() -> Result<Vec<typha_server::calico::v3::Kind>, ControlPlaneError> {
     let dir = crd_dir()?;
     Ok(CRD_KINDS
         .into_iter()
@@ -50,15 +50,15 @@ pub fn crd_dir() -> Result<PathBuf, ControlPlaneError> {
 
 /// A Calico v3 resource as Calico's Kubernetes datastore stores it: its CRD object in
 /// `crd.projectcalico.org/v1` with the v3 spec. An IPAM block is stored as Calico's IPAM
-/// writes it ([`IpamBlockSpec::as_written`](crate::calico::v3::IpamBlockSpec::as_written)), with `strictAffinity`, which the CRD requires.
-pub fn crd_object(r: &crate::calico::v3::Resource) -> Value {
+/// writes it ([`IpamBlockSpec::as_written`](typha_server::calico::v3::IpamBlockSpec::as_written)), with `strictAffinity`, which the CRD requires.
+pub fn crd_object(r: &typha_server::calico::v3::Resource) -> Value {
     crd_object_in(r, CalicoGroup::V1)
 }
 
 /// A Calico v3 resource as Calico's Kubernetes datastore stores it with its kinds in `group`:
 /// in `crd.projectcalico.org/v1` as [`crd_object`] says; in `projectcalico.org/v3` (Calico
 /// 3.32's v3 CRDs) the resource itself, an IPAM block as written there too.
-pub fn crd_object_in(r: &crate::calico::v3::Resource, group: CalicoGroup) -> Value {
+pub fn crd_object_in(r: &typha_server::calico::v3::Resource, group: CalicoGroup) -> Value {
     let mut written = r.clone();
     if let Spec::IpamBlock(s) = &mut written.spec {
         *s = s.as_written();
@@ -68,7 +68,7 @@ pub fn crd_object_in(r: &crate::calico::v3::Resource, group: CalicoGroup) -> Val
         o.insert("apiVersion".into(), group.api_version().into());
         o.insert("kind".into(), r.kind().as_str().into());
     }
-    if r.kind() == crate::calico::v3::Kind::IpamBlock
+    if r.kind() == typha_server::calico::v3::Kind::IpamBlock
         && let Some(spec) = doc.get_mut("spec").and_then(Value::as_object_mut)
     {
         spec.insert("strictAffinity".into(), false.into());

@@ -50,7 +50,7 @@ pub enum ControlPlaneError {
     },
     /// Certificates or keys could not be made.
     #[error(transparent)]
-    Pki(#[from] crate::pki::PkiError),
+    Pki(#[from] typha_server::pki::PkiError),
     /// A request to the API server failed.
     #[error("kubernetes API, {what}: {source}")]
     Kube {
