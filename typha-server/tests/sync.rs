@@ -224,11 +224,11 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     let resume = p.resume();
     drop(p);
     let now = srv.cache.latest().revision;
-    let resume_at = |floor: u64| {
+    // The client again, with its state, resuming at `addr` having seen revision `floor`.
+    let resume_at = |addr: std::net::SocketAddr, floor: u64| {
         let (state, digest, resume) = (state.clone(), digest.clone(), resume.clone());
-        let srv_addr = srv.addr;
         async move {
-            let mut q = Peer::connect(srv_addr).await;
+            let mut q = Peer::connect(addr).await;
             q.state = state;
             q.digest = digest;
             q.seq = seq;
@@ -242,7 +242,7 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
         }
     };
 
-    let mut q = resume_at(now.0 + 2).await;
+    let mut q = resume_at(srv.addr, now.0 + 2).await;
     // Held: nothing but how current the view is, and pings.
     loop {
         match q.recv_within(Duration::from_millis(800)).await {
@@ -264,7 +264,7 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     assert_eq!((reached.get(), timed_out.get()), (1, 0));
 
     // At or below the cache's revision: not held at all.
-    let mut q = resume_at(srv.cache.latest().revision.0).await;
+    let mut q = resume_at(srv.addr, srv.cache.latest().revision.0).await;
     q.sync_to(&srv).await;
     assert_eq!((reached.get(), timed_out.get()), (1, 0));
     srv.shutdown().await;
@@ -274,16 +274,8 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     cfg.conn.resume_floor_wait = Duration::from_millis(300);
     let (srv, store) = server(cfg).await;
     store.bulk_load(cluster(5, 10));
-    let mut q = Peer::connect(srv.addr).await;
     // The state the resume's digest describes (the same cluster as the first server's).
-    q.state = state.clone();
-    q.digest = digest.clone();
-    q.hello(ClientOffer {
-        revision_floor: Some(Revision(u64::MAX)),
-        ..Peer::offer("n", Some(resume.clone()))
-    })
-    .await
-    .unwrap();
+    let mut q = resume_at(srv.addr, u64::MAX).await;
     q.sync_to(&srv).await;
     assert_eq!(q.digest.combined(), expected_digest(&store).0);
     let [reached, timed_out, sent_away] = &srv.metrics.resume_floor_waits;
@@ -291,22 +283,9 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
 
     // The same client on a server cut off from its datastore (its view stale): behind because
     // it cannot hear, so the client is sent to another replica at once, not back in time.
-    srv.freshness
-        .relay(Some(typha_protocol::message::Staleness::new(
-            true,
-            Duration::from_secs(30),
-            "datastore unavailable",
-        )));
+    cut_off(&srv);
     assert!(srv.freshness.view().stale);
-    let mut q = Peer::connect(srv.addr).await;
-    q.state = state.clone();
-    q.digest = digest.clone();
-    q.hello(ClientOffer {
-        revision_floor: Some(Revision(u64::MAX)),
-        ..Peer::offer("n", Some(resume.clone()))
-    })
-    .await
-    .unwrap();
+    let mut q = resume_at(srv.addr, u64::MAX).await;
     let bye = tokio::time::timeout(Duration::from_secs(60), q.until_closed())
         .await
         .expect("sent away, not served")
@@ -323,26 +302,13 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     cfg.conn.resume_floor_wait = Duration::from_secs(3600);
     let (srv, store) = server(cfg).await;
     store.bulk_load(cluster(5, 10));
-    let mut q = Peer::connect(srv.addr).await;
-    q.state = state;
-    q.digest = digest;
-    q.hello(ClientOffer {
-        revision_floor: Some(Revision(u64::MAX)),
-        ..Peer::offer("n", Some(resume))
-    })
-    .await
-    .unwrap();
+    let mut q = resume_at(srv.addr, u64::MAX).await;
     match q.recv_within(Duration::from_millis(800)).await {
         Ok(m @ (Message::Staleness(_) | Message::Ping(_))) => q.apply(m).await.unwrap(),
         Ok(m) => panic!("a held client was sent {m:?}"),
         Err(e) => assert_eq!(e, "timeout"),
     }
-    srv.freshness
-        .relay(Some(typha_protocol::message::Staleness::new(
-            true,
-            Duration::from_secs(30),
-            "datastore unavailable",
-        )));
+    cut_off(&srv);
     let bye = tokio::time::timeout(Duration::from_secs(60), q.until_closed())
         .await
         .expect("sent away when the view turned stale, not held for the hour")
@@ -352,6 +318,16 @@ async fn a_resume_from_ahead_is_held_until_the_cache_reaches_the_clients_revisio
     let [reached, timed_out, sent_away] = &srv.metrics.resume_floor_waits;
     assert_eq!((reached.get(), timed_out.get(), sent_away.get()), (0, 0, 1));
     srv.shutdown().await;
+}
+
+/// The server's view of its datastore turns stale, as a server cut off from it says.
+fn cut_off(srv: &typha_server::server::RunningServer) {
+    srv.freshness
+        .relay(Some(typha_protocol::message::Staleness::new(
+            true,
+            Duration::from_secs(30),
+            "datastore unavailable",
+        )));
 }
 
 #[tokio::test]
