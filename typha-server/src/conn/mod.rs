@@ -23,6 +23,7 @@
 //! connection is doing, for `/status?nodes` and the per-phase gauges), [`stream`] (a client's
 //! byte stream, plain TCP or TLS, as one type); this file holds what they share.
 
+pub mod admit;
 pub mod calico;
 pub mod info;
 pub mod limit;
