@@ -35,6 +35,7 @@ use typha_protocol::model::SyncStatus;
 
 use super::info::{ConnInfo, Phase};
 use super::out::{Out, jitter, scopeguard};
+use super::session::{Follow, Next};
 use super::{Close, ConnError, Ctx};
 use crate::cache::calico::{Carriage, Unencodable, build as build_snapshot};
 use crate::calico::libcalico::SyncerType;
@@ -382,14 +383,10 @@ where
     let _following = ctx.cache.follow(syncer);
 
     let mut crumbs = ctx.cache.subscribe();
-    let grace_until = Instant::now() + ctx.cfg.new_client_grace;
-    let mut next_ping = Instant::now() + jitter(ctx.cfg.ping_interval);
-    let mut last_heard = Instant::now();
+    // Pings, liveness and the fall-behind limit, decided as for ours.
+    let mut follow = Follow::new(Instant::now(), &ctx.cfg);
+    follow.pause_for_writing(out.writing, Instant::now());
     let mut ping_sent: Option<(GoTime, Instant)> = None;
-    let mut writing_seen = out.writing;
-    // Up to date and waiting for the next breadcrumb (Typha's `typha_breadcrumb_block`).
-    let mut caught_up = false;
-    let mut grace_used = false;
     loop {
         // Breadcrumbs published since the cursor, each as its shared MsgKVs.
         let latest = ctx.cache.latest();
@@ -404,32 +401,28 @@ where
                 )));
             };
             // Typha's fall-behind limit, with the grace after the snapshot.
-            let mut allowance = ctx.cfg.max_fall_behind;
-            let in_grace = Instant::now() < grace_until;
-            if in_grace {
-                allowance += ctx.cfg.new_client_grace;
-            }
-            let age = crumb.created.elapsed();
-            if age > allowance {
-                return Err(CalicoError::FellBehind(format!(
-                    "breadcrumb {} is {age:?} old",
-                    next.0
-                )));
-            }
-            if in_grace
-                && age > ctx.cfg.max_fall_behind
-                && !std::mem::replace(&mut grace_used, true)
-            {
-                // Only the grace period kept this client connected.
-                m.connections_grace_used.of(syncer).inc();
-            }
+            let waited = match follow.next_breadcrumb(Instant::now(), crumb.created) {
+                Next::FellBehind(age) => {
+                    return Err(CalicoError::FellBehind(format!(
+                        "breadcrumb {} is {age:?} old",
+                        next.0
+                    )));
+                }
+                Next::Send { grace_used, waited } => {
+                    if grace_used {
+                        // Only the grace period kept this client connected.
+                        m.connections_grace_used.of(syncer).inc();
+                    }
+                    waited
+                }
+            };
             let frame = crumb.calico_frame(syncer, carriage, ctx.cache.calico_driver, m)?;
             if let Some(t) = started {
                 m.next_breadcrumb_latency_secs
                     .of(syncer)
                     .observe(t.elapsed().as_secs_f64());
             }
-            if std::mem::take(&mut caught_up) {
+            if waited {
                 m.breadcrumb_block.of(syncer).inc();
             } else {
                 m.breadcrumb_non_block.of(syncer).inc();
@@ -457,7 +450,7 @@ where
         out.flush().await?;
         info.sent(cursor);
         drop(latest);
-        caught_up = true;
+        follow.caught_up();
         tokio::select! {
             _ = &mut close => {
                 out.close().await;
@@ -473,7 +466,7 @@ where
                 match msg? {
                     None => {}
                     Some(Message::Pong(p)) => {
-                        last_heard = Instant::now();
+                        follow.heard(Instant::now());
                         if let Some((_, at)) = ping_sent.take_if(|(ts, _)| *ts == p.ping_timestamp) {
                             m.ping_latency.of(syncer).observe(at.elapsed().as_secs_f64());
                         }
@@ -482,13 +475,11 @@ where
                     Some(other) => return Err(CalicoError::Unexpected(other.kind())),
                 }
             }
-            () = sleep_until(next_ping) => {
+            () = sleep_until(follow.next_ping()) => {
                 // Time spent blocked writing to the client does not count against it.
-                let paused = out.writing.saturating_sub(writing_seen);
-                writing_seen = out.writing;
-                last_heard = (last_heard + paused).min(Instant::now());
                 let now = Instant::now();
-                if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
+                follow.pause_for_writing(out.writing, now);
+                if follow.silent_too_long(now) {
                     out.close().await;
                     return Err(CalicoError::PingTimeout);
                 }
@@ -497,7 +488,7 @@ where
                 if ping_sent.is_none() {
                     ping_sent = Some((ts, now));
                 }
-                next_ping = now + jitter(ctx.cfg.ping_interval);
+                follow.pinged(now);
             }
         }
     }

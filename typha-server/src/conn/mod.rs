@@ -29,6 +29,7 @@ pub mod info;
 pub mod limit;
 mod out;
 pub mod registry;
+mod session;
 pub mod stream;
 mod sync;
 pub mod task;

@@ -4,7 +4,6 @@
 //! or for a complete cache) ping the client so it does not time out.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::AsyncWrite;
 use tokio::sync::oneshot;
@@ -15,6 +14,7 @@ use typha_protocol::message::{Deltas, Features, GoodbyeReason, Message, Ping, Re
 use typha_protocol::model::{Revision, SyncStatus};
 
 use super::out::{Out, jitter, scopeguard};
+use super::session::{Follow, Next};
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::fanout::{self, Step, Variant, encode, plan};
@@ -205,30 +205,6 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     Ok((snap.crumb.clone(), ResumeKind::snapshot))
 }
 
-/// How a streaming client follows the breadcrumbs, between rounds of [`catch_up`]: its grace
-/// period, and what Typha's metrics need to know.
-#[derive(Debug)]
-pub(super) struct Following {
-    /// End of the extra fall-behind allowance after the initial sync.
-    grace_until: Instant,
-    /// The grace period has been needed once (`typha_connections_grace_used` counts it).
-    grace_used: bool,
-    /// The last round found nothing to send: the next breadcrumb is one the client waited for
-    /// (`typha_breadcrumb_block`), not one already there (`typha_breadcrumb_non_block`).
-    caught_up: bool,
-}
-
-impl Following {
-    /// A client whose initial sync just ended, with a grace period until `grace_until`.
-    pub(super) fn new(grace_until: Instant) -> Self {
-        Following {
-            grace_until,
-            grace_used: false,
-            caught_up: false,
-        }
-    }
-}
-
 /// Sends what the client has not seen, as few shared frames as the history allows. A client
 /// whose position has left the window gets a fresh snapshot in-band.
 pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
@@ -236,13 +212,13 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     cursor: &mut Arc<Breadcrumb>,
     sent_status: &mut SyncStatus,
     v: Variant,
-    follow: &mut Following,
+    follow: &mut Follow,
     out: &mut Out<W>,
 ) -> Result<(), ConnError> {
     let cache = &ctx.cache;
     let latest = cache.latest();
     if latest.seq <= cursor.seq {
-        follow.caught_up = true;
+        follow.caught_up();
         return Ok(());
     }
     let Some(next) = cache.get(Seq(cursor.seq.0 + 1)) else {
@@ -250,26 +226,21 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
         // not worth room in every streaming connection's future.
         return Box::pin(resnapshot(ctx, cursor, sent_status, v, out)).await;
     };
-    let now = Instant::now();
-    let in_grace = now < follow.grace_until;
-    let allowance = ctx.cfg.max_fall_behind
-        + if in_grace {
-            ctx.cfg.new_client_grace
-        } else {
-            Duration::ZERO
-        };
-    let behind = now.saturating_duration_since(next.created);
-    if behind > allowance {
-        out.goodbye(GoodbyeReason::FellBehind, "fell too far behind")
-            .await;
-        return Err(ConnError::Closed(GoodbyeReason::FellBehind));
-    }
     let m = &cache.metrics;
-    if in_grace && behind > ctx.cfg.max_fall_behind && !follow.grace_used {
-        // Only the grace period kept this client connected.
-        follow.grace_used = true;
-        m.connections_grace_used.felix().inc();
-    }
+    let mut waited = match follow.next_breadcrumb(Instant::now(), next.created) {
+        Next::FellBehind(_) => {
+            out.goodbye(GoodbyeReason::FellBehind, "fell too far behind")
+                .await;
+            return Err(ConnError::Closed(GoodbyeReason::FellBehind));
+        }
+        Next::Send { grace_used, waited } => {
+            if grace_used {
+                // Only the grace period kept this client connected.
+                m.connections_grace_used.felix().inc();
+            }
+            waited
+        }
+    };
     // A client more than one breadcrumb behind is catching up, not following: the time each
     // of its steps takes to get is Typha's `typha_next_breadcrumb_latency_secs`.
     let catching_up = latest.seq.0 - cursor.seq.0 > 1;
@@ -302,7 +273,7 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
                 .felix()
                 .observe(t.elapsed().as_secs_f64());
         }
-        if std::mem::take(&mut follow.caught_up) {
+        if std::mem::take(&mut waited) {
             m.breadcrumb_block.felix().inc();
         } else {
             m.breadcrumb_non_block.felix().inc();

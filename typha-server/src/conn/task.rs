@@ -17,10 +17,10 @@ use typha_protocol::handshake::{ServerHandshake, Session};
 use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Ping};
 
 use super::info::{ConnInfo, Phase};
-use super::out::{Out, jitter};
+use super::out::Out;
+use super::session::Follow;
 use super::sync::{
-    FloorWait, Following, catch_up, initial_sync, wait_for_first_sync, wait_for_revision,
-    wait_for_sync_slot,
+    FloorWait, catch_up, initial_sync, wait_for_first_sync, wait_for_revision, wait_for_sync_slot,
 };
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
@@ -97,7 +97,7 @@ where
             mut staleness,
             tells_staleness,
         } = start.await?;
-        let mut follow = Following::new(Instant::now() + ctx.cfg.new_client_grace);
+        let mut follow = Follow::new(Instant::now(), &ctx.cfg);
         let _following = ctx.cache.follow(SyncerType::Felix);
 
         let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
@@ -105,17 +105,16 @@ where
         // One timer for the whole stream, moved after each ping: a fresh one per turn of the
         // loop (per breadcrumb) would be registered and cancelled thousands of times a second
         // across the connections.
-        let ping_timer = sleep_until(Instant::now() + jitter(ctx.cfg.ping_interval));
+        let ping_timer = sleep_until(follow.next_ping());
         tokio::pin!(ping_timer);
-        let mut last_heard = Instant::now();
         // The timestamp of the first ping not answered yet (when it was sent: from the
         // timestamp).
         let mut ping_sent: Option<u64> = None;
         // The client is alive if it answers pings or acknowledges what it applied (acks come while
         // it works through a long catch-up, when our pings wait behind the data). The clock stops
-        // while we are writing to it: a client that reads slowly but steadily is the write
-        // timeout's business, not the pong timeout's.
-        let mut writing_seen = out.writing;
+        // while we are writing to it (`Follow::pause_for_writing`): a client that reads slowly
+        // but steadily is the write timeout's business, not the pong timeout's.
+        follow.pause_for_writing(out.writing, Instant::now());
 
         loop {
             // First time round this also sends breadcrumbs published while the initial sync was
@@ -153,15 +152,13 @@ where
                         Ok(_) => {}
                         Err(e) => return Err(e.into()),
                     }
-                    if let Err(e) = inbound(ctx, may_receive, &mut dec, &mut rbuf, &mut last_heard, &mut ping_sent, info) {
+                    if let Err(e) = inbound(ctx, may_receive, &mut dec, &mut rbuf, &mut follow, &mut ping_sent, info) {
                         return Err(Box::pin(refuse(&mut out, e)).await);
                     }
                 }
                 () = &mut ping_timer => {
-                    let paused = out.writing.saturating_sub(writing_seen);
-                    writing_seen = out.writing;
-                    last_heard = (last_heard + paused).min(Instant::now());
-                    if last_heard.elapsed() > ctx.cfg.pong_timeout {
+                    follow.pause_for_writing(out.writing, Instant::now());
+                    if follow.silent_too_long(Instant::now()) {
                         // While a long write to this client was in progress nothing was read: its
                         // pongs may be waiting in the socket. Judge only after reading them.
                         // (Bounded: a client that keeps sending cannot keep us here. Boxed: rare, and
@@ -176,7 +173,7 @@ where
                                     Ok(_) => {}
                                     Err(e) => return Err(e.into()),
                                 }
-                                if let Err(e) = inbound(ctx, may_receive, &mut dec, &mut rbuf, &mut last_heard, &mut ping_sent, info) {
+                                if let Err(e) = inbound(ctx, may_receive, &mut dec, &mut rbuf, &mut follow, &mut ping_sent, info) {
                                     return Err(Box::pin(refuse(&mut out, e)).await);
                                 }
                             }
@@ -185,7 +182,7 @@ where
                         .await?;
                     }
                     let now = Instant::now();
-                    if now.duration_since(last_heard) > ctx.cfg.pong_timeout {
+                    if follow.silent_too_long(now) {
                         out.goodbye(GoodbyeReason::PingTimeout, "no pong in time").await;
                         return Err(ConnError::Closed(GoodbyeReason::PingTimeout));
                     }
@@ -194,7 +191,8 @@ where
                     if ping_sent.is_none() {
                         ping_sent = Some(ts);
                     }
-                    ping_timer.as_mut().reset(now + jitter(ctx.cfg.ping_interval));
+                    follow.pinged(now);
+                    ping_timer.as_mut().reset(follow.next_ping());
                 }
             }
         }
@@ -410,7 +408,7 @@ fn inbound(
     may_receive: u32,
     dec: &mut FrameDecoder,
     rbuf: &mut BytesMut,
-    last_heard: &mut Instant,
+    follow: &mut Follow,
     ping_sent: &mut Option<u64>,
     info: &ConnInfo,
 ) -> Result<(), ConnError> {
@@ -432,7 +430,7 @@ fn inbound(
         }
         match msg {
             Message::Pong(p) => {
-                *last_heard = Instant::now();
+                follow.heard(Instant::now());
                 if let Some(ts) = ping_sent.take_if(|ts| *ts == p.ping_timestamp_micros) {
                     let at = ctx.started + Duration::from_micros(ts);
                     ctx.cache
@@ -444,7 +442,7 @@ fn inbound(
             }
             Message::Ack(a) => {
                 // A client acknowledging what it applied is alive and reading.
-                *last_heard = Instant::now();
+                follow.heard(Instant::now());
                 info.acked(a.seq);
                 if let Some(c) = ctx.cache.get(a.seq) {
                     ctx.cache
