@@ -74,7 +74,7 @@ pub fn connection(
             }
             _ => {
                 let ended = task::run(stream, &ctx, rx, &info, prefix).await;
-                task::ended(&ctx, ended);
+                super::ended(&ctx, Protocol::Ours, ended);
             }
         }
         drop(info);

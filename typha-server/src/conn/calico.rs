@@ -8,70 +8,42 @@
 //! per breadcrumb: MsgKVs, MsgSyncStatus on change; MsgPing every ping interval, pongs read
 //! ```
 //!
-//! Every stream starts with the server preamble, so the `MsgKVs` of a breadcrumb and of a
-//! snapshot are encoded once per syncer type and carriage for every Calico client
-//! ([`crate::cache::calico`]). Only the hello, the restart, sync status and pings are encoded
-//! per connection (all tiny). Calico's protocol has no goodbye: a connection the server ends
-//! (shutdown, limit, refusal) is simply closed.
+//! This file holds Calico's handshake, its snapshot and what its clients are sent once in sync
+//! (`CalicoFeed`); the stream loop, its timers and the errors are the same as ours
+//! (`drive.rs`, `session.rs`, [`ConnError`]). Every stream starts with the server preamble,
+//! so the `MsgKVs` of a breadcrumb and of a snapshot are encoded once per syncer type and
+//! carriage for every Calico client ([`crate::cache::calico`]). Only the hello, the restart,
+//! sync status and pings are encoded per connection (all tiny). Calico's protocol has no
+//! goodbye: a connection the server ends (shutdown, limit, refusal) is simply closed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::oneshot;
-use tokio::time::{Instant, sleep_until, timeout_at};
-use tracing::{debug, info, warn};
+use tokio::time::{Instant, timeout_at};
+use tracing::debug;
 use typha_protocol::calico::gob::Limits;
 use typha_protocol::calico::messages::{
-    COMPRESSION_SNAPPY, ClientHello, DecoderRestart, GoTime, Message, MessageKind, Ping,
-    RESTART_ENABLE_SNAPPY, ServerHello, Side,
+    COMPRESSION_SNAPPY, ClientHello, DecoderRestart, Message, RESTART_ENABLE_SNAPPY, ServerHello,
+    Side,
 };
 use typha_protocol::calico::snappy::{self, STREAM_IDENTIFIER};
-use typha_protocol::calico::{Protocol, StreamDecoder, StreamError, detect};
+use typha_protocol::calico::{Protocol, StreamDecoder, detect};
 use typha_protocol::message::Seq;
 use typha_protocol::model::SyncStatus;
 
+use super::drive::{self, Feed};
 use super::info::{ConnInfo, Phase};
-use super::out::{Out, jitter, scopeguard};
+use super::out::{Dialect, Out, calico_token, scopeguard};
 use super::session::{Follow, Next};
+use super::sync::wait_for_sync_slot;
 use super::{Close, ConnError, Ctx};
+use crate::cache::Pin as CachePin;
 use crate::cache::calico::{Carriage, Unencodable, build as build_snapshot};
 use crate::calico::libcalico::SyncerType;
-use crate::metrics::{DropReason, ResumeKind};
-
-/// Why a Calico connection ended.
-#[derive(Debug, thiserror::Error)]
-pub enum CalicoError {
-    /// Writing, the write timeout, or the peer going away.
-    #[error(transparent)]
-    Conn(#[from] ConnError),
-    /// The client's byte stream is not valid.
-    #[error("protocol error: {0}")]
-    Stream(#[from] StreamError),
-    /// The hello asked for something we do not serve (named in the text).
-    #[error("refused: {0}")]
-    Refused(String),
-    /// A message the client may not send at this point.
-    #[error("protocol error: unexpected {0} from a Calico client")]
-    Unexpected(MessageKind),
-    /// No hello, or no ACK, in time.
-    #[error("handshake: no {0} in time")]
-    Timeout(&'static str),
-    /// No pong for the pong timeout.
-    #[error("no pong in time")]
-    PingTimeout,
-    /// The client is further behind than the fall-behind limit lets it be.
-    #[error("fell behind: {0}")]
-    FellBehind(String),
-    /// A message it needed could not be encoded (a bug, logged where it happened).
-    #[error(transparent)]
-    Unencodable(#[from] Unencodable),
-    /// The server closed it (shutdown, rebalancing).
-    #[error("closed by the server")]
-    Closed,
-}
+use crate::metrics::ResumeKind;
 
 /// Why a connection ended before its protocol was told.
 #[derive(Debug, thiserror::Error)]
@@ -123,45 +95,8 @@ pub async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let m = ctx.cache.metrics.clone();
-    match run(stream, accepted, ctx, close, info, prefix).await {
-        Ok(()) | Err(CalicoError::Conn(ConnError::PeerClosed)) => {
-            debug!("Calico connection closed")
-        }
-        Err(CalicoError::Closed) => debug!("Calico connection closed by the server"),
-        Err(e) => {
-            let reason = match &e {
-                CalicoError::Conn(ConnError::WriteTimeout(_)) => Some(DropReason::write_timeout),
-                CalicoError::Stream(_) | CalicoError::Unexpected(_) => {
-                    Some(DropReason::protocol_error)
-                }
-                CalicoError::Refused(_) | CalicoError::Timeout(_) => Some(DropReason::handshake),
-                CalicoError::PingTimeout => Some(DropReason::ping_timeout),
-                CalicoError::FellBehind(_) => Some(DropReason::fell_behind),
-                CalicoError::Unencodable(_) => Some(DropReason::encode_error),
-                CalicoError::Conn(_) | CalicoError::Closed => None,
-            };
-            if let Some(r) = reason {
-                m.dropped(r);
-            }
-            match reason {
-                // The client was dropped while it was being served: it will reconnect and
-                // take a whole snapshot, so say why, once, where an operator looks.
-                Some(
-                    r @ (DropReason::write_timeout
-                    | DropReason::ping_timeout
-                    | DropReason::fell_behind
-                    | DropReason::encode_error),
-                ) => {
-                    warn!(reason = r.label(), error = %e, "Calico client dropped; it will reconnect and resync")
-                }
-                Some(DropReason::handshake) if matches!(e, CalicoError::Refused(_)) => {
-                    warn!(error = %e, "Calico client refused; closing")
-                }
-                _ => info!(error = %e, "Calico connection ended"),
-            }
-        }
-    }
+    let ended = run(stream, accepted, &ctx, close, info, prefix).await;
+    super::ended(&ctx, Protocol::Calico, ended);
 }
 
 /// The snappy stream's opening for every connection: the identifier and the preamble's chunks.
@@ -184,25 +119,22 @@ fn conn_id() -> u64 {
     prefix | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
 }
 
-struct Reader<R> {
-    r: R,
-    dec: StreamDecoder,
-    buf: BytesMut,
-}
-
-impl<R: AsyncRead + Unpin> Reader<R> {
-    /// The next message, or `None` at the deadline.
-    async fn next(&mut self, deadline: Instant) -> Result<Option<Message>, CalicoError> {
-        loop {
-            if let Some(m) = self.dec.decode(&mut self.buf)? {
-                return Ok(Some(m));
-            }
-            match timeout_at(deadline, self.r.read_buf(&mut self.buf)).await {
-                Ok(Ok(0)) => return Err(ConnError::PeerClosed.into()),
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(ConnError::Io(e).into()),
-                Err(_) => return Ok(None),
-            }
+/// The next message in `buf`, reading from `r` into it as needed; `None` at the deadline.
+async fn next_message<R: AsyncRead + Unpin>(
+    r: &mut R,
+    dec: &mut StreamDecoder,
+    buf: &mut BytesMut,
+    deadline: Instant,
+) -> Result<Option<Message>, ConnError> {
+    loop {
+        if let Some(m) = dec.decode(buf).map_err(ConnError::Stream)? {
+            return Ok(Some(m));
+        }
+        match timeout_at(deadline, r.read_buf(buf)).await {
+            Ok(Ok(0)) => return Err(ConnError::PeerClosed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(ConnError::Io(e)),
+            Err(_) => return Ok(None),
         }
     }
 }
@@ -215,27 +147,24 @@ pub async fn read_hello<S: AsyncRead + Unpin>(
     prefix: BytesMut,
     deadline: Instant,
 ) -> Option<ClientHello> {
-    let mut rd = Reader {
-        r: stream,
-        dec: StreamDecoder::new(Limits::SERVER_INBOUND),
-        buf: prefix,
-    };
-    match rd.next(deadline).await {
+    let mut dec = StreamDecoder::new(Limits::SERVER_INBOUND);
+    let mut buf = prefix;
+    match next_message(stream, &mut dec, &mut buf, deadline).await {
         Ok(Some(Message::ClientHello(h))) => Some(h),
         _ => None,
     }
 }
 
 /// What a hello asks for, if we serve it.
-fn check_hello(h: &ClientHello) -> Result<(SyncerType, Carriage), CalicoError> {
+fn check_hello(h: &ClientHello) -> Result<(SyncerType, Carriage), ConnError> {
     let Some(syncer) = SyncerType::from_hello(&h.syncer_type) else {
-        return Err(CalicoError::Refused(format!(
+        return Err(ConnError::Refused(format!(
             "syncer type {:?} is not served (felix, bgp, tunnel-ip-allocation, node-status)",
             h.syncer_type
         )));
     };
     if !h.supports_modern_policy_keys {
-        return Err(CalicoError::Refused(
+        return Err(ConnError::Refused(
             "SupportsModernPolicyKeys is false (a client older than Calico 3.30; Typha 3.32 refuses it too)".into(),
         ));
     }
@@ -251,30 +180,31 @@ fn check_hello(h: &ClientHello) -> Result<(SyncerType, Carriage), CalicoError> {
     Ok((syncer, carriage))
 }
 
-async fn run<S>(
+/// The handshake (the hello, the switch to snappy when the client offers it), a turn to
+/// sync, the snapshot, then the stream loop with [`CalicoFeed`].
+pub(super) async fn run<S>(
     stream: S,
     accepted: Instant,
-    ctx: Arc<Ctx>,
+    ctx: &Arc<Ctx>,
     mut close: oneshot::Receiver<Close>,
     info: &ConnInfo,
     prefix: BytesMut,
-) -> Result<(), CalicoError>
+) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (r, w) = tokio::io::split(stream);
-    let mut out = Out::new(w, ctx.clone());
-    let mut rd = Reader {
-        r,
-        dec: StreamDecoder::new(Limits::SERVER_INBOUND),
-        buf: prefix,
-    };
+    // One stream, read and written in turn, as ours.
+    let mut out = Out::new(stream, ctx.clone());
+    out.dialect = Dialect::Calico(Carriage::Plain);
+    let mut dec = StreamDecoder::new(Limits::SERVER_INBOUND);
+    let mut rbuf = prefix;
 
     // Hello, within the handshake deadline (counted from accept, so TLS shares it).
-    let hello = match rd.next(accepted + ctx.cfg.handshake_timeout).await? {
+    let deadline = accepted + ctx.cfg.handshake_timeout;
+    let hello = match next_message(out.io(), &mut dec, &mut rbuf, deadline).await? {
         Some(Message::ClientHello(h)) => h,
-        Some(other) => return Err(CalicoError::Unexpected(other.kind())),
-        None => return Err(CalicoError::Timeout("MsgClientHello")),
+        Some(other) => return Err(ConnError::Unexpected(other.kind().to_string())),
+        None => return Err(ConnError::HandshakeTimeout("MsgClientHello")),
     };
     let (syncer, carriage) = check_hello(&hello)?;
     info.calico_hello(
@@ -307,41 +237,25 @@ where
         out.flush().await?;
         // Nothing more may be written until the ACK: the client's old decoder could read
         // ahead and swallow it.
-        match rd.next(Instant::now() + ctx.cfg.pong_timeout).await? {
+        let by = Instant::now() + ctx.cfg.pong_timeout;
+        match next_message(out.io(), &mut dec, &mut rbuf, by).await? {
             Some(Message::Ack) => {}
-            Some(other) => return Err(CalicoError::Unexpected(other.kind())),
-            None => return Err(CalicoError::Timeout("MsgACK")),
+            Some(other) => return Err(ConnError::Unexpected(other.kind().to_string())),
+            None => return Err(ConnError::HandshakeTimeout("MsgACK")),
         }
         out.queue(snappy_opening())?;
+        out.dialect = Dialect::Calico(carriage);
     }
 
     // Initial syncs take turns with ours; the client is pinged while it waits.
-    info.set_phase(Phase::Waiting);
-    let _slot = match &ctx.sync_slots {
-        None => None,
-        Some(slots) => {
-            let acquire = slots.clone().acquire_owned();
-            tokio::pin!(acquire);
-            loop {
-                out.flush().await?;
-                tokio::select! {
-                    p = &mut acquire => break p.ok(),
-                    _ = &mut close => return Err(CalicoError::Closed),
-                    () = tokio::time::sleep(jitter(ctx.cfg.ping_interval)) => {
-                        out.queue(ping(carriage)?)?;
-                    }
-                }
-            }
-        }
-    };
-
+    let slot = wait_for_sync_slot(ctx, &mut out, &mut close).await?;
     info.set_phase(Phase::Syncing);
     let sync_started = Instant::now();
     let m = &ctx.cache.metrics;
     // The snapshot and the breadcrumb it was asked for are held only while it is written:
     // kept for the connection's life, they would pin that snapshot's frames (and the
     // breadcrumb) after the cache has moved on, one set per moment clients joined.
-    let (mut cursor, mut sent_status, pin) = {
+    let (cursor, sent_status, pin) = {
         let latest = ctx.cache.latest();
         let build = {
             let (map, metrics) = (latest.map(), m.clone());
@@ -375,27 +289,64 @@ where
         debug!(syncer = %syncer, kvs, seq = seq.0, "Calico snapshot sent");
         (seq, status, pin)
     };
-    drop(_slot);
+    drop(slot);
     info.synced(ResumeKind::snapshot, cursor);
     m.client_snapshot_send_secs
         .of(syncer)
         .observe(sync_started.elapsed().as_secs_f64());
-    let _following = ctx.cache.follow(syncer);
 
-    let mut crumbs = ctx.cache.subscribe();
-    // Pings, liveness and the fall-behind limit, decided as for ours.
-    let mut follow = Follow::new(Instant::now(), &ctx.cfg);
-    follow.pause_for_writing(out.writing, Instant::now());
-    let mut ping_sent: Option<(GoTime, Instant)> = None;
-    loop {
-        // Breadcrumbs published since the cursor, each as its shared MsgKVs.
+    let mut feed = CalicoFeed {
+        dec,
+        syncer,
+        carriage,
+        cursor,
+        sent_status,
+        pin,
+    };
+    drive::stream(
+        ctx, &mut out, &mut close, info, &mut feed, rbuf, None, syncer,
+    )
+    .await
+}
+
+/// What a Calico client is sent once in sync (each breadcrumb as its shared `MsgKVs`, a
+/// `MsgSyncStatus` on change), and what it may say (pongs only, as Typha).
+struct CalicoFeed {
+    dec: StreamDecoder,
+    syncer: SyncerType,
+    carriage: Carriage,
+    /// The last breadcrumb it was sent.
+    cursor: Seq,
+    /// The sync status it was last told.
+    sent_status: SyncStatus,
+    /// Keeps the history from the cursor on: Calico's protocol cannot resume.
+    pin: CachePin,
+}
+
+impl Feed for CalicoFeed {
+    fn position(&self) -> Seq {
+        self.cursor
+    }
+
+    async fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        follow: &mut Follow,
+        out: &mut Out<S>,
+    ) -> Result<bool, ConnError> {
+        let m = &ctx.cache.metrics;
+        let syncer = self.syncer;
         let latest = ctx.cache.latest();
-        let catching_up = latest.seq.0.saturating_sub(cursor.0) > 1;
-        while cursor < latest.seq {
-            let next = Seq(cursor.0 + 1);
+        let catching_up = latest.seq.0.saturating_sub(self.cursor.0) > 1;
+        while self.cursor < latest.seq {
+            if out.pending_len >= ctx.cfg.max_write {
+                // A round's worth: written before the rest.
+                return Ok(true);
+            }
+            let next = Seq(self.cursor.0 + 1);
             let started = catching_up.then(Instant::now);
             let Some(crumb) = ctx.cache.get(next) else {
-                return Err(CalicoError::FellBehind(format!(
+                return Err(ConnError::FellBehind(format!(
                     "breadcrumb {} has left the history",
                     next.0
                 )));
@@ -403,7 +354,7 @@ where
             // Typha's fall-behind limit, with the grace after the snapshot.
             let waited = match follow.next_breadcrumb(Instant::now(), crumb.created) {
                 Next::FellBehind(age) => {
-                    return Err(CalicoError::FellBehind(format!(
+                    return Err(ConnError::FellBehind(format!(
                         "breadcrumb {} is {age:?} old",
                         next.0
                     )));
@@ -416,7 +367,7 @@ where
                     waited
                 }
             };
-            let frame = crumb.calico_frame(syncer, carriage, ctx.cache.calico_driver, m)?;
+            let frame = crumb.calico_frame(syncer, self.carriage, ctx.cache.calico_driver, m)?;
             if let Some(t) = started {
                 m.next_breadcrumb_latency_secs
                     .of(syncer)
@@ -436,67 +387,47 @@ where
             if let Some(frame) = frame {
                 out.queue(frame)?;
             }
-            if crumb.status != sent_status {
-                out.queue(status_frame(carriage, crumb.status)?)?;
-                sent_status = crumb.status;
+            if crumb.status != self.sent_status {
+                out.queue(status_frame(self.carriage, crumb.status)?)?;
+                self.sent_status = crumb.status;
             }
-            cursor = next;
-            pin.set(cursor);
-            if out.pending_len >= ctx.cfg.max_write {
-                out.flush().await?;
-                info.sent(cursor);
-            }
+            self.cursor = next;
+            self.pin.set(next);
         }
-        out.flush().await?;
-        info.sent(cursor);
-        drop(latest);
         follow.caught_up();
-        tokio::select! {
-            _ = &mut close => {
-                out.close().await;
-                return Err(CalicoError::Closed);
-            }
-            changed = crumbs.changed() => {
-                if changed.is_err() {
-                    out.close().await;
-                    return Err(CalicoError::Closed);
-                }
-            }
-            msg = rd.next(Instant::now() + Duration::from_secs(3600)) => {
-                match msg? {
-                    None => {}
-                    Some(Message::Pong(p)) => {
-                        follow.heard(Instant::now());
-                        if let Some((_, at)) = ping_sent.take_if(|(ts, _)| *ts == p.ping_timestamp) {
-                            m.ping_latency.of(syncer).observe(at.elapsed().as_secs_f64());
-                        }
+        Ok(false)
+    }
+
+    fn inbound(
+        &mut self,
+        ctx: &Ctx,
+        rbuf: &mut BytesMut,
+        follow: &mut Follow,
+        _info: &ConnInfo,
+    ) -> Result<(), ConnError> {
+        while let Some(msg) = self.dec.decode(rbuf).map_err(ConnError::Stream)? {
+            match msg {
+                Message::Pong(p) => {
+                    let token = calico_token(p.ping_timestamp);
+                    if let Some(took) = follow.pong(token, Instant::now()) {
+                        ctx.cache
+                            .metrics
+                            .ping_latency
+                            .of(self.syncer)
+                            .observe(took.as_secs_f64());
                     }
-                    // As in Typha: anything but a pong ends the connection.
-                    Some(other) => return Err(CalicoError::Unexpected(other.kind())),
                 }
-            }
-            () = sleep_until(follow.next_ping()) => {
-                // Time spent blocked writing to the client does not count against it.
-                let now = Instant::now();
-                follow.pause_for_writing(out.writing, now);
-                if follow.silent_too_long(now) {
-                    out.close().await;
-                    return Err(CalicoError::PingTimeout);
-                }
-                let ts = GoTime::from_system_time(SystemTime::now());
-                out.queue(carriage.encode(&Message::Ping(Ping { timestamp: ts }))?)?;
-                if ping_sent.is_none() {
-                    ping_sent = Some((ts, now));
-                }
-                follow.pinged(now);
+                // As in Typha: anything but a pong ends the connection.
+                other => return Err(ConnError::Unexpected(other.kind().to_string())),
             }
         }
+        // Nothing left over (the usual case, between pongs): an idle connection keeps no
+        // read buffer.
+        if rbuf.is_empty() {
+            *rbuf = BytesMut::new();
+        }
+        Ok(())
     }
-}
-
-fn ping(carriage: Carriage) -> Result<Bytes, Unencodable> {
-    let ts = GoTime::from_system_time(SystemTime::now());
-    carriage.encode(&Message::Ping(Ping { timestamp: ts }))
 }
 
 fn status_frame(carriage: Carriage, s: SyncStatus) -> Result<Bytes, Unencodable> {

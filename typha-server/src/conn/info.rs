@@ -232,6 +232,11 @@ impl ConnInfo {
         self.sent.store(seq.0, Ordering::Release);
     }
 
+    /// The last breadcrumb sent (0 before the initial sync).
+    pub fn position(&self) -> Seq {
+        Seq(self.sent.load(Ordering::Acquire))
+    }
+
     /// The client acknowledged `seq`.
     pub fn acked(&self, seq: Seq) {
         self.acked.fetch_max(seq.0, Ordering::AcqRel);

@@ -15,16 +15,23 @@
 //! other connection go on, and it is dropped when a write stalls past the write timeout or its
 //! position falls past the fall-behind limit.
 //!
-//! Files: [`calico`] (a client of Calico's own Typha protocol, on the same port: its hello,
-//! snapshot, breadcrumbs and pings), [`limit`] (the connection limits and the log of refusals),
-//! [`task`] (the connection's life: handshake, initial sync, the stream loop, reading
-//! pongs and acks), `sync` (what to send: the initial sync by deltas, digest buckets or
-//! snapshot, and catching up), `out` (queueing frames and bounded writes), [`info`] (what each
-//! connection is doing, for `/status?nodes` and the per-phase gauges), [`stream`] (a client's
-//! byte stream, plain TCP or TLS, as one type); this file holds what they share.
+//! Files: [`admit`] (a connection from accept through TLS, the protocol from its first
+//! bytes, the limits and the refusal, to its protocol's task), [`task`] (ours: the
+//! handshake, the initial sync, and what a client of ours is sent and may say once in
+//! sync), [`calico`] (the same for a client of Calico's own Typha protocol, on the same
+//! port), `drive` (the one stream loop both run once their client is in sync), `session`
+//! (what the clock decides there, with no I/O: pings, liveness, falling behind), `sync` (what
+//! to send: the initial sync by deltas, digest buckets or snapshot, catching up, and the
+//! waits before a sync), `out` (queueing frames, bounded writes, pings and the end in each
+//! protocol's dialect), [`limit`] (the connection limits and the log of refusals),
+//! [`registry`] (every open connection), [`info`] (what each connection is doing, for
+//! `/status?nodes` and the per-phase gauges), [`stream`] (a client's byte stream, plain TCP
+//! or TLS, as one type); this file holds what they share, with the errors a connection ends
+//! with and how each is logged and counted ([`ended`]).
 
 pub mod admit;
 pub mod calico;
+mod drive;
 pub mod info;
 pub mod limit;
 mod out;
@@ -38,17 +45,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use typha_protocol::calico::{Protocol, StreamError};
 use typha_protocol::frame::FrameError;
 use typha_protocol::handshake::{Rejected, ServerOffer};
-use typha_protocol::message::{GoodbyeReason, MessageType};
+use typha_protocol::message::GoodbyeReason;
 
 use self::limit::Refusals;
 pub use self::registry::Close;
 use self::registry::ConnRegistry;
 use crate::cache::Cache;
-use crate::cache::calico::CalicoSnapshots;
+use crate::cache::calico::{CalicoSnapshots, Unencodable};
 use crate::cache::snapshot::{SnapshotConfig, Snapshots};
 use crate::governor::share::{Limits, Ranking};
+use crate::metrics::DropReason;
 use crate::syncer::freshness::Freshness;
 
 /// Connection settings (defaults are Calico Typha's).
@@ -191,7 +200,7 @@ impl Ctx {
     }
 }
 
-/// Why a connection ended.
+/// Why a connection ended, in either protocol.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
     /// The socket failed or the peer went away.
@@ -200,15 +209,21 @@ pub enum ConnError {
     /// A write did not complete in time.
     #[error("write stalled for {0:?}")]
     WriteTimeout(Duration),
-    /// The peer sent bytes that are not a valid frame.
+    /// The peer sent bytes that are not a valid frame of ours.
     #[error("protocol error: {0}")]
     Frame(#[source] FrameError),
-    /// The peer sent a message a client may not send.
+    /// The peer's bytes are not a valid stream of Calico's protocol.
+    #[error("protocol error: {0}")]
+    Stream(#[source] StreamError),
+    /// The peer sent a message a client may not send (at this point).
     #[error("protocol error: unexpected {0} from a client")]
-    Unexpected(MessageType),
+    Unexpected(String),
     /// A frame of ours could not be encoded (a bug, logged where it happened).
     #[error("protocol error: a frame could not be encoded")]
     Unencodable,
+    /// A Calico message could not be encoded (a bug, logged where it happened).
+    #[error(transparent)]
+    CalicoUnencodable(#[from] Unencodable),
     /// The hello was not a valid frame.
     #[error("handshake: {0}")]
     HandshakeFrame(#[source] FrameError),
@@ -217,13 +232,105 @@ pub enum ConnError {
     /// room for it (the stream loop's, for the connection's life).
     #[error("handshake: {0}")]
     Handshake(#[source] Box<Rejected>),
-    /// No hello before the deadline.
-    #[error("handshake: handshake timed out")]
-    HandshakeTimeout,
-    /// The server closed it (reason sent as a Goodbye).
+    /// A Calico hello asked for something we do not serve (named in the text).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// This message did not come before the handshake deadline.
+    #[error("handshake: no {0} in time")]
+    HandshakeTimeout(&'static str),
+    /// No pong (or, from ours, ack) within the pong timeout.
+    #[error("no pong in time")]
+    PingTimeout,
+    /// The client is further behind than the fall-behind limit lets it be.
+    #[error("fell behind: {0}")]
+    FellBehind(String),
+    /// The server closed it (a drain, a balancing move; for ours, said in a Goodbye).
     #[error("closed: {0}")]
     Closed(GoodbyeReason),
     /// The peer closed it.
     #[error("peer closed the connection")]
     PeerClosed,
+}
+
+impl ConnError {
+    /// Why the client is told the server ends the connection for this error, and what it is
+    /// told (a Goodbye, for ours; Calico's protocol has none and is just closed). `None`:
+    /// nothing is said (the connection cannot carry it, or the client went away).
+    pub(super) fn goodbye(&self) -> Option<(GoodbyeReason, String)> {
+        let reason = match self {
+            ConnError::Frame(_) | ConnError::Stream(_) | ConnError::Unexpected(_) => {
+                GoodbyeReason::ProtocolError
+            }
+            ConnError::FellBehind(_) => GoodbyeReason::FellBehind,
+            ConnError::PingTimeout => GoodbyeReason::PingTimeout,
+            _ => return None,
+        };
+        let message = match self {
+            ConnError::FellBehind(_) => "fell too far behind".to_string(),
+            ConnError::PingTimeout => reason.to_string(),
+            ConnError::Unexpected(what) => format!("unexpected {what} from a client"),
+            other => other.to_string(),
+        };
+        Some((reason, message))
+    }
+
+    /// The reason a drop for this error is counted under (`typha_connections_dropped_total`);
+    /// `None`: not a drop (the client left, or the server sent it away on purpose).
+    fn drop_reason(&self) -> Option<DropReason> {
+        Some(match self {
+            ConnError::WriteTimeout(_) => DropReason::write_timeout,
+            ConnError::Frame(_)
+            | ConnError::Stream(_)
+            | ConnError::Unexpected(_)
+            | ConnError::Unencodable => DropReason::protocol_error,
+            ConnError::CalicoUnencodable(_) => DropReason::encode_error,
+            ConnError::HandshakeFrame(_)
+            | ConnError::Handshake(_)
+            | ConnError::Refused(_)
+            | ConnError::HandshakeTimeout(_) => DropReason::handshake,
+            ConnError::PingTimeout | ConnError::Closed(GoodbyeReason::PingTimeout) => {
+                DropReason::ping_timeout
+            }
+            ConnError::FellBehind(_) | ConnError::Closed(GoodbyeReason::FellBehind) => {
+                DropReason::fell_behind
+            }
+            ConnError::Io(_) | ConnError::Closed(_) | ConnError::PeerClosed => return None,
+        })
+    }
+}
+
+/// Logs how a connection ended, once, at its task's boundary, and counts a drop by its
+/// reason. A Calico client dropped while it was served, or refused, gets a warning: it cannot
+/// resume, and will reconnect and take a whole snapshot (ours resumes by deltas: a line at
+/// info).
+pub fn ended(ctx: &Ctx, protocol: Protocol, result: Result<(), ConnError>) {
+    let e = match result {
+        Ok(()) | Err(ConnError::PeerClosed) => return tracing::debug!("connection closed"),
+        // Sent away on purpose (a drain, a balancing move): expected, not logged.
+        Err(e @ ConnError::Closed(GoodbyeReason::Shutdown | GoodbyeReason::Rebalance)) => {
+            return tracing::debug!("{e}");
+        }
+        Err(e) => e,
+    };
+    let reason = e.drop_reason();
+    if let Some(r) = reason {
+        ctx.cache.metrics.dropped(r);
+    }
+    if protocol != Protocol::Calico {
+        return tracing::info!(error = %e, "connection ended");
+    }
+    match reason {
+        Some(
+            r @ (DropReason::write_timeout
+            | DropReason::ping_timeout
+            | DropReason::fell_behind
+            | DropReason::encode_error),
+        ) => {
+            tracing::warn!(reason = r.label(), error = %e, "Calico client dropped; it will reconnect and resync")
+        }
+        Some(DropReason::handshake) if matches!(e, ConnError::Refused(_)) => {
+            tracing::warn!(error = %e, "Calico client refused; closing")
+        }
+        _ => tracing::info!(error = %e, "Calico connection ended"),
+    }
 }

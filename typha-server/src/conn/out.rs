@@ -1,17 +1,20 @@
 //! Writing to a client: frames queue up and leave in bounded writes, each under the write
-//! timeout.
+//! timeout. Also the two frames every connection writes at any point of its life, in its
+//! protocol's [`Dialect`]: pings, and the end (ours: a Goodbye; Calico's: just closed).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, timeout_at};
-use typha_protocol::message::{Goodbye, GoodbyeReason, Message};
+use typha_protocol::calico::messages::{GoTime, Message as CalicoMessage, Ping as CalicoPing};
+use typha_protocol::message::{Goodbye, GoodbyeReason, Message, Ping};
 
 use super::{ConnError, Ctx};
+use crate::cache::calico::Carriage;
 use crate::calico::libcalico::SyncerType;
 use crate::fanout::encode;
 
@@ -30,6 +33,17 @@ pub(super) struct Out<W> {
     /// The syncer type the connection's metrics count under (felix for ours; a Calico
     /// client's from its hello).
     pub(super) syncer: SyncerType,
+    /// How pings and the end are written.
+    pub(super) dialect: Dialect,
+}
+
+/// The protocol a connection speaks, as far as [`Out`] writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dialect {
+    /// Ours: pings timestamped from the server's start; a Goodbye at the end.
+    Ours,
+    /// Calico's, in this carriage: pings with the wall-clock time; no goodbye.
+    Calico(Carriage),
 }
 
 impl<W: AsyncWrite + Unpin> Out<W> {
@@ -43,6 +57,47 @@ impl<W: AsyncWrite + Unpin> Out<W> {
             writing: Duration::ZERO,
             queued: 0,
             syncer: SyncerType::Felix,
+            dialect: Dialect::Ours,
+        }
+    }
+
+    /// Queues a ping; returns its token, which the client's pong echoes ([`Follow::pong`]).
+    ///
+    /// [`Follow::pong`]: super::session::Follow::pong
+    pub(super) fn ping(&mut self, now: Instant) -> Result<u64, ConnError> {
+        match self.dialect {
+            Dialect::Ours => {
+                let micros = now.saturating_duration_since(self.ctx.started).as_micros();
+                let ts = u64::try_from(micros).unwrap_or(u64::MAX);
+                self.queue(encode(
+                    &Message::Ping(Ping {
+                        timestamp_micros: ts,
+                    }),
+                    false,
+                ))?;
+                Ok(ts)
+            }
+            Dialect::Calico(carriage) => {
+                let ts = GoTime::from_system_time(SystemTime::now());
+                let ping = CalicoMessage::Ping(CalicoPing { timestamp: ts });
+                self.queue(carriage.encode(&ping)?)?;
+                Ok(calico_token(ts))
+            }
+        }
+    }
+
+    /// Ends the connection for `reason`: ours says so in a Goodbye (suggesting `redirect`, or
+    /// the usual servers, when the reason calls for them) in place of anything still queued;
+    /// Calico's protocol has no goodbye, and its connection is just closed.
+    pub(super) async fn end(
+        &mut self,
+        reason: GoodbyeReason,
+        message: &str,
+        redirect: Option<Vec<String>>,
+    ) {
+        match self.dialect {
+            Dialect::Ours => self.goodbye_to(reason, message, redirect).await,
+            Dialect::Calico(_) => self.close().await,
         }
     }
 
@@ -176,6 +231,13 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), self.w.shutdown()).await;
     }
+}
+
+/// A Calico ping's token: its timestamp, as the pong echoes it.
+pub(super) fn calico_token(t: GoTime) -> u64 {
+    (t.seconds as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.nanos as u64)
 }
 
 /// ±10 % jitter, as Typha does, so pings from thousands of connections do not line up.

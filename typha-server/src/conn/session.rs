@@ -1,13 +1,14 @@
 //! What a streaming connection decides by the clock, for both protocols, with no I/O: time is
 //! passed in and the decisions come out, so a table of cases tests them without a socket or
-//! a runtime (below). The protocol's task (`task.rs` for ours, `calico.rs` for Calico's) does
-//! the reading and writing and asks it:
+//! a runtime (below). The stream loop (`drive.rs`, the same for both protocols) does the
+//! reading and writing and asks it:
 //!
 //! - **Pings and liveness**: when the next ping is due (`next_ping`, ±10 % jitter as Typha
 //!   has it); whether the client has been silent longer than the pong timeout (a pong, or
 //!   for ours an ack, is `heard`), not counting the time the task spent blocked writing to it
 //!   (`pause_for_writing`: while we write we read nothing, and our pings wait behind the
-//!   data, so a slow but steady reader must not look dead).
+//!   data, so a slow but steady reader must not look dead); how long the first ping not
+//!   answered yet took (`pong`, Typha's `typha_ping_latency`).
 //! - **Falling behind**: whether the next breadcrumb, created when it was, may still be sent
 //!   (`next_breadcrumb`): within `TYPHA_SERVERMAXFALLBEHINDSECS`, plus the grace period after
 //!   the initial sync (`TYPHA_SERVERNEWCLIENTFALLBEHINDGRACEPERIOD`); whether only the grace
@@ -41,6 +42,8 @@ pub(super) struct Follow {
     grace_used: bool,
     /// The last round found nothing to send: the next breadcrumb is one the client waited for.
     caught_up: bool,
+    /// The first ping not answered yet: its token and when it was sent.
+    ping_sent: Option<(u64, Instant)>,
 }
 
 /// What [`Follow::next_breadcrumb`] decided.
@@ -67,6 +70,7 @@ impl Follow {
             grace_until: now + cfg.new_client_grace,
             grace_used: false,
             caught_up: false,
+            ping_sent: None,
         }
     }
 
@@ -75,9 +79,18 @@ impl Follow {
         self.next_ping
     }
 
-    /// The client was heard from (a pong; for ours also an ack) at `now`.
+    /// The client was heard from (for ours, an ack) at `now`.
     pub(super) fn heard(&mut self, now: Instant) {
         self.last_heard = now;
+    }
+
+    /// A pong echoing the ping of `token` came at `now`: the client is heard from; if it
+    /// answers the first ping not answered yet, how long that took (Typha's
+    /// `typha_ping_latency`; one ping in flight is timed at a time).
+    pub(super) fn pong(&mut self, token: u64, now: Instant) -> Option<Duration> {
+        self.heard(now);
+        let (_, at) = self.ping_sent.take_if(|(t, _)| *t == token)?;
+        Some(now.saturating_duration_since(at))
     }
 
     /// The task has spent `writing` in all blocked writing to the client: that time does not
@@ -93,9 +106,12 @@ impl Follow {
         now.saturating_duration_since(self.last_heard) > self.pong_timeout
     }
 
-    /// A ping was sent at `now`: the next is due an interval (jittered) later.
-    pub(super) fn pinged(&mut self, now: Instant) {
+    /// The ping of `token` was sent at `now`: the next is due an interval (jittered) later.
+    pub(super) fn pinged(&mut self, now: Instant, token: u64) {
         self.next_ping = now + jitter(self.ping_interval);
+        if self.ping_sent.is_none() {
+            self.ping_sent = Some((token, now));
+        }
     }
 
     /// The last round found nothing more to send.
@@ -251,6 +267,21 @@ mod tests {
     }
 
     #[test]
+    fn a_pong_times_the_first_ping_not_answered() {
+        let base = Instant::now() + Duration::from_secs(1000);
+        let at = |ms: u64| base + Duration::from_millis(ms);
+        let mut s = Follow::new(base, &cfg());
+        s.pinged(at(0), 1);
+        s.pinged(at(10_000), 2);
+        assert_eq!(s.pong(2, at(10_050)), None, "not the ping being timed");
+        assert!(!s.silent_too_long(at(70_000)), "but the client is heard");
+        assert_eq!(s.pong(1, at(10_100)), Some(Duration::from_millis(10_100)));
+        assert_eq!(s.pong(1, at(10_200)), None, "timed once");
+        s.pinged(at(20_000), 3);
+        assert_eq!(s.pong(3, at(20_020)), Some(Duration::from_millis(20)));
+    }
+
+    #[test]
     fn pings_are_jittered_within_ten_percent() {
         let base = Instant::now();
         let mut s = Follow::new(base, &cfg());
@@ -264,7 +295,7 @@ mod tests {
             );
             seen.insert(gap.as_millis());
             now = s.next_ping();
-            s.pinged(now);
+            s.pinged(now, 0);
         }
         assert!(
             seen.len() > 100,

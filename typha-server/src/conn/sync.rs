@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until};
 use typha_protocol::digest::BUCKETS;
 use typha_protocol::handshake::Session;
-use typha_protocol::message::{Deltas, Features, GoodbyeReason, Message, Ping, Resume, Seq};
+use typha_protocol::message::{Deltas, Features, GoodbyeReason, Message, Resume, Seq};
 use typha_protocol::model::{Revision, SyncStatus};
 
 use super::out::{Out, jitter, scopeguard};
@@ -21,13 +21,15 @@ use crate::fanout::{self, Step, Variant, encode, plan};
 use crate::metrics::ResumeKind;
 
 /// Waits for `until`, pinging the client meanwhile (so its read timeout does not fire); a
-/// close request ends the wait with a Goodbye.
+/// close request ends the wait, with a Goodbye for ours. What is queued (the server's hello)
+/// goes out first: a client must not wait for its answer until the first ping.
 async fn pinging<W: AsyncWrite + Unpin, T>(
     ctx: &Arc<Ctx>,
     out: &mut Out<W>,
     close: &mut oneshot::Receiver<Close>,
     until: impl std::future::Future<Output = T>,
 ) -> Result<T, ConnError> {
+    out.flush().await?;
     tokio::pin!(until);
     loop {
         let ping = Instant::now() + jitter(ctx.cfg.ping_interval);
@@ -35,20 +37,19 @@ async fn pinging<W: AsyncWrite + Unpin, T>(
             v = &mut until => return Ok(v),
             close = &mut *close => {
                 let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
-                out.goodbye_to(close.reason, "server closing this connection", close.redirect).await;
+                out.end(close.reason, "server closing this connection", close.redirect).await;
                 return Err(ConnError::Closed(close.reason));
             }
             () = sleep_until(ping) => {
-                let ts = u64::try_from(ping.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
-                out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
+                out.ping(ping)?;
                 out.flush().await?;
             }
         }
     }
 }
 
-/// Waits for a turn to write an initial sync, pinging the client meanwhile; the turn lasts
-/// as long as the permit is held.
+/// Waits for a turn to write an initial sync (either protocol's), pinging the client
+/// meanwhile; the turn lasts as long as the permit is held.
 pub(super) async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     out: &mut Out<W>,
@@ -205,8 +206,9 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     Ok((snap.crumb.clone(), ResumeKind::snapshot))
 }
 
-/// Sends what the client has not seen, as few shared frames as the history allows. A client
-/// whose position has left the window gets a fresh snapshot in-band.
+/// Queues one bounded round of what the client has not seen, as few shared frames as the
+/// history allows; `Ok(true)`: more is waiting. A client whose position has left the window
+/// gets a fresh snapshot in-band.
 pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     cursor: &mut Arc<Breadcrumb>,
@@ -214,24 +216,26 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     v: Variant,
     follow: &mut Follow,
     out: &mut Out<W>,
-) -> Result<(), ConnError> {
+) -> Result<bool, ConnError> {
     let cache = &ctx.cache;
     let latest = cache.latest();
     if latest.seq <= cursor.seq {
         follow.caught_up();
-        return Ok(());
+        return Ok(false);
     }
     let Some(next) = cache.get(Seq(cursor.seq.0 + 1)) else {
         // Fell out of the window: resnapshot (the client replaces its state). Boxed: rare, and
         // not worth room in every streaming connection's future.
-        return Box::pin(resnapshot(ctx, cursor, sent_status, v, out)).await;
+        Box::pin(resnapshot(ctx, cursor, sent_status, v, out)).await?;
+        return Ok(cursor.seq < cache.latest().seq);
     };
     let m = &cache.metrics;
     let mut waited = match follow.next_breadcrumb(Instant::now(), next.created) {
-        Next::FellBehind(_) => {
-            out.goodbye(GoodbyeReason::FellBehind, "fell too far behind")
-                .await;
-            return Err(ConnError::Closed(GoodbyeReason::FellBehind));
+        Next::FellBehind(age) => {
+            return Err(ConnError::FellBehind(format!(
+                "breadcrumb {} is {age:?} old",
+                next.seq.0
+            )));
         }
         Next::Send { grace_used, waited } => {
             if grace_used {
@@ -292,7 +296,12 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
             break;
         }
     }
-    Ok(())
+    if cursor.seq < latest.seq {
+        return Ok(true);
+    }
+    // Up to date: the next breadcrumb is one it waits for.
+    follow.caught_up();
+    Ok(false)
 }
 
 /// A fresh snapshot in-band, for a client whose position left the window.

@@ -1,21 +1,21 @@
-//! A connection's life: handshake (hello within the deadline, counted from accept), initial
-//! sync, then the stream loop: breadcrumbs as they come, pings, pongs and acks read, until
-//! either side closes or a limit is hit. The outcome is logged once, at the task's boundary.
+//! A connection of our protocol: the handshake (hello within the deadline, counted from
+//! accept), the initial sync, then the stream loop (`drive.rs`) with `Ours`: breadcrumbs as
+//! shared delta and span frames, staleness changes; pongs, acks and a goodbye read. The
+//! outcome is logged once, at the task's boundary ([`super::ended`]).
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
-use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::{oneshot, watch};
-use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio::time::{Instant, timeout_at};
 use tracing::{debug, info, warn};
 use typha_protocol::frame::{FrameDecoder, Limits};
 use typha_protocol::handshake::{ServerHandshake, Session};
-use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Ping};
+use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Seq};
+use typha_protocol::model::SyncStatus;
 
+use super::drive::{self, Feed};
 use super::info::{ConnInfo, Phase};
 use super::out::Out;
 use super::session::Follow;
@@ -26,39 +26,9 @@ use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::calico::libcalico::SyncerType;
 use crate::fanout::{Variant, encode};
-use crate::metrics::DropReason;
 use crate::syncer::freshness::Published;
 
-/// Logs how a connection served by [`run`] ended, once, and counts a drop by its reason.
-pub fn ended(ctx: &Ctx, result: Result<(), ConnError>) {
-    match result {
-        Ok(()) | Err(ConnError::PeerClosed) => debug!("connection closed"),
-        // Sent away on purpose (a drain, a balancing move): expected, counted, not logged.
-        Err(e @ ConnError::Closed(GoodbyeReason::Shutdown | GoodbyeReason::Rebalance)) => {
-            debug!("{e}")
-        }
-        Err(e) => {
-            let reason = match &e {
-                ConnError::WriteTimeout(_) => Some(DropReason::write_timeout),
-                ConnError::Frame(_) | ConnError::Unexpected(_) | ConnError::Unencodable => {
-                    Some(DropReason::protocol_error)
-                }
-                ConnError::HandshakeFrame(_)
-                | ConnError::Handshake(_)
-                | ConnError::HandshakeTimeout => Some(DropReason::handshake),
-                ConnError::Closed(GoodbyeReason::PingTimeout) => Some(DropReason::ping_timeout),
-                ConnError::Closed(GoodbyeReason::FellBehind) => Some(DropReason::fell_behind),
-                _ => None,
-            };
-            if let Some(r) = reason {
-                ctx.cache.metrics.dropped(r);
-            }
-            info!(error = %e, "connection ended");
-        }
-    }
-}
-
-/// Serves one connection of our protocol until it ends (then [`ended`] tells how).
+/// Serves one connection of our protocol until it ends (then [`super::ended`] tells how).
 /// `prefix`: bytes already read from the stream (to tell its protocol). Its future is the
 /// stream loop's state, kept for the connection's life: the connection's task holds it
 /// inline, and what only the start needs is boxed.
@@ -89,113 +59,67 @@ where
         let Started {
             mut out,
             mut close,
-            mut dec,
-            mut rbuf,
-            may_receive,
-            variant,
-            mut cursor,
-            mut staleness,
-            tells_staleness,
+            rbuf,
+            mut feed,
+            staleness,
         } = start.await?;
-        let mut follow = Follow::new(Instant::now(), &ctx.cfg);
-        let _following = ctx.cache.follow(SyncerType::Felix);
+        drive::stream(
+            ctx,
+            &mut out,
+            &mut close,
+            info,
+            &mut feed,
+            rbuf,
+            staleness,
+            SyncerType::Felix,
+        )
+        .await
+    }
+}
 
-        let mut crumbs: watch::Receiver<Arc<Breadcrumb>> = ctx.cache.subscribe();
-        let mut sent_status = cursor.status;
-        // One timer for the whole stream, moved after each ping: a fresh one per turn of the
-        // loop (per breadcrumb) would be registered and cancelled thousands of times a second
-        // across the connections.
-        let ping_timer = sleep_until(follow.next_ping());
-        tokio::pin!(ping_timer);
-        // The timestamp of the first ping not answered yet (when it was sent: from the
-        // timestamp).
-        let mut ping_sent: Option<u64> = None;
-        // The client is alive if it answers pings or acknowledges what it applied (acks come while
-        // it works through a long catch-up, when our pings wait behind the data). The clock stops
-        // while we are writing to it (`Follow::pause_for_writing`): a client that reads slowly
-        // but steadily is the write timeout's business, not the pong timeout's.
-        follow.pause_for_writing(out.writing, Instant::now());
+/// What a client of ours is sent once in sync, and what it may say.
+struct Ours {
+    dec: FrameDecoder,
+    /// What the client may send: a [`bit`] per message type (the session's 48 bytes would be
+    /// kept for this alone).
+    may_receive: u32,
+    variant: Variant,
+    /// The last breadcrumb it was sent.
+    cursor: Arc<Breadcrumb>,
+    /// The sync status it was last told.
+    sent_status: SyncStatus,
+}
 
-        loop {
-            // First time round this also sends breadcrumbs published while the initial sync was
-            // being written (they came before the subscription and would not wake us).
-            catch_up(
-                ctx,
-                &mut cursor,
-                &mut sent_status,
-                variant,
-                &mut follow,
-                &mut out,
-            )
-            .await?;
-            out.flush().await?;
-            info.sent(cursor.seq);
-            tokio::select! {
-                close = &mut close => {
-                    let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
-                    out.goodbye_to(close.reason, "server closing this connection", close.redirect).await;
-                    return Err(ConnError::Closed(close.reason));
-                }
-                Ok(()) = staleness.changed(), if tells_staleness => {
-                    let frame = staleness.borrow_and_update().frame.clone();
-                    out.queue(frame)?;
-                }
-                changed = crumbs.changed() => {
-                    if changed.is_err() {
-                        out.goodbye(GoodbyeReason::Shutdown, "cache closed").await;
-                        return Err(ConnError::Closed(GoodbyeReason::Shutdown));
-                    }
-                }
-                n = read_some(out.io(), &mut rbuf) => {
-                    match n {
-                        Ok(0) => return Err(ConnError::PeerClosed),
-                        Ok(_) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                    if let Err(e) = inbound(ctx, may_receive, &mut dec, &mut rbuf, &mut follow, &mut ping_sent, info) {
-                        return Err(Box::pin(refuse(&mut out, e)).await);
-                    }
-                }
-                () = &mut ping_timer => {
-                    follow.pause_for_writing(out.writing, Instant::now());
-                    if follow.silent_too_long(Instant::now()) {
-                        // While a long write to this client was in progress nothing was read: its
-                        // pongs may be waiting in the socket. Judge only after reading them.
-                        // (Bounded: a client that keeps sending cannot keep us here. Boxed: rare, and
-                        // not worth room in the connection's future for its life.)
-                        Box::pin(async {
-                            for _ in 0..64 {
-                                let Ok(n) = tokio::time::timeout(Duration::ZERO, read_some(out.io(), &mut rbuf)).await else {
-                                    break;
-                                };
-                                match n {
-                                    Ok(0) => return Err(ConnError::PeerClosed),
-                                    Ok(_) => {}
-                                    Err(e) => return Err(e.into()),
-                                }
-                                if let Err(e) = inbound(ctx, may_receive, &mut dec, &mut rbuf, &mut follow, &mut ping_sent, info) {
-                                    return Err(Box::pin(refuse(&mut out, e)).await);
-                                }
-                            }
-                            Ok(())
-                        })
-                        .await?;
-                    }
-                    let now = Instant::now();
-                    if follow.silent_too_long(now) {
-                        out.goodbye(GoodbyeReason::PingTimeout, "no pong in time").await;
-                        return Err(ConnError::Closed(GoodbyeReason::PingTimeout));
-                    }
-                    let ts = u64::try_from(now.duration_since(ctx.started).as_micros()).unwrap_or(u64::MAX);
-                    out.queue(encode(&Message::Ping(Ping { timestamp_micros: ts }), false))?;
-                    if ping_sent.is_none() {
-                        ping_sent = Some(ts);
-                    }
-                    follow.pinged(now);
-                    ping_timer.as_mut().reset(follow.next_ping());
-                }
-            }
-        }
+impl Feed for Ours {
+    fn position(&self) -> Seq {
+        self.cursor.seq
+    }
+
+    async fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        follow: &mut Follow,
+        out: &mut Out<S>,
+    ) -> Result<bool, ConnError> {
+        catch_up(
+            ctx,
+            &mut self.cursor,
+            &mut self.sent_status,
+            self.variant,
+            follow,
+            out,
+        )
+        .await
+    }
+
+    fn inbound(
+        &mut self,
+        ctx: &Ctx,
+        rbuf: &mut BytesMut,
+        follow: &mut Follow,
+        info: &ConnInfo,
+    ) -> Result<(), ConnError> {
+        inbound(ctx, self.may_receive, &mut self.dec, rbuf, follow, info)
     }
 }
 
@@ -203,15 +127,10 @@ where
 struct Started<S> {
     out: Out<S>,
     close: oneshot::Receiver<Close>,
-    dec: FrameDecoder,
     rbuf: BytesMut,
-    /// What the client may send: a [`bit`] per message type (the session's 48 bytes would be
-    /// kept for this alone).
-    may_receive: u32,
-    variant: Variant,
-    cursor: Arc<Breadcrumb>,
-    staleness: watch::Receiver<Published>,
-    tells_staleness: bool,
+    feed: Ours,
+    /// Changes of the view's staleness, for a client that asked to be told.
+    staleness: Option<watch::Receiver<Published>>,
 }
 
 /// [`start`], owning what the stream loop takes over.
@@ -229,20 +148,22 @@ where
     Ok(Started {
         out,
         close,
-        dec: s.dec,
         rbuf: s.rbuf,
-        may_receive: MessageType::ALL
-            .iter()
-            .filter(|t| s.session.may_receive(**t))
-            .fold(0, |mask, t| mask | bit(*t)),
-        variant: Variant::of(&s.session),
-        cursor: s.cursor,
-        staleness: s.staleness,
-        tells_staleness: s.tells_staleness,
+        feed: Ours {
+            dec: s.dec,
+            may_receive: MessageType::ALL
+                .iter()
+                .filter(|t| s.session.may_receive(**t))
+                .fold(0, |mask, t| mask | bit(*t)),
+            variant: Variant::of(&s.session),
+            sent_status: s.cursor.status,
+            cursor: s.cursor,
+        },
+        staleness: s.tells_staleness.then_some(s.staleness),
     })
 }
 
-/// A message type's bit in [`Started::may_receive`] (the types are numbered 1 to 12).
+/// A message type's bit in [`Ours::may_receive`] (the types are numbered 1 to 12).
 fn bit(t: MessageType) -> u32 {
     1 << (t as u32)
 }
@@ -297,7 +218,7 @@ where
                     .as_ref()
                     .map_or_else(|| "handshake timed out".into(), |r| r.to_string());
                 out.goodbye(GoodbyeReason::HandshakeTimeout, &msg).await;
-                return Err(rej.map_or(ConnError::HandshakeTimeout, |r| {
+                return Err(rej.map_or(ConnError::HandshakeTimeout("hello"), |r| {
                     ConnError::Handshake(Box::new(r))
                 }));
             }
@@ -401,15 +322,13 @@ where
 }
 
 /// Handles every complete message in `rbuf`: pongs and acks; a goodbye or anything a client
-/// may not send ends the connection ([`refuse`] says why to the client). Not async: the
-/// stream loop's state keeps no room for it.
+/// may not send ends the connection (the stream loop says why to the client).
 fn inbound(
     ctx: &Ctx,
     may_receive: u32,
     dec: &mut FrameDecoder,
     rbuf: &mut BytesMut,
     follow: &mut Follow,
-    ping_sent: &mut Option<u64>,
     info: &ConnInfo,
 ) -> Result<(), ConnError> {
     loop {
@@ -426,18 +345,16 @@ fn inbound(
             Err(e) => return Err(ConnError::Frame(e)),
         };
         if may_receive & bit(msg.message_type()) == 0 {
-            return Err(ConnError::Unexpected(msg.message_type()));
+            return Err(ConnError::Unexpected(msg.message_type().to_string()));
         }
         match msg {
             Message::Pong(p) => {
-                follow.heard(Instant::now());
-                if let Some(ts) = ping_sent.take_if(|ts| *ts == p.ping_timestamp_micros) {
-                    let at = ctx.started + Duration::from_micros(ts);
+                if let Some(took) = follow.pong(p.ping_timestamp_micros, Instant::now()) {
                     ctx.cache
                         .metrics
                         .ping_latency
                         .felix()
-                        .observe(at.elapsed().as_secs_f64());
+                        .observe(took.as_secs_f64());
                 }
             }
             Message::Ack(a) => {
@@ -455,40 +372,9 @@ fn inbound(
                 debug!(reason = %g.reason, message = %g.message, "client said goodbye");
                 return Err(ConnError::PeerClosed);
             }
-            other => return Err(ConnError::Unexpected(other.message_type())),
+            other => return Err(ConnError::Unexpected(other.message_type().to_string())),
         }
     }
-}
-
-/// Ends a connection for what [`inbound`] found: a frame that does not decode or a message a
-/// client may not send gets a Goodbye saying so; returns the error. (Boxed where it is called:
-/// once per connection at most.)
-async fn refuse<W: AsyncWrite + Unpin>(out: &mut Out<W>, e: ConnError) -> ConnError {
-    let message = match &e {
-        ConnError::Frame(f) => Some(f.to_string()),
-        ConnError::Unexpected(ty) => Some(format!("unexpected {ty} from a client")),
-        _ => None,
-    };
-    if let Some(message) = message {
-        out.goodbye(GoodbyeReason::ProtocolError, &message).await;
-    }
-    e
-}
-
-/// Reads what the client sent, appending it to `rbuf`; 0: the client closed the connection.
-/// Through a buffer on the stack, there only while polled: a connection waiting for its
-/// client keeps no read buffer (the stream loop's `rbuf` holds only a partial frame).
-fn read_some<'a, S: AsyncRead + Unpin>(
-    s: &'a mut S,
-    rbuf: &'a mut BytesMut,
-) -> impl Future<Output = std::io::Result<usize>> + 'a {
-    std::future::poll_fn(move |cx| {
-        let mut tmp = [0u8; 1024];
-        let mut b = ReadBuf::new(&mut tmp);
-        std::task::ready!(Pin::new(&mut *s).poll_read(cx, &mut b))?;
-        rbuf.extend_from_slice(b.filled());
-        Poll::Ready(Ok(b.filled().len()))
-    })
 }
 
 #[cfg(test)]
