@@ -18,6 +18,7 @@ pub struct Position {
     digest: AtomicU64,
     seq: AtomicU64,
     applied: AtomicBool,
+    connected: AtomicBool,
 }
 
 impl Position {
@@ -40,6 +41,17 @@ impl Position {
             .then(|| Seq(self.seq.load(Ordering::Relaxed)))
     }
 
+    /// Whether a session with a server is up now (past its handshake; the same moments as
+    /// `typha_client_connected`, for a caller that decides on it: a metric is for reading,
+    /// not for deciding).
+    pub fn connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_connected(&self, up: bool) {
+        self.connected.store(up, Ordering::Release);
+    }
+
     pub(crate) fn publish(&self, digest: u64, seq: Seq) {
         self.digest.store(digest, Ordering::Relaxed);
         self.seq.store(seq.0, Ordering::Relaxed);
@@ -57,5 +69,6 @@ mod tests {
         assert_eq!((p.digest(), p.seq()), (None, None));
         p.publish(0xabc, Seq(7));
         assert_eq!((p.digest(), p.seq()), (Some(0xabc), Some(Seq(7))));
+        assert!(!p.connected(), "connected is the store's to say");
     }
 }

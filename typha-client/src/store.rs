@@ -380,6 +380,9 @@ impl Store {
 
     /// A new connection was established with `session`.
     pub fn connected(&mut self, session: &Session, cb: &mut dyn SyncerCallbacks) {
+        if let Some(p) = &self.position {
+            p.set_connected(true);
+        }
         self.epoch = Some(session.epoch);
         self.session = true;
         self.caught_up = false;
@@ -392,6 +395,9 @@ impl Store {
 
     /// The connection was lost: the state stays; the consumer hears ResyncInProgress.
     pub fn disconnected(&mut self, cb: &mut dyn SyncerCallbacks) {
+        if let Some(p) = &self.position {
+            p.set_connected(false);
+        }
         self.session = false;
         self.light_seen = 0;
         self.light_skipped = false;

@@ -369,34 +369,19 @@ impl RunningServer {
         self.metrics.shutdown_draining.set(1);
         let _ = self.shutdown.send(true);
         let _ = self.accept_task.await;
-        let start = Instant::now();
-        let budget = self.shutdown_timeout.mul_f64(0.95);
         let n = self.conns.closable();
         self.metrics
             .shutdown_connections_remaining
             .set(i64::try_from(n).unwrap_or(i64::MAX));
-        // Typha's pacing: one connection every 0.95 x timeout / connections, at most 1 s apart.
-        let step =
-            (budget / u32::try_from(n.max(1)).unwrap_or(u32::MAX)).min(Duration::from_secs(1));
-        info!(
-            connections = n,
-            ?step,
-            "shutting down: closing connections gradually"
-        );
-        while self
-            .conns
-            .close_next(Close::because(GoodbyeReason::Shutdown))
-        {
-            let left = self.conns.closable();
-            self.metrics.dropped(DropReason::shutdown);
-            self.metrics
-                .shutdown_connections_remaining
-                .set(i64::try_from(left).unwrap_or(i64::MAX));
-            if left == 0 || start.elapsed() >= self.shutdown_timeout {
-                break;
-            }
-            tokio::time::sleep(step).await;
-        }
+        let metrics = &self.metrics;
+        self.conns
+            .drain(self.shutdown_timeout, |left| {
+                metrics.dropped(DropReason::shutdown);
+                metrics
+                    .shutdown_connections_remaining
+                    .set(i64::try_from(left).unwrap_or(i64::MAX));
+            })
+            .await;
         // Any connection still registered now is closed at once.
         // (Connections registered after the drain began, still in their handshake then, are
         // among them.)

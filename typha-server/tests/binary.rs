@@ -897,17 +897,12 @@ async fn a_drain_fails_readiness_at_once_and_keeps_liveness_and_metrics_until_th
     assert!(remaining.windows(2).all(|w| w[1] <= w[0]), "{remaining:?}");
     assert!(remaining.iter().any(|r| *r >= 1.0), "{remaining:?}");
 
-    // Paced as Typha paces it: one connection every 0.95 x timeout / connections (at most
-    // 1 s apart), so the drain spreads over the timeout instead of a stampede. The times are
-    // when this process saw each Goodbye: a stall of the test process bunches two of them, so
-    // the pace is read from the middle gap and the whole spread, not from every gap.
+    // Spread over the timeout, not a stampede. The exact pace (one connection every 0.95 x
+    // timeout / connections, at most 1 s apart) is tested on a paused clock for both
+    // protocols (`conn::drive::tests`); here the times are when this process saw each
+    // Goodbye, and a stall of the test process bunches some of them, so only the whole spread
+    // is checked, with room.
     let step = Duration::from_secs_f64((0.95 * TIMEOUT_SECS / CLIENTS as f64).min(1.0));
-    let mut gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
-    gaps.sort();
-    assert!(
-        gaps[gaps.len() / 2] >= step.mul_f64(0.6),
-        "Goodbyes {gaps:?} apart, expected about {step:?}"
-    );
     let spread = last_goodbye - times[0];
     assert!(
         spread >= step.mul_f64(0.5 * (CLIENTS - 1) as f64)

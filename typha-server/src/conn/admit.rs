@@ -8,10 +8,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, timeout_at};
 use tracing::{Instrument, Span, debug, field, info, info_span, warn};
-use typha_protocol::calico::Protocol;
+use typha_protocol::calico::{Protocol, detect};
 use typha_protocol::message::GoodbyeReason;
 
 use super::limit::Slot;
@@ -169,7 +171,7 @@ where
     if slot.is_none() {
         deadline = deadline.min(Instant::now() + Duration::from_secs(1));
     }
-    let (protocol, prefix) = match calico::sniff(stream, deadline).await {
+    let (protocol, prefix) = match sniff(stream, deadline).await {
         Ok(p) => p,
         Err(e) => {
             m.dropped(DropReason::handshake);
@@ -231,6 +233,44 @@ where
         );
     }
     None
+}
+
+/// Why a connection ended before its protocol was told.
+#[derive(Debug, thiserror::Error)]
+pub enum SniffError {
+    /// The socket failed.
+    #[error("i/o: {0}")]
+    Io(#[source] std::io::Error),
+    /// The peer closed before its first message.
+    #[error("peer closed the connection before a hello")]
+    Closed,
+}
+
+/// Reads the first bytes of a connection until they tell its protocol (within `deadline`).
+/// Returns the protocol and the bytes read, which belong to its first message. Bytes that are
+/// neither protocol's, or none before the deadline, are left to ours, which answers them as it
+/// always has (a Goodbye saying what was wrong).
+pub async fn sniff<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    deadline: Instant,
+) -> Result<(Protocol, BytesMut), SniffError> {
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        match detect(&buf) {
+            Ok(Some(p)) => return Ok((p, buf)),
+            Ok(None) => {}
+            Err(e) => {
+                debug!(error = %e, "first bytes are not Calico's; left to our protocol");
+                return Ok((Protocol::Ours, buf));
+            }
+        }
+        match timeout_at(deadline, stream.read_buf(&mut buf)).await {
+            Ok(Ok(0)) => return Err(SniffError::Closed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(SniffError::Io(e)),
+            Err(_) => return Ok((Protocol::Ours, buf)),
+        }
+    }
 }
 
 /// A protocol's name in the connection's span (as `/status?nodes` names it).

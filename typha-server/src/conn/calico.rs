@@ -1,6 +1,6 @@
 //! A client speaking Calico's own Typha protocol (calico-node's Felix, confd, tunnel IP
 //! allocator, node status reporter), on the same port as ours, told apart by its first bytes
-//! ([`sniff`]).
+//! ([`admit::sniff`](super::admit::sniff)).
 //!
 //! ```text
 //! MsgClientHello ─▶ preamble, MsgServerHello ─▶ (snappy offered: MsgDecoderRestart, wait
@@ -30,61 +30,23 @@ use typha_protocol::calico::messages::{
     Side,
 };
 use typha_protocol::calico::snappy::{self, STREAM_IDENTIFIER};
-use typha_protocol::calico::{Protocol, StreamDecoder, detect};
+use typha_protocol::calico::{Protocol, StreamDecoder};
 use typha_protocol::message::Seq;
 use typha_protocol::model::SyncStatus;
 
-use super::drive::{self, Feed};
+use super::drive::{self, Feed, Streaming};
 use super::info::{ConnInfo, Phase};
 use super::out::{Dialect, Out, calico_token, scopeguard};
-use super::session::{Follow, Next};
-use super::sync::wait_for_sync_slot;
+use super::session::Follow;
+use super::sync::{count_step, may_send, wait_for_sync_slot};
 use super::{Close, ConnError, Ctx};
 use crate::cache::Pin as CachePin;
 use crate::cache::calico::{Carriage, Unencodable, build as build_snapshot};
 use crate::calico::libcalico::SyncerType;
 use crate::metrics::ResumeKind;
 
-/// Why a connection ended before its protocol was told.
-#[derive(Debug, thiserror::Error)]
-pub enum SniffError {
-    /// The socket failed.
-    #[error("i/o: {0}")]
-    Io(#[source] std::io::Error),
-    /// The peer closed before its first message.
-    #[error("peer closed the connection before a hello")]
-    Closed,
-}
-
-/// Reads the first bytes of a connection until they tell its protocol (within `deadline`).
-/// Returns the protocol and the bytes read, which belong to its first message. Bytes that are
-/// neither protocol's, or none before the deadline, are left to ours, which answers them as it
-/// always has (a Goodbye saying what was wrong).
-pub async fn sniff<S: AsyncRead + Unpin>(
-    stream: &mut S,
-    deadline: Instant,
-) -> Result<(Protocol, BytesMut), SniffError> {
-    let mut buf = BytesMut::with_capacity(1024);
-    loop {
-        match detect(&buf) {
-            Ok(Some(p)) => return Ok((p, buf)),
-            Ok(None) => {}
-            Err(e) => {
-                debug!(error = %e, "first bytes are not Calico's; left to our protocol");
-                return Ok((Protocol::Ours, buf));
-            }
-        }
-        match timeout_at(deadline, stream.read_buf(&mut buf)).await {
-            Ok(Ok(0)) => return Err(SniffError::Closed),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(SniffError::Io(e)),
-            Err(_) => return Ok((Protocol::Ours, buf)),
-        }
-    }
-}
-
 /// Serves one Calico-protocol connection until it ends; logs the outcome once. `prefix`: the
-/// bytes [`sniff`] read.
+/// bytes [`sniff`](super::admit::sniff) read.
 pub async fn serve<S>(
     stream: S,
     accepted: Instant,
@@ -127,7 +89,7 @@ async fn next_message<R: AsyncRead + Unpin>(
     deadline: Instant,
 ) -> Result<Option<Message>, ConnError> {
     loop {
-        if let Some(m) = dec.decode(buf).map_err(ConnError::Stream)? {
+        if let Some(m) = dec.decode(buf).map_err(ConnError::from)? {
             return Ok(Some(m));
         }
         match timeout_at(deadline, r.read_buf(buf)).await {
@@ -141,7 +103,7 @@ async fn next_message<R: AsyncRead + Unpin>(
 
 /// The hello of a Calico client about to be refused (at the connection limit), to say who it
 /// was: `None` if it does not arrive, whole and valid, before `deadline`. `prefix`: the bytes
-/// [`sniff`] read.
+/// [`sniff`](super::admit::sniff) read.
 pub async fn read_hello<S: AsyncRead + Unpin>(
     stream: &mut S,
     prefix: BytesMut,
@@ -295,7 +257,7 @@ where
         .of(syncer)
         .observe(sync_started.elapsed().as_secs_f64());
 
-    let mut feed = CalicoFeed {
+    let feed = CalicoFeed {
         dec,
         syncer,
         carriage,
@@ -303,10 +265,17 @@ where
         sent_status,
         pin,
     };
-    drive::stream(
-        ctx, &mut out, &mut close, info, &mut feed, rbuf, None, syncer,
-    )
-    .await
+    let streaming = Streaming {
+        out,
+        close,
+        feed,
+        rbuf,
+        // Calico's protocol does not tell staleness: never read.
+        staleness: ctx.freshness.subscribe(),
+        tells_staleness: false,
+        syncer,
+    };
+    drive::stream(ctx, info, std::future::ready(Ok(streaming))).await
 }
 
 /// What a Calico client is sent once in sync (each breadcrumb as its shared `MsgKVs`, a
@@ -331,7 +300,7 @@ impl Feed for CalicoFeed {
     async fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         ctx: &Arc<Ctx>,
-        follow: &mut Follow,
+        follow: &mut Follow<'_>,
         out: &mut Out<S>,
     ) -> Result<bool, ConnError> {
         let m = &ctx.cache.metrics;
@@ -352,38 +321,9 @@ impl Feed for CalicoFeed {
                 )));
             };
             // Typha's fall-behind limit, with the grace after the snapshot.
-            let waited = match follow.next_breadcrumb(Instant::now(), crumb.created) {
-                Next::FellBehind(age) => {
-                    return Err(ConnError::FellBehind(format!(
-                        "breadcrumb {} is {age:?} old",
-                        next.0
-                    )));
-                }
-                Next::Send { grace_used, waited } => {
-                    if grace_used {
-                        // Only the grace period kept this client connected.
-                        m.connections_grace_used.of(syncer).inc();
-                    }
-                    waited
-                }
-            };
+            let waited = may_send(follow, m, syncer, &crumb)?;
             let frame = crumb.calico_frame(syncer, self.carriage, ctx.cache.calico_driver, m)?;
-            if let Some(t) = started {
-                m.next_breadcrumb_latency_secs
-                    .of(syncer)
-                    .observe(t.elapsed().as_secs_f64());
-            }
-            if waited {
-                m.breadcrumb_block.of(syncer).inc();
-            } else {
-                m.breadcrumb_non_block.of(syncer).inc();
-            }
-            m.client_latency_secs.of(syncer).observe(
-                latest
-                    .created
-                    .saturating_duration_since(crumb.created)
-                    .as_secs_f64(),
-            );
+            count_step(m, syncer, waited, started, (&latest, &crumb));
             if let Some(frame) = frame {
                 out.queue(frame)?;
             }
@@ -402,10 +342,10 @@ impl Feed for CalicoFeed {
         &mut self,
         ctx: &Ctx,
         rbuf: &mut BytesMut,
-        follow: &mut Follow,
+        follow: &mut Follow<'_>,
         _info: &ConnInfo,
     ) -> Result<(), ConnError> {
-        while let Some(msg) = self.dec.decode(rbuf).map_err(ConnError::Stream)? {
+        while let Some(msg) = self.dec.decode(rbuf).map_err(ConnError::from)? {
             match msg {
                 Message::Pong(p) => {
                     let token = calico_token(p.ping_timestamp);

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, sleep_until};
@@ -45,12 +45,12 @@ pub(super) trait Feed {
     /// Queues one bounded round of what the client has not been sent (asking `follow`
     /// whether it may still be sent: [`ConnError::FellBehind`] if not); `Ok(true)`: more is
     /// waiting after this round. Bounded so reads and pings are served between rounds.
-    async fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
+    fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         ctx: &Arc<Ctx>,
-        follow: &mut Follow,
+        follow: &mut Follow<'_>,
         out: &mut Out<S>,
-    ) -> Result<bool, ConnError>;
+    ) -> impl Future<Output = Result<bool, ConnError>>;
 
     /// Handles every complete message in `rbuf` (pongs, for ours also acks and a goodbye,
     /// telling `follow` the client was heard), leaving a partial one; anything a client may
@@ -59,30 +59,51 @@ pub(super) trait Feed {
         &mut self,
         ctx: &Ctx,
         rbuf: &mut BytesMut,
-        follow: &mut Follow,
+        follow: &mut Follow<'_>,
         info: &ConnInfo,
     ) -> Result<(), ConnError>;
 }
 
-/// Streams to a client in sync until the connection ends; returns why (logged by the
-/// caller, once). `rbuf`: bytes read and not yet handled; `staleness`: for a client told
-/// how current the view is (ours, when it asked), the changes to tell it, subscribed before
-/// its initial sync so none is missed.
-#[allow(clippy::too_many_arguments)]
+/// What a connection streams with, once its client is in sync: what the protocol's start
+/// (handshake, initial sync) leaves to [`stream`].
+pub(super) struct Streaming<S, F> {
+    pub(super) out: Out<S>,
+    pub(super) close: oneshot::Receiver<Close>,
+    pub(super) feed: F,
+    /// Bytes read and not yet handled.
+    pub(super) rbuf: BytesMut,
+    /// For a client told how current the view is (ours, when it asked), the changes to tell
+    /// it, subscribed before its initial sync so none is missed; for the others a
+    /// subscription never read.
+    pub(super) staleness: watch::Receiver<Published>,
+    pub(super) tells_staleness: bool,
+    /// The syncer type its metrics count under.
+    pub(super) syncer: SyncerType,
+}
+
+/// Runs `start` (the protocol's handshake and initial sync), then streams to the client
+/// until the connection ends; returns why (logged by the caller, once). One future for the
+/// connection's life: the start is the caller's to box (so what only it needs is freed when
+/// it is done), and everything the loop keeps is kept here once, not in a caller's future as
+/// well.
 pub(super) async fn stream<S, F>(
     ctx: &Arc<Ctx>,
-    out: &mut Out<S>,
-    close: &mut oneshot::Receiver<Close>,
     info: &ConnInfo,
-    feed: &mut F,
-    mut rbuf: BytesMut,
-    mut staleness: Option<watch::Receiver<Published>>,
-    syncer: SyncerType,
+    start: impl Future<Output = Result<Streaming<S, F>, ConnError>>,
 ) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     F: Feed,
 {
+    let Streaming {
+        mut out,
+        mut close,
+        mut feed,
+        mut rbuf,
+        mut staleness,
+        tells_staleness,
+        syncer,
+    } = start.await?;
     let _following = ctx.cache.follow(syncer);
     let mut crumbs = ctx.cache.subscribe();
     let mut follow = Follow::new(Instant::now(), &ctx.cfg);
@@ -96,19 +117,22 @@ where
     loop {
         // First time round this also sends breadcrumbs published while the initial sync was
         // being written (they came before the subscription and would not wake us).
-        let more = match feed.catch_up(ctx, &mut follow, out).await {
+        let more = match feed.catch_up(ctx, &mut follow, &mut out).await {
             Ok(more) => more,
-            Err(e) => return Err(end_for(out, e).await),
+            Err(e) => return Err(end_for(&mut out, e).await),
         };
         out.flush().await?;
         info.sent(feed.position());
         tokio::select! {
-            close = &mut *close => {
+            close = &mut close => {
                 let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
                 out.end(close.reason, "server closing this connection", close.redirect).await;
                 return Err(ConnError::Closed(close.reason));
             }
-            Some(frame) = staleness_change(&mut staleness) => out.queue(frame)?,
+            Ok(()) = staleness.changed(), if tells_staleness => {
+                let frame = staleness.borrow_and_update().frame.clone();
+                out.queue(frame)?;
+            }
             changed = crumbs.changed() => {
                 if changed.is_err() {
                     out.end(GoodbyeReason::Shutdown, "cache closed", None).await;
@@ -124,18 +148,18 @@ where
                     Err(e) => return Err(e.into()),
                 }
                 if let Err(e) = feed.inbound(ctx, &mut rbuf, &mut follow, info) {
-                    return Err(end_for(out, e).await);
+                    return Err(end_for(&mut out, e).await);
                 }
             }
             () = &mut ping_timer => {
                 follow.pause_for_writing(out.writing, Instant::now());
                 if follow.silent_too_long(Instant::now()) {
                     // Boxed: rare, and not worth room in the connection's future for its life.
-                    Box::pin(read_waiting(ctx, out, feed, &mut rbuf, &mut follow, info)).await?;
+                    Box::pin(read_waiting(ctx, &mut out, &mut feed, &mut rbuf, &mut follow, info)).await?;
                 }
                 let now = Instant::now();
                 if follow.silent_too_long(now) {
-                    return Err(end_for(out, ConnError::PingTimeout).await);
+                    return Err(end_for(&mut out, ConnError::PingTimeout).await);
                 }
                 let token = out.ping(now)?;
                 follow.pinged(now, token);
@@ -153,7 +177,7 @@ async fn read_waiting<S: AsyncRead + AsyncWrite + Unpin, F: Feed>(
     out: &mut Out<S>,
     feed: &mut F,
     rbuf: &mut BytesMut,
-    follow: &mut Follow,
+    follow: &mut Follow<'_>,
     info: &ConnInfo,
 ) -> Result<(), ConnError> {
     for _ in 0..64 {
@@ -173,24 +197,18 @@ async fn read_waiting<S: AsyncRead + AsyncWrite + Unpin, F: Feed>(
 }
 
 /// Ends the connection for `e`, telling the client why where its protocol can
-/// ([`ConnError::goodbye`]); returns `e`. (Boxed: once per connection at most, and not
-/// worth room in the loop's state.)
-async fn end_for<S: AsyncWrite + Unpin>(out: &mut Out<S>, e: ConnError) -> ConnError {
-    if let Some((reason, message)) = e.goodbye() {
-        Box::pin(out.end(reason, &message, None)).await;
-    }
-    e
-}
-
-/// The next staleness frame to send, when there is a subscription; never, without one.
-async fn staleness_change(st: &mut Option<watch::Receiver<Published>>) -> Option<Bytes> {
-    match st {
-        Some(st) => {
-            st.changed().await.ok()?;
-            Some(st.borrow_and_update().frame.clone())
+/// ([`ConnError::goodbye`]); returns `e`. Boxed: once per connection at most, and not worth
+/// room in the loop's state.
+fn end_for<S: AsyncWrite + Unpin>(
+    out: &mut Out<S>,
+    e: ConnError,
+) -> Pin<Box<impl Future<Output = ConnError> + '_>> {
+    Box::pin(async move {
+        if let Some((reason, message)) = e.goodbye() {
+            out.end(reason, &message, None).await;
         }
-        None => std::future::pending().await,
-    }
+        e
+    })
 }
 
 /// Reads what the client sent, appending it to `rbuf`; 0: the client closed the connection.

@@ -212,9 +212,10 @@ pub enum ConnError {
     /// The peer sent bytes that are not a valid frame of ours.
     #[error("protocol error: {0}")]
     Frame(#[source] FrameError),
-    /// The peer's bytes are not a valid stream of Calico's protocol.
+    /// The peer's bytes are not a valid stream of Calico's protocol. (The larger errors are
+    /// boxed: every future that holds a `Result` of this type keeps room for the largest.)
     #[error("protocol error: {0}")]
-    Stream(#[source] StreamError),
+    Stream(#[source] Box<StreamError>),
     /// The peer sent a message a client may not send (at this point).
     #[error("protocol error: unexpected {0} from a client")]
     Unexpected(String),
@@ -223,7 +224,7 @@ pub enum ConnError {
     Unencodable,
     /// A Calico message could not be encoded (a bug, logged where it happened).
     #[error(transparent)]
-    CalicoUnencodable(#[from] Unencodable),
+    CalicoUnencodable(Box<Unencodable>),
     /// The hello was not a valid frame.
     #[error("handshake: {0}")]
     HandshakeFrame(#[source] FrameError),
@@ -250,6 +251,18 @@ pub enum ConnError {
     /// The peer closed it.
     #[error("peer closed the connection")]
     PeerClosed,
+}
+
+impl From<Unencodable> for ConnError {
+    fn from(e: Unencodable) -> Self {
+        ConnError::CalicoUnencodable(Box::new(e))
+    }
+}
+
+impl From<StreamError> for ConnError {
+    fn from(e: StreamError) -> Self {
+        ConnError::Stream(Box::new(e))
+    }
 }
 
 impl ConnError {

@@ -3,6 +3,7 @@
 //! protocol's [`Dialect`]: pings, and the end (ours: a Goodbye; Calico's: just closed).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
@@ -88,17 +89,21 @@ impl<W: AsyncWrite + Unpin> Out<W> {
 
     /// Ends the connection for `reason`: ours says so in a Goodbye (suggesting `redirect`, or
     /// the usual servers, when the reason calls for them) in place of anything still queued;
-    /// Calico's protocol has no goodbye, and its connection is just closed.
-    pub(super) async fn end(
-        &mut self,
+    /// Calico's protocol has no goodbye, and its connection is just closed. Boxed: a
+    /// connection ends once, and the state of a task awaiting this, kept for the connection's
+    /// life, keeps room for a pointer only.
+    pub(super) fn end<'a>(
+        &'a mut self,
         reason: GoodbyeReason,
-        message: &str,
+        message: &'a str,
         redirect: Option<Vec<String>>,
-    ) {
-        match self.dialect {
-            Dialect::Ours => self.goodbye_to(reason, message, redirect).await,
-            Dialect::Calico(_) => self.close().await,
-        }
+    ) -> Pin<Box<impl Future<Output = ()> + 'a>> {
+        Box::pin(async move {
+            match self.dialect {
+                Dialect::Ours => self.say_goodbye(reason, message, redirect).await,
+                Dialect::Calico(_) => self.close().await,
+            }
+        })
     }
 
     /// The stream written to (to read from it too, between writes).
@@ -188,23 +193,9 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.w.shutdown()).await;
     }
 
-    /// Sends a Goodbye (with servers to try, when the reason calls for them) in place of
-    /// anything still queued, and closes the write side.
+    /// [`Out::end`] with no servers suggested but the usual.
     pub(super) async fn goodbye(&mut self, reason: GoodbyeReason, message: &str) {
-        self.goodbye_to(reason, message, None).await;
-    }
-
-    /// [`Out::goodbye`], suggesting `redirect` (`None`: the usual servers).
-    pub(super) async fn goodbye_to(
-        &mut self,
-        reason: GoodbyeReason,
-        message: &str,
-        redirect: Option<Vec<String>>,
-    ) {
-        // Boxed: a connection says goodbye once, and its task's future, allocated for the
-        // connection's life, need not keep room for the goodbye beside the stream loop's own
-        // state.
-        Box::pin(self.say_goodbye(reason, message, redirect)).await;
+        self.end(reason, message, None).await;
     }
 
     async fn say_goodbye(

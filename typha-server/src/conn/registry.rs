@@ -172,6 +172,37 @@ impl ConnRegistry {
         self.close_one(close, |_| 0)
     }
 
+    /// Closes every admitted connection with a shutdown, one at a time, paced as Typha paces
+    /// a shutdown so clients move elsewhere without a stampede: one every 0.95 × `timeout` /
+    /// connections, at most 1 s apart. Ends when none is left or `timeout` has passed (the
+    /// caller closes what is left at once). `closed(left)` is told after each close, with how
+    /// many are left. Returns how many it closed.
+    pub async fn drain(&self, timeout: Duration, mut closed: impl FnMut(usize)) -> usize {
+        let start = tokio::time::Instant::now();
+        let n = self.closable();
+        let step = timeout
+            .mul_f64(0.95)
+            .checked_div(u32::try_from(n.max(1)).unwrap_or(u32::MAX))
+            .unwrap_or_default()
+            .min(Duration::from_secs(1));
+        tracing::info!(
+            connections = n,
+            ?step,
+            "shutting down: closing connections gradually"
+        );
+        let mut done = 0;
+        while self.close_next(Close::because(GoodbyeReason::Shutdown)) {
+            done += 1;
+            let left = self.closable();
+            closed(left);
+            if left == 0 || start.elapsed() >= timeout {
+                break;
+            }
+            tokio::time::sleep(step).await;
+        }
+        done
+    }
+
     /// Asks every admitted connection to close; how many were asked.
     pub fn close_all(&self, close: &Close) -> usize {
         let txs: Vec<_> = lock(&self.conns)

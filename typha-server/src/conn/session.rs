@@ -23,13 +23,11 @@ use tokio::time::Instant;
 use super::ConnConfig;
 use super::out::jitter;
 
-/// A streaming connection's clock-driven state.
+/// A streaming connection's clock-driven state. The settings are borrowed, not copied: the
+/// state is kept for the connection's life, in every connection's task.
 #[derive(Debug)]
-pub(super) struct Follow {
-    ping_interval: Duration,
-    pong_timeout: Duration,
-    max_fall_behind: Duration,
-    grace: Duration,
+pub(super) struct Follow<'a> {
+    cfg: &'a ConnConfig,
     /// When the next ping is due.
     next_ping: Instant,
     /// When the client was last heard from, moved on by the time spent writing to it.
@@ -56,14 +54,11 @@ pub(super) enum Next {
     FellBehind(Duration),
 }
 
-impl Follow {
+impl<'a> Follow<'a> {
     /// A connection whose initial sync ended at `now`, with these settings.
-    pub(super) fn new(now: Instant, cfg: &ConnConfig) -> Self {
+    pub(super) fn new(now: Instant, cfg: &'a ConnConfig) -> Self {
         Follow {
-            ping_interval: cfg.ping_interval,
-            pong_timeout: cfg.pong_timeout,
-            max_fall_behind: cfg.max_fall_behind,
-            grace: cfg.new_client_grace,
+            cfg,
             next_ping: now + jitter(cfg.ping_interval),
             last_heard: now,
             writing_seen: Duration::ZERO,
@@ -103,12 +98,12 @@ impl Follow {
 
     /// Whether the client has been silent for longer than the pong timeout.
     pub(super) fn silent_too_long(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last_heard) > self.pong_timeout
+        now.saturating_duration_since(self.last_heard) > self.cfg.pong_timeout
     }
 
     /// The ping of `token` was sent at `now`: the next is due an interval (jittered) later.
     pub(super) fn pinged(&mut self, now: Instant, token: u64) {
-        self.next_ping = now + jitter(self.ping_interval);
+        self.next_ping = now + jitter(self.cfg.ping_interval);
         if self.ping_sent.is_none() {
             self.ping_sent = Some((token, now));
         }
@@ -122,13 +117,18 @@ impl Follow {
     /// Whether the next breadcrumb, created at `created`, may be sent at `now`.
     pub(super) fn next_breadcrumb(&mut self, now: Instant, created: Instant) -> Next {
         let in_grace = now < self.grace_until;
-        let allowance = self.max_fall_behind + if in_grace { self.grace } else { Duration::ZERO };
+        let grace = if in_grace {
+            self.cfg.new_client_grace
+        } else {
+            Duration::ZERO
+        };
+        let allowance = self.cfg.max_fall_behind + grace;
         let behind = now.saturating_duration_since(created);
         if behind > allowance {
             return Next::FellBehind(behind);
         }
         let grace_used = in_grace
-            && behind > self.max_fall_behind
+            && behind > self.cfg.max_fall_behind
             && !std::mem::replace(&mut self.grace_used, true);
         Next::Send {
             grace_used,
@@ -217,7 +217,8 @@ mod tests {
                     base + Duration::from_secs(s.unsigned_abs())
                 }
             };
-            let mut s = Follow::new(base, &cfg());
+            let cfg = cfg();
+            let mut s = Follow::new(base, &cfg);
             for step in *steps {
                 match *step {
                     Heard(t) => s.heard(at(t)),
@@ -241,7 +242,8 @@ mod tests {
     #[test]
     fn grace_is_counted_once_and_ends() {
         let base = Instant::now() + Duration::from_secs(1000);
-        let mut s = Follow::new(base, &cfg());
+        let cfg = cfg();
+        let mut s = Follow::new(base, &cfg);
         let created = base - Duration::from_secs(350);
         assert_eq!(
             s.next_breadcrumb(base, created),
@@ -270,7 +272,8 @@ mod tests {
     fn a_pong_times_the_first_ping_not_answered() {
         let base = Instant::now() + Duration::from_secs(1000);
         let at = |ms: u64| base + Duration::from_millis(ms);
-        let mut s = Follow::new(base, &cfg());
+        let cfg = cfg();
+        let mut s = Follow::new(base, &cfg);
         s.pinged(at(0), 1);
         s.pinged(at(10_000), 2);
         assert_eq!(s.pong(2, at(10_050)), None, "not the ping being timed");
@@ -284,7 +287,8 @@ mod tests {
     #[test]
     fn pings_are_jittered_within_ten_percent() {
         let base = Instant::now();
-        let mut s = Follow::new(base, &cfg());
+        let cfg = cfg();
+        let mut s = Follow::new(base, &cfg);
         let mut seen = std::collections::BTreeSet::new();
         let mut now = base;
         for _ in 0..200 {

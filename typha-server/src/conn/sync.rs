@@ -1,7 +1,9 @@
 //! What a client is sent: its initial sync (the missed deltas, the digest buckets that
 //! differ, or a full snapshot, as its resume allows), then catching up from its position with
 //! as few shared frames as the history allows. Waits before the initial sync (for a sync slot,
-//! or for a complete cache) ping the client so it does not time out.
+//! or for a complete cache) ping the client so it does not time out, in either protocol. For
+//! both protocols' catch-up too: whether the next breadcrumb may still be sent (`may_send`)
+//! and what each step sent counts (`count_step`).
 
 use std::sync::Arc;
 
@@ -17,8 +19,9 @@ use super::out::{Out, jitter, scopeguard};
 use super::session::{Follow, Next};
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
+use crate::calico::libcalico::SyncerType;
 use crate::fanout::{self, Step, Variant, encode, plan};
-use crate::metrics::ResumeKind;
+use crate::metrics::{Metrics, ResumeKind};
 
 /// Waits for `until`, pinging the client meanwhile (so its read timeout does not fire); a
 /// close request ends the wait, with a Goodbye for ours. What is queued (the server's hello)
@@ -214,7 +217,7 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     cursor: &mut Arc<Breadcrumb>,
     sent_status: &mut SyncStatus,
     v: Variant,
-    follow: &mut Follow,
+    follow: &mut Follow<'_>,
     out: &mut Out<W>,
 ) -> Result<bool, ConnError> {
     let cache = &ctx.cache;
@@ -230,21 +233,7 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
         return Ok(cursor.seq < cache.latest().seq);
     };
     let m = &cache.metrics;
-    let mut waited = match follow.next_breadcrumb(Instant::now(), next.created) {
-        Next::FellBehind(age) => {
-            return Err(ConnError::FellBehind(format!(
-                "breadcrumb {} is {age:?} old",
-                next.seq.0
-            )));
-        }
-        Next::Send { grace_used, waited } => {
-            if grace_used {
-                // Only the grace period kept this client connected.
-                m.connections_grace_used.felix().inc();
-            }
-            waited
-        }
-    };
+    let mut waited = may_send(follow, m, SyncerType::Felix, &next)?;
     // A client more than one breadcrumb behind is catching up, not following: the time each
     // of its steps takes to get is Typha's `typha_next_breadcrumb_latency_secs`.
     let catching_up = latest.seq.0 - cursor.seq.0 > 1;
@@ -272,21 +261,13 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
                 None => break,
             },
         };
-        if let Some(t) = started {
-            m.next_breadcrumb_latency_secs
-                .felix()
-                .observe(t.elapsed().as_secs_f64());
-        }
-        if std::mem::take(&mut waited) {
-            m.breadcrumb_block.felix().inc();
-        } else {
-            m.breadcrumb_non_block.felix().inc();
-        }
-        m.client_latency_secs.felix().observe(
-            latest
-                .created
-                .saturating_duration_since(reached.created)
-                .as_secs_f64(),
+        let steps = (&*latest, &*reached);
+        count_step(
+            m,
+            SyncerType::Felix,
+            std::mem::take(&mut waited),
+            started,
+            steps,
         );
         out.queue(frame)?;
         *cursor = reached;
@@ -302,6 +283,60 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     // Up to date: the next breadcrumb is one it waits for.
     follow.caught_up();
     Ok(false)
+}
+
+/// Whether the breadcrumb `next`, the one after the client's position, may still be sent to
+/// it ([`Follow::next_breadcrumb`]: [`ConnError::FellBehind`] if not), counting a connection
+/// only the grace period kept (Typha's `typha_connections_grace_used`); `Ok`: whether the
+/// client had been waiting for it.
+pub(super) fn may_send(
+    follow: &mut Follow<'_>,
+    m: &Metrics,
+    syncer: SyncerType,
+    next: &Breadcrumb,
+) -> Result<bool, ConnError> {
+    match follow.next_breadcrumb(Instant::now(), next.created) {
+        Next::FellBehind(age) => Err(ConnError::FellBehind(format!(
+            "breadcrumb {} is {age:?} old",
+            next.seq.0
+        ))),
+        Next::Send { grace_used, waited } => {
+            if grace_used {
+                m.connections_grace_used.of(syncer).inc();
+            }
+            Ok(waited)
+        }
+    }
+}
+
+/// Counts a step sent to a client (one breadcrumb, or for ours a span of them ending at
+/// `reached`), as Typha does: whether the client had waited for it
+/// (`typha_breadcrumb_block` / `_non_block`), how far behind the latest it was
+/// (`typha_client_latency_secs`) and, for a client catching up, how long getting the step
+/// took since `started` (`typha_next_breadcrumb_latency_secs`).
+pub(super) fn count_step(
+    m: &Metrics,
+    syncer: SyncerType,
+    waited: bool,
+    started: Option<Instant>,
+    (latest, reached): (&Breadcrumb, &Breadcrumb),
+) {
+    if let Some(t) = started {
+        m.next_breadcrumb_latency_secs
+            .of(syncer)
+            .observe(t.elapsed().as_secs_f64());
+    }
+    if waited {
+        m.breadcrumb_block.of(syncer).inc();
+    } else {
+        m.breadcrumb_non_block.of(syncer).inc();
+    }
+    m.client_latency_secs.of(syncer).observe(
+        latest
+            .created
+            .saturating_duration_since(reached.created)
+            .as_secs_f64(),
+    );
 }
 
 /// A fresh snapshot in-band, for a client whose position left the window.

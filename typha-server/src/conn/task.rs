@@ -15,7 +15,7 @@ use typha_protocol::handshake::{ServerHandshake, Session};
 use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Seq};
 use typha_protocol::model::SyncStatus;
 
-use super::drive::{self, Feed};
+use super::drive::{self, Feed, Streaming};
 use super::info::{ConnInfo, Phase};
 use super::out::Out;
 use super::session::Follow;
@@ -45,9 +45,7 @@ where
     // One stream, read and written in turn (never at once): no split halves. The handshake
     // and the initial sync in an allocation of their own, freed before the stream loop: their
     // futures, and what they hold (the hello; a resuming client's 8 KiB digest), are not kept
-    // for the life of the connection. Made here, so the stream loop's future captures only
-    // it, not the stream and the bytes it takes (an async block keeps room for what it
-    // captures even once moved out).
+    // for the life of the connection.
     let start = Box::pin(start_owned(
         Out::new(stream, ctx.clone()),
         close,
@@ -55,26 +53,7 @@ where
         info,
         prefix,
     ));
-    async move {
-        let Started {
-            mut out,
-            mut close,
-            rbuf,
-            mut feed,
-            staleness,
-        } = start.await?;
-        drive::stream(
-            ctx,
-            &mut out,
-            &mut close,
-            info,
-            &mut feed,
-            rbuf,
-            staleness,
-            SyncerType::Felix,
-        )
-        .await
-    }
+    drive::stream(ctx, info, start)
 }
 
 /// What a client of ours is sent once in sync, and what it may say.
@@ -95,12 +74,13 @@ impl Feed for Ours {
         self.cursor.seq
     }
 
-    async fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
+    fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         ctx: &Arc<Ctx>,
-        follow: &mut Follow,
+        follow: &mut Follow<'_>,
         out: &mut Out<S>,
-    ) -> Result<bool, ConnError> {
+    ) -> impl Future<Output = Result<bool, ConnError>> {
+        // The catch-up's own future, not one around it.
         catch_up(
             ctx,
             &mut self.cursor,
@@ -109,28 +89,17 @@ impl Feed for Ours {
             follow,
             out,
         )
-        .await
     }
 
     fn inbound(
         &mut self,
         ctx: &Ctx,
         rbuf: &mut BytesMut,
-        follow: &mut Follow,
+        follow: &mut Follow<'_>,
         info: &ConnInfo,
     ) -> Result<(), ConnError> {
         inbound(ctx, self.may_receive, &mut self.dec, rbuf, follow, info)
     }
-}
-
-/// What the handshake and the initial sync leave to the stream loop.
-struct Started<S> {
-    out: Out<S>,
-    close: oneshot::Receiver<Close>,
-    rbuf: BytesMut,
-    feed: Ours,
-    /// Changes of the view's staleness, for a client that asked to be told.
-    staleness: Option<watch::Receiver<Published>>,
 }
 
 /// [`start`], owning what the stream loop takes over.
@@ -140,12 +109,12 @@ async fn start_owned<S>(
     ctx: &Arc<Ctx>,
     info: &ConnInfo,
     prefix: BytesMut,
-) -> Result<Started<S>, ConnError>
+) -> Result<Streaming<S, Ours>, ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let s = start(ctx, &mut close, info, prefix, &mut out).await?;
-    Ok(Started {
+    Ok(Streaming {
         out,
         close,
         rbuf: s.rbuf,
@@ -159,7 +128,9 @@ where
             sent_status: s.cursor.status,
             cursor: s.cursor,
         },
-        staleness: s.tells_staleness.then_some(s.staleness),
+        staleness: s.staleness,
+        tells_staleness: s.tells_staleness,
+        syncer: SyncerType::Felix,
     })
 }
 
@@ -328,7 +299,7 @@ fn inbound(
     may_receive: u32,
     dec: &mut FrameDecoder,
     rbuf: &mut BytesMut,
-    follow: &mut Follow,
+    follow: &mut Follow<'_>,
     info: &ConnInfo,
 ) -> Result<(), ConnError> {
     loop {

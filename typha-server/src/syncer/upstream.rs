@@ -71,7 +71,8 @@ const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Feeds the cache writer from the upstream until the writer's channel closes; the client's
 /// metrics (`typha_client_*`, registered by the caller) show the upstream connection. This
-/// server's view is confirmed while the upstream connection is up and the upstream's own view
+/// server's view is confirmed while the upstream connection is up (as the client's
+/// [`Position::connected`](typha_client::Position::connected) says, not its metric) and the upstream's own view
 /// is current; a stale upstream makes this server stale too, with the upstream's age. TLS
 /// settings are checked before the server starts ([`check_tls`]); if they still cannot be
 /// used the feed logs it and ends (the server stays not ready).
@@ -88,7 +89,6 @@ pub async fn run(
     // Kinds this build does not know (a newer upstream's) are passed on too: this server's
     // clients that know them get them; the others get the version 1 view without them.
     client_cfg.relay_unknown_kinds = true;
-    let metrics_probe = metrics.clone();
     let client = match SyncClient::new(client_cfg, metrics) {
         Ok(c) => c,
         Err(e) => {
@@ -106,10 +106,10 @@ pub async fn run(
         }
     });
     let watch_link = {
-        let (metrics, freshness) = (metrics_probe, freshness.clone());
+        let (link, freshness) = (client.position(), freshness.clone());
         tokio::spawn(async move {
             loop {
-                if metrics.connected.get() > 0 {
+                if link.connected() {
                     freshness.confirmed();
                 } else if freshness.failed(&"not connected to an upstream server") {
                     warn!("lost the upstream server; reconnecting");

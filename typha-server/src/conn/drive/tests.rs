@@ -534,3 +534,57 @@ fn the_rig_publishes_what_it_says() {
     rig.publish(3);
     assert_eq!(rig.cache().latest().seq, Seq(before.0 + 3));
 }
+
+/// A drain closes connections one at a time, paced as Typha paces a shutdown (0.95 × the
+/// timeout / connections apart, at most 1 s), each in its protocol's way: ours with a Goodbye
+/// saying so, Calico's closed.
+#[tokio::test(start_paused = true)]
+async fn a_drain_closes_connections_one_at_a_time_each_in_its_protocols_way() {
+    let mut rig = Rig::new(base_cfg());
+    let mut readers = Vec::new();
+    for (i, proto) in [Proto::Ours, Proto::Calico, Proto::Ours, Proto::Calico]
+        .into_iter()
+        .enumerate()
+    {
+        let (io, _conn, task) = rig.connect(proto, 64 << 10);
+        let mut c = Client::new(io, proto);
+        c.hello(&format!("n{i}")).await;
+        readers.push(tokio::spawn(async move {
+            c.read_for(3600 * SEC, 64 << 10, Duration::ZERO, Pongs::Answer)
+                .await;
+            (Instant::now(), c, task.await.unwrap())
+        }));
+    }
+    tokio::time::sleep(SEC).await;
+    let drained = Instant::now();
+    let timeout = 4 * SEC;
+    let mut lefts = Vec::new();
+    let closed = rig
+        .ctx
+        .registry
+        .drain(timeout, |left| lefts.push(left))
+        .await;
+    assert_eq!((closed, lefts), (4, vec![3, 2, 1, 0]));
+    let mut ends = Vec::new();
+    for r in readers {
+        let (at, c, result) = r.await.unwrap();
+        assert!(
+            matches!(result, Err(ConnError::Closed(GoodbyeReason::Shutdown))),
+            "{:?}: {result:?}",
+            c.proto
+        );
+        if c.proto == Proto::Ours {
+            assert!(c.saw("goodbye Shutdown"), "{:?}", c.seen);
+        }
+        ends.push(at - drained);
+    }
+    ends.sort();
+    let step = timeout.mul_f64(0.95) / 4;
+    for (i, end) in ends.iter().enumerate() {
+        let want = step * u32::try_from(i).unwrap();
+        assert!(
+            *end >= want && *end < want + Duration::from_millis(50),
+            "connection {i} closed after {end:?}, not at {want:?}: {ends:?}"
+        );
+    }
+}
