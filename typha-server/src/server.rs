@@ -168,6 +168,7 @@ pub async fn start_with(
     let mut background = vec![
         tokio::spawn(feed),
         tokio::spawn(writer.run(rx, writer_hb.clone())),
+        tokio::spawn(crate::cache::herald::run(cache.clone())),
         tokio::spawn(freshness.clone().monitor({
             let m = metrics.clone();
             move |v| {

@@ -753,9 +753,13 @@ async fn calico_clients_count_under_their_own_syncer_type_and_show_their_lag_on_
         ] {
             assert!(value(summary, syncer) >= 1.0, "{summary}{{{syncer}}}");
         }
+        // A syncer type's steps are the breadcrumbs with something for it, as Typha's
+        // breadcrumbs of that type would hold them: the three nodes for every type but
+        // node-status, the CalicoNodeStatus for node-status (which no node change reaches).
         let steps =
             value("typha_breadcrumb_block", syncer) + value("typha_breadcrumb_non_block", syncer);
-        assert!(steps >= 3.0, "{syncer}: {steps} steps");
+        let want = if syncer == "node-status" { 1.0 } else { 3.0 };
+        assert!(steps >= want, "{syncer}: {steps} steps");
     }
     for c in clients {
         c.abort();

@@ -14,7 +14,7 @@ use typha_protocol::model::{KeyPath, Revision, SyncStatus, Update};
 
 use super::calico::{CalicoCrumb, Carriage, Unencodable};
 use super::held::Held;
-use crate::calico::libcalico::{Driver, SyncerType};
+use crate::calico::libcalico::{Driver, SyncerSet, SyncerType};
 use crate::fanout::{PerVariant, Variant, View, encode};
 use crate::metrics::{FrameKind, Metrics};
 
@@ -185,6 +185,16 @@ impl Breadcrumb {
             (syncer, carriage, driver),
             m,
         )
+    }
+}
+
+impl Breadcrumb {
+    /// The Calico syncer types this breadcrumb has a change for (translated on first use, as
+    /// for [`Breadcrumb::calico_frame`]).
+    pub fn calico_syncers(&self, m: &Metrics) -> SyncerSet {
+        self.frames
+            .calico
+            .syncers(&self.deltas, &self.previous, &self.object_revisions, m)
     }
 }
 

@@ -40,7 +40,8 @@ use typha_protocol::message::Seq;
 use typha_protocol::model::{KeyPath, Revision, SyncStatus, Update, UpdateKind};
 
 use crate::calico::libcalico::{
-    CalicoKv, Driver, SyncerType, builtin_kvs, calico_changes_encoded, calico_kvs, receivers,
+    CalicoKv, Driver, SyncerSet, SyncerType, builtin_kvs, calico_changes_encoded, calico_kvs,
+    receivers,
 };
 use crate::metrics::{FrameKind, Metrics};
 
@@ -197,6 +198,23 @@ impl CalicoCrumb {
                 .map(Some)
         })
         .clone()
+    }
+}
+
+impl CalicoCrumb {
+    /// The syncer types `deltas` has a change for (translated as [`CalicoCrumb::frame`]
+    /// translates them, once: the translation is kept for the frames).
+    pub fn syncers(
+        &self,
+        deltas: &[Update],
+        previous: &[Option<Held>],
+        objects: &[Revision],
+        m: &Metrics,
+    ) -> SyncerSet {
+        self.changes
+            .get_or_init(|| translate(deltas, previous, objects, m))
+            .iter()
+            .fold(SyncerSet::NONE, |set, c| set.union(c.kv.syncers))
     }
 }
 

@@ -22,6 +22,7 @@
 pub mod breadcrumb;
 pub mod calico;
 pub mod held;
+pub mod herald;
 pub mod pipeline;
 pub mod snapshot;
 pub mod writer;
@@ -128,6 +129,14 @@ pub struct Cache {
     /// Connections following the breadcrumbs ([`Cache::follow`]): the batch window grows
     /// with them ([`CacheConfig::window`]).
     followers: AtomicUsize,
+    /// Of them, those of Calico's protocol (the herald translates only while there are).
+    calico_followers: AtomicUsize,
+    /// Every breadcrumb's sequence number, as it is published: what our protocol's
+    /// connections wake on.
+    every: watch::Sender<Seq>,
+    /// Per Calico syncer type (felix, bgp, tunnel-ip-allocation, node-status), the last breadcrumb with something
+    /// for it, as [`herald::run`] tells it: what Calico connections wake on.
+    calico_news: [watch::Sender<Seq>; 4],
 }
 
 /// A connection following the breadcrumbs, counted from [`Cache::follow`] until dropped (in
@@ -137,11 +146,15 @@ pub struct Cache {
 pub struct Follower {
     cache: Arc<Cache>,
     syncer: SyncerType,
+    calico: bool,
 }
 
 impl Drop for Follower {
     fn drop(&mut self) {
         self.cache.followers.fetch_sub(1, Ordering::AcqRel);
+        if self.calico {
+            self.cache.calico_followers.fetch_sub(1, Ordering::AcqRel);
+        }
         self.cache
             .metrics
             .connections_streaming
@@ -207,14 +220,18 @@ impl Cache {
         self.ever_in_sync.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// A connection of `syncer` type starts following the breadcrumbs (its initial sync is
-    /// done); it stops when the guard is dropped.
-    pub fn follow(self: &Arc<Self>, syncer: SyncerType) -> Follower {
+    /// A connection of `syncer` type (of Calico's protocol: `calico`) starts following the
+    /// breadcrumbs (its initial sync is done); it stops when the guard is dropped.
+    pub fn follow(self: &Arc<Self>, syncer: SyncerType, calico: bool) -> Follower {
         self.followers.fetch_add(1, Ordering::AcqRel);
+        if calico {
+            self.calico_followers.fetch_add(1, Ordering::AcqRel);
+        }
         self.metrics.connections_streaming.of(syncer).inc();
         Follower {
             cache: self.clone(),
             syncer,
+            calico,
         }
     }
 
@@ -223,9 +240,36 @@ impl Cache {
         self.followers.load(Ordering::Acquire)
     }
 
+    /// Connections of Calico's protocol following the breadcrumbs now.
+    pub fn calico_followers(&self) -> usize {
+        self.calico_followers.load(Ordering::Acquire)
+    }
+
     /// Wakes on every new breadcrumb.
     pub fn subscribe(&self) -> watch::Receiver<Arc<Breadcrumb>> {
         self.latest.subscribe()
+    }
+
+    /// Wakes a connection when there is something new for it: on every breadcrumb (`None`:
+    /// our protocol), or on those with something for a Calico client of this syncer type
+    /// (as [`herald::run`] tells them; Typha's syncer types have breadcrumbs of their own).
+    /// The value is the sequence number of the breadcrumb that woke it.
+    pub fn wake_on(&self, syncer: Option<SyncerType>) -> watch::Receiver<Seq> {
+        match syncer {
+            None => self.every.subscribe(),
+            Some(t) => self.news(t).subscribe(),
+        }
+    }
+
+    /// The channel of the breadcrumbs with something for Calico clients of `t`.
+    fn news(&self, t: SyncerType) -> &watch::Sender<Seq> {
+        let [felix, bgp, tunnel, status] = &self.calico_news;
+        match t {
+            SyncerType::Felix => felix,
+            SyncerType::Bgp => bgp,
+            SyncerType::TunnelIpAllocation => tunnel,
+            SyncerType::NodeStatus => status,
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, VecDeque<Arc<Breadcrumb>>> {

@@ -86,6 +86,9 @@ impl CacheWriter {
             calico_driver: cfg.calico_driver,
             metrics,
             followers: Default::default(),
+            calico_followers: Default::default(),
+            every: watch::channel(Seq(0)).0,
+            calico_news: std::array::from_fn(|_| watch::channel(Seq(0)).0),
         });
         let writer = CacheWriter {
             cache: cache.clone(),
@@ -408,7 +411,9 @@ impl CacheWriter {
                 .ever_in_sync
                 .store(true, std::sync::atomic::Ordering::Release);
         }
+        let seq = crumb.seq;
         self.cache.latest.send_replace(crumb);
+        self.cache.every.send_replace(seq);
     }
 
     /// Runs until the syncer's channel closes, batching what arrives together: everything

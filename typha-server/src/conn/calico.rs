@@ -297,6 +297,10 @@ impl Feed for CalicoFeed {
         self.cursor
     }
 
+    fn wakes_on(&self) -> Option<SyncerType> {
+        Some(self.syncer)
+    }
+
     async fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         ctx: &Arc<Ctx>,
@@ -307,11 +311,15 @@ impl Feed for CalicoFeed {
         let syncer = self.syncer;
         let latest = ctx.cache.latest();
         let catching_up = latest.seq.0.saturating_sub(self.cursor.0) > 1;
+        // Breadcrumbs with nothing for this syncer type are passed at no cost, but not
+        // without end in one round.
+        let mut budget = 4096;
         while self.cursor < latest.seq {
-            if out.pending_len >= ctx.cfg.max_write {
+            if out.pending_len >= ctx.cfg.max_write || budget == 0 {
                 // A round's worth: written before the rest.
                 return Ok(true);
             }
+            budget -= 1;
             let next = Seq(self.cursor.0 + 1);
             let started = catching_up.then(Instant::now);
             let Some(crumb) = ctx.cache.get(next) else {
@@ -320,16 +328,21 @@ impl Feed for CalicoFeed {
                     next.0
                 )));
             };
-            // Typha's fall-behind limit, with the grace after the snapshot.
-            let waited = may_send(follow, m, syncer, &crumb)?;
             let frame = crumb.calico_frame(syncer, self.carriage, ctx.cache.calico_driver, m)?;
-            count_step(m, syncer, waited, started, (&latest, &crumb));
+            let status = (crumb.status != self.sent_status).then_some(crumb.status);
+            if frame.is_some() || status.is_some() {
+                // Typha's fall-behind limit, with the grace after the snapshot, and its
+                // counts: for what this syncer type is sent, as Typha's breadcrumbs of this
+                // type would hold it.
+                let waited = may_send(follow, m, syncer, &crumb)?;
+                count_step(m, syncer, waited, started, (&latest, &crumb));
+            }
             if let Some(frame) = frame {
                 out.queue(frame)?;
             }
-            if crumb.status != self.sent_status {
-                out.queue(status_frame(self.carriage, crumb.status)?)?;
-                self.sent_status = crumb.status;
+            if let Some(status) = status {
+                out.queue(status_frame(self.carriage, status)?)?;
+                self.sent_status = status;
             }
             self.cursor = next;
             self.pin.set(next);

@@ -42,6 +42,12 @@ pub(super) trait Feed {
     /// The last breadcrumb the client was sent.
     fn position(&self) -> Seq;
 
+    /// Which breadcrumbs wake the connection ([`Cache::wake_on`]): every one for ours; for
+    /// a Calico client, those with something for its syncer type.
+    ///
+    /// [`Cache::wake_on`]: crate::cache::Cache::wake_on
+    fn wakes_on(&self) -> Option<SyncerType>;
+
     /// Queues one bounded round of what the client has not been sent (asking `follow`
     /// whether it may still be sent: [`ConnError::FellBehind`] if not); `Ok(true)`: more is
     /// waiting after this round. Bounded so reads and pings are served between rounds.
@@ -104,8 +110,9 @@ where
         tells_staleness,
         syncer,
     } = start.await?;
-    let _following = ctx.cache.follow(syncer);
-    let mut crumbs = ctx.cache.subscribe();
+    let wakes_on = feed.wakes_on();
+    let _following = ctx.cache.follow(syncer, wakes_on.is_some());
+    let mut crumbs = ctx.cache.wake_on(wakes_on);
     let mut follow = Follow::new(Instant::now(), &ctx.cfg);
     // What the initial sync took to write is not silence either.
     follow.pause_for_writing(out.writing, Instant::now());

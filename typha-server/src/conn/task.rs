@@ -74,6 +74,10 @@ impl Feed for Ours {
         self.cursor.seq
     }
 
+    fn wakes_on(&self) -> Option<SyncerType> {
+        None
+    }
+
     fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         ctx: &Arc<Ctx>,

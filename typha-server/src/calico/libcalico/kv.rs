@@ -72,6 +72,14 @@ impl SyncerSet {
     /// No syncer type.
     pub const NONE: SyncerSet = SyncerSet(0);
 
+    /// Every syncer type.
+    pub const ALL: SyncerSet = SyncerSet(15);
+
+    /// The types in either set.
+    pub fn union(self, other: SyncerSet) -> SyncerSet {
+        SyncerSet(self.0 | other.0)
+    }
+
     /// The set of the given types.
     pub fn of(types: &[SyncerType]) -> SyncerSet {
         SyncerSet(types.iter().fold(0, |acc, t| acc | t.bit()))

@@ -86,6 +86,10 @@ impl Rig {
             },
             metrics,
         );
+        // What wakes Calico connections (the server runs it beside the writer).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(crate::cache::herald::run(cache.clone()));
+        }
         let ctx = Arc::new(Ctx::new(
             cache,
             cfg,
@@ -124,6 +128,16 @@ impl Rig {
             }));
             self.writer.flush();
         }
+    }
+
+    /// Publishes one resource, as a breadcrumb of its own.
+    fn put(&mut self, doc: serde_json::Value) {
+        self.rev += 1;
+        self.writer.handle(SyncerEvent::Change(WatchEvent::Put {
+            revision: Revision(self.rev),
+            item: Ok(Resource::from_json(doc).unwrap().into()),
+        }));
+        self.writer.flush();
     }
 
     /// Starts the connection task of `proto` over an in-memory stream with `window` bytes of
@@ -171,6 +185,8 @@ enum Pongs {
 struct Client {
     io: DuplexStream,
     proto: Proto,
+    /// The syncer type a Calico client asks for.
+    syncer: &'static str,
     buf: BytesMut,
     ours: FrameDecoder,
     calico: StreamDecoder,
@@ -184,6 +200,7 @@ impl Client {
         Client {
             io,
             proto,
+            syncer: "felix",
             buf: BytesMut::new(),
             ours: FrameDecoder::new(FrameLimits::CLIENT_INBOUND),
             calico: StreamDecoder::new(GobLimits::CLIENT_INBOUND),
@@ -205,7 +222,7 @@ impl Client {
                 let hello = CalicoMessage::ClientHello(CalicoHello {
                     hostname: name.into(),
                     version: "v3.32.0".into(),
-                    syncer_type: "felix".into(),
+                    syncer_type: self.syncer.into(),
                     supports_modern_policy_keys: true,
                     ..Default::default()
                 });
@@ -288,6 +305,11 @@ impl Client {
                 let _ = self.io.write_all(&b).await;
             }
         }
+    }
+
+    /// How many messages of this kind were read (named as [`name`] names them).
+    fn count(&self, what: &str) -> usize {
+        self.seen.iter().filter(|s| *s == what).count()
     }
 
     /// Whether a message of this kind was read (named as [`name`] names it).
@@ -587,4 +609,54 @@ async fn a_drain_closes_connections_one_at_a_time_each_in_its_protocols_way() {
             "connection {i} closed after {end:?}, not at {want:?}: {ends:?}"
         );
     }
+}
+
+/// A Calico client has its breadcrumbs counted (and is woken) only for what concerns its
+/// syncer type, as Typha's breadcrumbs of that type would hold it; what concerns it reaches
+/// it.
+#[tokio::test(start_paused = true)]
+async fn a_calico_client_follows_only_what_concerns_its_syncer_type() {
+    use crate::calico::libcalico::SyncerType;
+    let mut rig = Rig::new(base_cfg());
+    let (io, _bgp_conn, _bgp_task) = rig.connect(Proto::Calico, 64 << 10);
+    let mut bgp = Client::new(io, Proto::Calico);
+    bgp.syncer = "bgp";
+    bgp.hello("n1").await;
+    let (io, _felix_conn, _felix_task) = rig.connect(Proto::Calico, 64 << 10);
+    let mut felix = Client::new(io, Proto::Calico);
+    felix.hello("n1").await;
+    for c in [&mut bgp, &mut felix] {
+        c.read_for(SEC, 64 << 10, Duration::ZERO, Pongs::Answer)
+            .await;
+    }
+    let m = rig.cache().metrics.clone();
+    let counted =
+        |t: SyncerType| m.breadcrumb_block.of(t).get() + m.breadcrumb_non_block.of(t).get();
+    let (bgp_kvs, felix_kvs) = (bgp.count("kvs"), felix.count("kvs"));
+
+    rig.publish(10);
+    for c in [&mut bgp, &mut felix] {
+        c.read_for(SEC, 64 << 10, Duration::ZERO, Pongs::Answer)
+            .await;
+    }
+    assert_eq!(counted(SyncerType::Felix), 10, "felix's: every network set");
+    assert_eq!(counted(SyncerType::Bgp), 0, "nothing for confd");
+    assert_eq!(felix.count("kvs"), felix_kvs + 10);
+    assert_eq!(bgp.count("kvs"), bgp_kvs);
+
+    rig.put(serde_json::json!({
+        "apiVersion": "projectcalico.org/v3", "kind": "BGPPeer",
+        "metadata": {"name": "peer"}, "spec": {"peerIP": "10.0.0.1", "asNumber": 64512}
+    }));
+    for c in [&mut bgp, &mut felix] {
+        c.read_for(SEC, 64 << 10, Duration::ZERO, Pongs::Answer)
+            .await;
+    }
+    assert_eq!(
+        counted(SyncerType::Bgp),
+        1,
+        "a BGP peer is confd's (and felix's)"
+    );
+    assert_eq!(bgp.count("kvs"), bgp_kvs + 1);
+    assert_eq!(counted(SyncerType::Felix), 11);
 }
