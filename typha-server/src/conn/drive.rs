@@ -9,7 +9,7 @@
 //! ```text
 //!   ┌─▶ feed.catch_up (one bounded round) ─▶ flush ─▶ wait for the first of:
 //!   │     close request ─▶ out.end ─▶ done        staleness change ─▶ queue (ours)
-//!   │     new breadcrumb                          more to send from the last round
+//!   │     new breadcrumb (Calico's: of its type)  more to send from the last round
 //!   │     bytes ─▶ feed.inbound (pongs, acks)     ping due ─▶ silent too long? ─▶ out.end
 //!   └────────────────────────────────────────────────────────────────────────────┘
 //! ```
@@ -221,7 +221,7 @@ fn end_for<S: AsyncWrite + Unpin>(
 /// Reads what the client sent, appending it to `rbuf`; 0: the client closed the connection.
 /// Through a buffer on the stack, there only while polled: a connection waiting for its
 /// client keeps no read buffer (`rbuf` holds only a partial message).
-pub(super) fn read_some<'a, S: AsyncRead + Unpin>(
+fn read_some<'a, S: AsyncRead + Unpin>(
     s: &'a mut S,
     rbuf: &'a mut BytesMut,
 ) -> impl Future<Output = std::io::Result<usize>> + 'a {
