@@ -70,6 +70,11 @@ pub enum Carriage {
 }
 
 impl Carriage {
+    /// A `MsgSyncStatus` telling `status`, for a stream of this carriage.
+    pub fn sync_status(self, status: SyncStatus) -> Result<Bytes, Unencodable> {
+        self.encode(&Message::SyncStatus(status.into()))
+    }
+
     /// `msg` as bytes for a stream of this carriage that started with the server preamble.
     /// Our messages always encode; a failure is a bug, logged here at error.
     pub fn encode(self, msg: &Message) -> Result<Bytes, Unencodable> {

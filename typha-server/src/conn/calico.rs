@@ -32,16 +32,15 @@ use typha_protocol::calico::messages::{
 use typha_protocol::calico::snappy::{self, STREAM_IDENTIFIER};
 use typha_protocol::calico::{Protocol, StreamDecoder};
 use typha_protocol::message::Seq;
-use typha_protocol::model::SyncStatus;
 
+use super::calico_sync::{CalicoCursor, calico_catch_up, calico_initial_sync};
 use super::drive::{self, Feed, Streaming};
 use super::info::{ConnInfo, Phase};
 use super::out::{Dialect, Out, calico_token, scopeguard};
 use super::session::Follow;
-use super::sync::{count_step, may_send, wait_for_sync_slot};
+use super::sync::wait_for_sync_slot;
 use super::{Close, ConnError, Ctx};
-use crate::cache::Pin as CachePin;
-use crate::cache::calico::{Carriage, Unencodable, build as build_snapshot};
+use crate::cache::calico::Carriage;
 use crate::calico::libcalico::SyncerType;
 use crate::metrics::ResumeKind;
 
@@ -214,57 +213,14 @@ where
     info.set_phase(Phase::Syncing);
     let sync_started = Instant::now();
     let m = &ctx.cache.metrics;
-    // The snapshot and the breadcrumb it was asked for are held only while it is written:
-    // kept for the connection's life, they would pin that snapshot's frames (and the
-    // breadcrumb) after the cache has moved on, one set per moment clients joined.
-    let (cursor, sent_status, pin) = {
-        let latest = ctx.cache.latest();
-        let build = {
-            let (map, metrics) = (latest.map(), m.clone());
-            let at = (latest.seq, latest.status);
-            let driver = ctx.cache.calico_driver;
-            move || {
-                let kvs = map
-                    .iter()
-                    .flat_map(|m| m.iter())
-                    .map(|(k, kv)| (k, &kv.value, kv.object_revision));
-                build_snapshot((syncer, carriage, driver), at, kvs, &metrics)
-            }
-        };
-        let snap = ctx
-            .calico_snapshots
-            .get(syncer, carriage, latest.seq, build, m)
-            .await?;
-        drop(latest);
-        // Calico's protocol cannot resume: from here the history keeps what this connection
-        // still needs, including what arrives while the snapshot is written to a slow reader.
-        let pin = ctx.cache.pin(snap.seq);
-        for f in &snap.frames {
-            out.queue(f.clone())?;
-        }
-        if snap.status != SyncStatus::WaitForDatastore {
-            out.queue(status_frame(carriage, snap.status)?)?;
-        }
-        let (seq, status, kvs) = (snap.seq, snap.status, snap.kvs);
-        drop(snap);
-        out.flush().await?;
-        debug!(syncer = %syncer, kvs, seq = seq.0, "Calico snapshot sent");
-        (seq, status, pin)
-    };
+    let at = calico_initial_sync(ctx, syncer, carriage, &mut out).await?;
     drop(slot);
-    info.synced(ResumeKind::snapshot, cursor);
+    info.synced(ResumeKind::snapshot, at.seq);
     m.client_snapshot_send_secs
         .of(syncer)
         .observe(sync_started.elapsed().as_secs_f64());
 
-    let feed = CalicoFeed {
-        dec,
-        syncer,
-        carriage,
-        cursor,
-        sent_status,
-        pin,
-    };
+    let feed = CalicoFeed { dec, at };
     let streaming = Streaming {
         out,
         close,
@@ -279,76 +235,28 @@ where
 }
 
 /// What a Calico client is sent once in sync (each breadcrumb as its shared `MsgKVs`, a
-/// `MsgSyncStatus` on change), and what it may say (pongs only, as Typha).
+/// `MsgSyncStatus` on change: `calico_sync.rs`), and what it may say (pongs only, as Typha).
 struct CalicoFeed {
     dec: StreamDecoder,
-    syncer: SyncerType,
-    carriage: Carriage,
-    /// The last breadcrumb it was sent.
-    cursor: Seq,
-    /// The sync status it was last told.
-    sent_status: SyncStatus,
-    /// Keeps the history from the cursor on: Calico's protocol cannot resume.
-    pin: CachePin,
+    at: CalicoCursor,
 }
 
 impl Feed for CalicoFeed {
     fn position(&self) -> Seq {
-        self.cursor
+        self.at.seq
     }
 
     fn wakes_on(&self) -> Option<SyncerType> {
-        Some(self.syncer)
+        Some(self.at.syncer)
     }
 
-    async fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
+    fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         ctx: &Arc<Ctx>,
         follow: &mut Follow<'_>,
         out: &mut Out<S>,
-    ) -> Result<bool, ConnError> {
-        let m = &ctx.cache.metrics;
-        let syncer = self.syncer;
-        let latest = ctx.cache.latest();
-        let catching_up = latest.seq.0.saturating_sub(self.cursor.0) > 1;
-        // Breadcrumbs with nothing for this syncer type are passed at no cost, but not
-        // without end in one round.
-        let mut budget = 4096;
-        while self.cursor < latest.seq {
-            if out.pending_len >= ctx.cfg.max_write || budget == 0 {
-                // A round's worth: written before the rest.
-                return Ok(true);
-            }
-            budget -= 1;
-            let next = Seq(self.cursor.0 + 1);
-            let started = catching_up.then(Instant::now);
-            let Some(crumb) = ctx.cache.get(next) else {
-                return Err(ConnError::FellBehind(format!(
-                    "breadcrumb {} has left the history",
-                    next.0
-                )));
-            };
-            let frame = crumb.calico_frame(syncer, self.carriage, ctx.cache.calico_driver, m)?;
-            let status = (crumb.status != self.sent_status).then_some(crumb.status);
-            if frame.is_some() || status.is_some() {
-                // Typha's fall-behind limit, with the grace after the snapshot, and its
-                // counts: for what this syncer type is sent, as Typha's breadcrumbs of this
-                // type would hold it.
-                let waited = may_send(follow, m, syncer, &crumb)?;
-                count_step(m, syncer, waited, started, (&latest, &crumb));
-            }
-            if let Some(frame) = frame {
-                out.queue(frame)?;
-            }
-            if let Some(status) = status {
-                out.queue(status_frame(self.carriage, status)?)?;
-                self.sent_status = status;
-            }
-            self.cursor = next;
-            self.pin.set(next);
-        }
-        follow.caught_up();
-        Ok(false)
+    ) -> impl Future<Output = Result<bool, ConnError>> {
+        calico_catch_up(ctx, &mut self.at, follow, out)
     }
 
     fn inbound(
@@ -366,7 +274,7 @@ impl Feed for CalicoFeed {
                         ctx.cache
                             .metrics
                             .ping_latency
-                            .of(self.syncer)
+                            .of(self.at.syncer)
                             .observe(took.as_secs_f64());
                     }
                 }
@@ -381,8 +289,4 @@ impl Feed for CalicoFeed {
         }
         Ok(())
     }
-}
-
-fn status_frame(carriage: Carriage, s: SyncStatus) -> Result<Bytes, Unencodable> {
-    carriage.encode(&Message::SyncStatus(s.into()))
 }

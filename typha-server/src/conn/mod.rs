@@ -22,8 +22,8 @@
 //! port), `drive` (the one stream loop both run once their client is in sync), `session`
 //! (what the clock decides there, with no I/O: pings, liveness, falling behind), `sync` (what
 //! to send: the initial sync by deltas, digest buckets or snapshot, catching up, and the
-//! waits before a sync), `out` (queueing frames, bounded writes, pings and the end in each
-//! protocol's dialect), [`limit`] (the connection limits and the log of refusals),
+//! waits before a sync; `calico_sync` the same for a Calico client), `out` (queueing
+//! frames, bounded writes, pings and the end in each protocol's dialect), [`limit`] (the connection limits and the log of refusals),
 //! [`registry`] (every open connection), [`info`] (what each connection is doing, for
 //! `/status?nodes` and the per-phase gauges), [`stream`] (a client's byte stream, plain TCP
 //! or TLS, as one type); this file holds what they share, with the errors a connection ends
@@ -31,6 +31,7 @@
 
 pub mod admit;
 pub mod calico;
+mod calico_sync;
 mod drive;
 pub mod info;
 pub mod limit;

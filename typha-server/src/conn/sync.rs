@@ -1,6 +1,6 @@
 //! What a client is sent: its initial sync (the missed deltas, the digest buckets that
 //! differ, or a full snapshot, as its resume allows), then catching up from its position with
-//! as few shared frames as the history allows. Waits before the initial sync (for a sync slot,
+//! as few shared frames as the history allows. (A Calico client's: `calico_sync.rs`.) Waits before the initial sync (for a sync slot,
 //! or for a complete cache) ping the client so it does not time out, in either protocol. For
 //! both protocols' catch-up too: whether the next breadcrumb may still be sent (`may_send`)
 //! and what each step sent counts (`count_step`).
