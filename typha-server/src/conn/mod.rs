@@ -302,12 +302,8 @@ impl ConnError {
             | ConnError::Handshake(_)
             | ConnError::Refused(_)
             | ConnError::HandshakeTimeout(_) => DropReason::handshake,
-            ConnError::PingTimeout | ConnError::Closed(GoodbyeReason::PingTimeout) => {
-                DropReason::ping_timeout
-            }
-            ConnError::FellBehind(_) | ConnError::Closed(GoodbyeReason::FellBehind) => {
-                DropReason::fell_behind
-            }
+            ConnError::PingTimeout => DropReason::ping_timeout,
+            ConnError::FellBehind(_) => DropReason::fell_behind,
             ConnError::Io(_) | ConnError::Closed(_) | ConnError::PeerClosed => return None,
         })
     }
