@@ -63,17 +63,7 @@ pub fn connection(
         };
         let rx = info.closable();
         match protocol {
-            Protocol::Calico => {
-                Box::pin(calico::serve(
-                    stream,
-                    info.accepted(),
-                    ctx,
-                    rx,
-                    &info,
-                    prefix,
-                ))
-                .await
-            }
+            Protocol::Calico => Box::pin(calico::serve(stream, ctx, rx, &info, prefix)).await,
             _ => {
                 let ended = task::run(stream, &ctx, rx, &info, prefix).await;
                 super::ended(&ctx, Protocol::Ours, ended);

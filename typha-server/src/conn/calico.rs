@@ -8,9 +8,9 @@
 //! per breadcrumb: MsgKVs, MsgSyncStatus on change; MsgPing every ping interval, pongs read
 //! ```
 //!
-//! This file holds Calico's handshake, its snapshot and what its clients are sent once in sync
-//! (`CalicoFeed`); the stream loop, its timers and the errors are the same as ours
-//! (`drive.rs`, `session.rs`, [`ConnError`]). Every stream starts with the server preamble,
+//! This file holds Calico's handshake and encodings, and how its clients are fed once in sync
+//! (`CalicoFeed`; what they are sent: `calico_sync.rs`); the driver, the session's timers and
+//! the errors are the same as ours (`drive.rs`, `session.rs`, [`ConnError`]). Every stream starts with the server preamble,
 //! so the `MsgKVs` of a breadcrumb and of a snapshot are encoded once per syncer type and
 //! carriage for every Calico client ([`crate::cache::calico`]). Only the hello, the restart,
 //! sync status and pings are encoded per connection (all tiny). Calico's protocol has no
@@ -20,9 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use prometheus::IntGauge;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 use tracing::debug;
 use typha_protocol::calico::gob::Limits;
 use typha_protocol::calico::messages::{
@@ -34,11 +35,10 @@ use typha_protocol::calico::{Protocol, StreamDecoder};
 use typha_protocol::message::Seq;
 
 use super::calico_sync::{CalicoCursor, calico_catch_up, calico_initial_sync};
-use super::drive::{self, Feed, Streaming};
-use super::info::{ConnInfo, Phase};
-use super::out::{Dialect, Out, calico_token, scopeguard};
-use super::session::Follow;
-use super::sync::wait_for_sync_slot;
+use super::drive::{self, Feed, Start, Synced, read_message};
+use super::info::ConnInfo;
+use super::out::{Dialect, Out, calico_token};
+use super::session::{Due, Session};
 use super::{Close, ConnError, Ctx};
 use crate::cache::calico::Carriage;
 use crate::calico::libcalico::SyncerType;
@@ -48,7 +48,6 @@ use crate::metrics::ResumeKind;
 /// bytes [`sniff`](super::admit::sniff) read.
 pub async fn serve<S>(
     stream: S,
-    accepted: Instant,
     ctx: Arc<Ctx>,
     close: oneshot::Receiver<Close>,
     info: &ConnInfo,
@@ -56,8 +55,22 @@ pub async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let ended = run(stream, accepted, &ctx, close, info, prefix).await;
+    let ended = run(stream, &ctx, close, info, prefix).await;
     super::ended(&ctx, Protocol::Calico, ended);
+}
+
+/// Serves one Calico-protocol connection until it ends; returns why.
+pub(super) fn run<'a, S>(
+    stream: S,
+    ctx: &'a Arc<Ctx>,
+    close: oneshot::Receiver<Close>,
+    info: &'a ConnInfo,
+    prefix: BytesMut,
+) -> impl Future<Output = Result<(), ConnError>> + Send + 'a
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    drive::run::<Calico, S>(stream, ctx, close, info, prefix)
 }
 
 /// The snappy stream's opening for every connection: the identifier and the preamble's chunks.
@@ -80,26 +93,6 @@ fn conn_id() -> u64 {
     prefix | (NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff)
 }
 
-/// The next message in `buf`, reading from `r` into it as needed; `None` at the deadline.
-async fn next_message<R: AsyncRead + Unpin>(
-    r: &mut R,
-    dec: &mut StreamDecoder,
-    buf: &mut BytesMut,
-    deadline: Instant,
-) -> Result<Option<Message>, ConnError> {
-    loop {
-        if let Some(m) = dec.decode(buf).map_err(ConnError::from)? {
-            return Ok(Some(m));
-        }
-        match timeout_at(deadline, r.read_buf(buf)).await {
-            Ok(Ok(0)) => return Err(ConnError::PeerClosed),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(ConnError::Io(e)),
-            Err(_) => return Ok(None),
-        }
-    }
-}
-
 /// The hello of a Calico client about to be refused (at the connection limit), to say who it
 /// was: `None` if it does not arrive, whole and valid, before `deadline`. `prefix`: the bytes
 /// [`sniff`](super::admit::sniff) read.
@@ -110,7 +103,8 @@ pub async fn read_hello<S: AsyncRead + Unpin>(
 ) -> Option<ClientHello> {
     let mut dec = StreamDecoder::new(Limits::SERVER_INBOUND);
     let mut buf = prefix;
-    match next_message(stream, &mut dec, &mut buf, deadline).await {
+    let decode = |b: &mut BytesMut| dec.decode(b).map_err(ConnError::from);
+    match read_message(stream, &mut buf, deadline, decode).await {
         Ok(Some(Message::ClientHello(h))) => Some(h),
         _ => None,
     }
@@ -141,97 +135,128 @@ fn check_hello(h: &ClientHello) -> Result<(SyncerType, Carriage), ConnError> {
     Ok((syncer, carriage))
 }
 
-/// The handshake (the hello, the switch to snappy when the client offers it), a turn to
-/// sync, the snapshot, then the stream loop with [`CalicoFeed`].
-pub(super) async fn run<S>(
-    stream: S,
-    accepted: Instant,
-    ctx: &Arc<Ctx>,
-    mut close: oneshot::Receiver<Close>,
-    info: &ConnInfo,
-    prefix: BytesMut,
-) -> Result<(), ConnError>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    // One stream, read and written in turn, as ours.
-    let mut out = Out::new(stream, ctx.clone());
-    out.dialect = Dialect::Calico(Carriage::Plain);
-    let mut dec = StreamDecoder::new(Limits::SERVER_INBOUND);
-    let mut rbuf = prefix;
+/// Calico's protocol's start.
+struct Calico;
 
-    // Hello, within the handshake deadline (counted from accept, so TLS shares it).
-    let deadline = accepted + ctx.cfg.handshake_timeout;
-    let hello = match next_message(out.io(), &mut dec, &mut rbuf, deadline).await? {
-        Some(Message::ClientHello(h)) => h,
-        Some(other) => return Err(ConnError::Unexpected(other.kind().to_string())),
-        None => return Err(ConnError::HandshakeTimeout("MsgClientHello")),
-    };
-    let (syncer, carriage) = check_hello(&hello)?;
-    info.calico_hello(
-        &hello.hostname,
-        &hello.info,
-        format!("calico {}", hello.version),
-        syncer,
-    );
-    // Every per-syncer metric of this connection counts under its syncer type, as Typha's.
-    out.syncer = syncer;
-    let by_type = ctx.cache.metrics.calico_connections(syncer).clone();
-    by_type.inc();
-    let _by_type = scopeguard(move || by_type.dec());
-    debug!(version = %hello.version, ?carriage, client_conn_id = hello.client_conn_id, "Calico client hello");
+/// What a Calico handshake learnt.
+struct CalicoHello {
+    dec: StreamDecoder,
+    syncer: SyncerType,
+    carriage: Carriage,
+    counted: Counted,
+}
 
-    out.queue(Side::Server.preamble())?;
-    let reply = Message::ServerHello(ServerHello {
-        version: concat!("typha-server ", env!("CARGO_PKG_VERSION")).into(),
-        syncer_type: syncer.as_str().into(),
-        supports_node_resource_updates: true,
-        server_conn_id: conn_id(),
-    });
-    out.queue(Carriage::Plain.encode(&reply)?)?;
-    if carriage == Carriage::Snappy {
-        let restart = Message::DecoderRestart(DecoderRestart {
-            message: RESTART_ENABLE_SNAPPY.into(),
-            compression_algorithm: COMPRESSION_SNAPPY.into(),
+/// A connection counted in `typha_connections_active{syncer}` for as long as it is kept.
+struct Counted(IntGauge);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Start for Calico {
+    type Hello = CalicoHello;
+    type Feed = CalicoFeed;
+    const DIALECT: Dialect = Dialect::Calico(Carriage::Plain);
+
+    /// The hello (by the session's deadline, counted from accept, so TLS shares it), the
+    /// server's preamble and hello, and the switch to snappy when the client offers it.
+    async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+        ctx: &Arc<Ctx>,
+        session: &mut Session<'_>,
+        out: &mut Out<S>,
+        rbuf: &mut BytesMut,
+        info: &ConnInfo,
+    ) -> Result<CalicoHello, ConnError> {
+        let mut dec = StreamDecoder::new(Limits::SERVER_INBOUND);
+        let hello = match next_message(session, out, rbuf, &mut dec).await? {
+            Message::ClientHello(h) => h,
+            other => return Err(ConnError::Unexpected(other.kind().to_string())),
+        };
+        let (syncer, carriage) = check_hello(&hello)?;
+        info.calico_hello(
+            &hello.hostname,
+            &hello.info,
+            format!("calico {}", hello.version),
+            syncer,
+        );
+        // Every per-syncer metric of this connection counts under its syncer type, as Typha's.
+        out.syncer = syncer;
+        let by_type = ctx.cache.metrics.calico_connections(syncer).clone();
+        by_type.inc();
+        let counted = Counted(by_type);
+        debug!(version = %hello.version, ?carriage, client_conn_id = hello.client_conn_id, "Calico client hello");
+
+        out.queue(Side::Server.preamble())?;
+        let reply = Message::ServerHello(ServerHello {
+            version: concat!("typha-server ", env!("CARGO_PKG_VERSION")).into(),
+            syncer_type: syncer.as_str().into(),
+            supports_node_resource_updates: true,
+            server_conn_id: conn_id(),
         });
-        out.queue(Carriage::Plain.encode(&restart)?)?;
-        out.flush().await?;
-        // Nothing more may be written until the ACK: the client's old decoder could read
-        // ahead and swallow it.
-        let by = Instant::now() + ctx.cfg.pong_timeout;
-        match next_message(out.io(), &mut dec, &mut rbuf, by).await? {
-            Some(Message::Ack) => {}
-            Some(other) => return Err(ConnError::Unexpected(other.kind().to_string())),
-            None => return Err(ConnError::HandshakeTimeout("MsgACK")),
+        out.queue(Carriage::Plain.encode(&reply)?)?;
+        if carriage == Carriage::Snappy {
+            let restart = Message::DecoderRestart(DecoderRestart {
+                message: RESTART_ENABLE_SNAPPY.into(),
+                compression_algorithm: COMPRESSION_SNAPPY.into(),
+            });
+            out.queue(Carriage::Plain.encode(&restart)?)?;
+            out.flush().await?;
+            // Nothing more may be written until the ACK: the client's old decoder could read
+            // ahead and swallow it.
+            session.expect_reply("MsgACK", Instant::now());
+            match next_message(session, out, rbuf, &mut dec).await? {
+                Message::Ack => {}
+                other => return Err(ConnError::Unexpected(other.kind().to_string())),
+            }
+            out.queue(snappy_opening())?;
+            out.dialect = Dialect::Calico(carriage);
         }
-        out.queue(snappy_opening())?;
-        out.dialect = Dialect::Calico(carriage);
+        Ok(CalicoHello {
+            dec,
+            syncer,
+            carriage,
+            counted,
+        })
     }
 
-    // Initial syncs take turns with ours; the client is pinged while it waits.
-    let slot = wait_for_sync_slot(ctx, &mut out, &mut close).await?;
-    info.set_phase(Phase::Syncing);
-    let sync_started = Instant::now();
-    let m = &ctx.cache.metrics;
-    let at = calico_initial_sync(ctx, syncer, carriage, &mut out).await?;
-    drop(slot);
-    info.synced(ResumeKind::snapshot, at.seq);
-    m.client_snapshot_send_secs
-        .of(syncer)
-        .observe(sync_started.elapsed().as_secs_f64());
+    /// The snapshot of the client's syncer type (`calico_sync.rs`).
+    async fn initial_sync<S: AsyncRead + AsyncWrite + Unpin>(
+        ctx: &Arc<Ctx>,
+        hello: CalicoHello,
+        out: &mut Out<S>,
+    ) -> Result<Synced<CalicoFeed>, ConnError> {
+        let at = calico_initial_sync(ctx, hello.syncer, hello.carriage, out).await?;
+        Ok(Synced {
+            feed: CalicoFeed {
+                dec: hello.dec,
+                at,
+                _counted: hello.counted,
+            },
+            resumed: ResumeKind::snapshot,
+            // Calico's protocol does not tell staleness.
+            staleness: None,
+        })
+    }
+}
 
-    let feed = CalicoFeed { dec, at };
-    let streaming = Streaming {
-        out,
-        close,
-        feed,
-        rbuf,
-        // Calico's protocol does not tell staleness: never read.
-        staleness: ctx.freshness.subscribe(),
-        tells_staleness: false,
-        syncer,
-    };
-    drive::stream(ctx, info, std::future::ready(Ok(streaming))).await
+/// The next message of the handshake, by the session's deadline.
+async fn next_message<S: AsyncRead + AsyncWrite + Unpin>(
+    session: &mut Session<'_>,
+    out: &mut Out<S>,
+    rbuf: &mut BytesMut,
+    dec: &mut StreamDecoder,
+) -> Result<Message, ConnError> {
+    let deadline = session.poll_timeout().unwrap_or_else(Instant::now);
+    let decode = |b: &mut BytesMut| dec.decode(b).map_err(ConnError::from);
+    match read_message(out.io(), rbuf, deadline, decode).await? {
+        Some(m) => Ok(m),
+        None => Err(match session.handle_timeout(Instant::now(), out.writing) {
+            Some(Due::HandshakeExpired(what)) => ConnError::HandshakeTimeout(what),
+            _ => ConnError::HandshakeTimeout("MsgClientHello"),
+        }),
+    }
 }
 
 /// What a Calico client is sent once in sync (each breadcrumb as its shared `MsgKVs`, a
@@ -239,6 +264,7 @@ where
 struct CalicoFeed {
     dec: StreamDecoder,
     at: CalicoCursor,
+    _counted: Counted,
 }
 
 impl Feed for CalicoFeed {
@@ -253,24 +279,24 @@ impl Feed for CalicoFeed {
     fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         ctx: &Arc<Ctx>,
-        follow: &mut Follow<'_>,
+        session: &mut Session<'_>,
         out: &mut Out<S>,
     ) -> impl Future<Output = Result<bool, ConnError>> {
-        calico_catch_up(ctx, &mut self.at, follow, out)
+        calico_catch_up(ctx, &mut self.at, session, out)
     }
 
     fn inbound(
         &mut self,
         ctx: &Ctx,
         rbuf: &mut BytesMut,
-        follow: &mut Follow<'_>,
+        session: &mut Session<'_>,
         _info: &ConnInfo,
     ) -> Result<(), ConnError> {
         while let Some(msg) = self.dec.decode(rbuf).map_err(ConnError::from)? {
             match msg {
                 Message::Pong(p) => {
                     let token = calico_token(p.ping_timestamp);
-                    if let Some(took) = follow.pong(token, Instant::now()) {
+                    if let Some(took) = session.pong(token, Instant::now()) {
                         ctx.cache
                             .metrics
                             .ping_latency

@@ -11,7 +11,7 @@ use typha_protocol::message::Seq;
 use typha_protocol::model::SyncStatus;
 
 use super::out::Out;
-use super::session::Follow;
+use super::session::Session;
 use super::sync::{count_step, may_send};
 use super::{ConnError, Ctx};
 use crate::cache::Pin as CachePin;
@@ -91,7 +91,7 @@ pub(super) async fn calico_initial_sync<W: AsyncWrite + Unpin>(
 pub(super) async fn calico_catch_up<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
     at: &mut CalicoCursor,
-    follow: &mut Follow<'_>,
+    session: &mut Session<'_>,
     out: &mut Out<W>,
 ) -> Result<bool, ConnError> {
     let m = &ctx.cache.metrics;
@@ -118,7 +118,7 @@ pub(super) async fn calico_catch_up<W: AsyncWrite + Unpin>(
         let status = (crumb.status != at.status).then_some(crumb.status);
         if frame.is_some() || status.is_some() {
             // Typha's fall-behind limit, with the grace after the snapshot, and its counts.
-            let waited = may_send(follow, m, syncer, &crumb)?;
+            let waited = may_send(session, m, syncer, &crumb)?;
             count_step(m, syncer, waited, started, (&latest, &crumb));
         }
         if let Some(frame) = frame {
@@ -131,6 +131,6 @@ pub(super) async fn calico_catch_up<W: AsyncWrite + Unpin>(
         at.seq = next;
         at.pin.set(next);
     }
-    follow.caught_up();
+    session.caught_up();
     Ok(false)
 }

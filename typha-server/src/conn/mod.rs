@@ -1,10 +1,10 @@
 //! One task per client connection.
 //!
 //! ```text
-//! accept (TLS) ─▶ handshake (hello within the deadline) ─▶ initial sync ─▶ stream
-//!                                                           │               │
-//!                       deltas / digest buckets / snapshot ─┘   breadcrumbs, spans, status,
-//!                                                                pings; reads pongs and acks
+//! accept (TLS) ─▶ handshake (hello within the deadline) ─▶ held? ─▶ initial sync ─▶ stream
+//!                                                                    │               │
+//!                                deltas / digest buckets / snapshot ─┘   breadcrumbs, spans, status,
+//!                                                                         pings; reads pongs and acks
 //! ```
 //!
 //! The task writes only shared, pre-encoded frames (the hello, a digest resync's begin marker,
@@ -16,14 +16,16 @@
 //! position falls past the fall-behind limit.
 //!
 //! Files: [`admit`] (a connection from accept through TLS, the protocol from its first
-//! bytes, the limits and the refusal, to its protocol's task), [`task`] (ours: the
-//! handshake, the initial sync, and what a client of ours is sent and may say once in
-//! sync), [`calico`] (the same for a client of Calico's own Typha protocol, on the same
-//! port), `drive` (the one stream loop both run once their client is in sync), `session`
-//! (what the clock decides there, with no I/O: pings, liveness, falling behind), `sync` (what
-//! to send: the initial sync by deltas, digest buckets or snapshot, catching up, and the
-//! waits before a sync; `calico_sync` the same for a Calico client), `out` (queueing
-//! frames, bounded writes, pings and the end in each protocol's dialect), [`limit`] (the connection limits and the log of refusals),
+//! bytes, the limits and the refusal, to its protocol's task), `drive` (the one driver of a
+//! connection, both protocols, from its hello to its end), `session` (everything the clock
+//! decides in a connection's life, with no I/O: handshake deadlines, pings while held, the
+//! floor wait's end, liveness, falling behind), [`task`] (ours: its handshake, what a resuming
+//! client is held for, its initial sync, and what a client of ours is sent and may say once
+//! in sync), [`calico`] (the same for a client of Calico's own Typha protocol, on the same
+//! port), `sync` (what to send: the initial sync by deltas, digest buckets or snapshot,
+//! catching up, the holds of a resuming client; `calico_sync` the same for a Calico client),
+//! `out` (queueing frames, bounded writes, pings and the end in each protocol's dialect),
+//! [`limit`] (the connection limits and the log of refusals),
 //! [`registry`] (every open connection), [`info`] (what each connection is doing, for
 //! `/status?nodes` and the per-phase gauges), [`stream`] (a client's byte stream, plain TCP
 //! or TLS, as one type); this file holds what they share, with the errors a connection ends
@@ -272,17 +274,25 @@ impl ConnError {
     /// nothing is said (the connection cannot carry it, or the client went away).
     pub(super) fn goodbye(&self) -> Option<(GoodbyeReason, String)> {
         let reason = match self {
-            ConnError::Frame(_) | ConnError::Stream(_) | ConnError::Unexpected(_) => {
-                GoodbyeReason::ProtocolError
-            }
+            ConnError::Frame(_)
+            | ConnError::Stream(_)
+            | ConnError::Unexpected(_)
+            | ConnError::HandshakeFrame(_) => GoodbyeReason::ProtocolError,
             ConnError::FellBehind(_) => GoodbyeReason::FellBehind,
             ConnError::PingTimeout => GoodbyeReason::PingTimeout,
+            ConnError::HandshakeTimeout(_) => GoodbyeReason::HandshakeTimeout,
+            // The handshake's refusal says what to tell the client, if anything.
+            ConnError::Handshake(rej) => {
+                let g = rej.goodbye.as_ref()?;
+                return Some((g.reason, g.message.clone()));
+            }
             _ => return None,
         };
         let message = match self {
             ConnError::FellBehind(_) => "fell too far behind".to_string(),
             ConnError::PingTimeout => reason.to_string(),
             ConnError::Unexpected(what) => format!("unexpected {what} from a client"),
+            ConnError::HandshakeFrame(e) => e.to_string(),
             other => other.to_string(),
         };
         Some((reason, message))

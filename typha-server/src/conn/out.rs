@@ -62,9 +62,9 @@ impl<W: AsyncWrite + Unpin> Out<W> {
         }
     }
 
-    /// Queues a ping; returns its token, which the client's pong echoes ([`Follow::pong`]).
+    /// Queues a ping; returns its token, which the client's pong echoes ([`Session::pong`]).
     ///
-    /// [`Follow::pong`]: super::session::Follow::pong
+    /// [`Session::pong`]: super::session::Session::pong
     pub(super) fn ping(&mut self, now: Instant) -> Result<u64, ConnError> {
         match self.dialect {
             Dialect::Ours => {

@@ -1,81 +1,33 @@
-//! What a client is sent: its initial sync (the missed deltas, the digest buckets that
-//! differ, or a full snapshot, as its resume allows), then catching up from its position with
-//! as few shared frames as the history allows. (A Calico client's: `calico_sync.rs`.) Waits before the initial sync (for a sync slot,
-//! or for a complete cache) ping the client so it does not time out, in either protocol. For
-//! both protocols' catch-up too: whether the next breadcrumb may still be sent (`may_send`)
-//! and what each step sent counts (`count_step`).
+//! What a client of ours is sent: its initial sync (the missed deltas, the digest buckets
+//! that differ, or a full snapshot, as its resume allows), then catching up from its
+//! position with as few shared frames as the history allows (a Calico client's:
+//! `calico_sync.rs`); what a resuming client may be held for first (a complete cache, its
+//! revision floor: [`hold`]). For both protocols' catch-up: whether the next breadcrumb may
+//! still be sent (`may_send`) and what each step sent counts (`count_step`).
 
 use std::sync::Arc;
 
 use tokio::io::AsyncWrite;
 use tokio::sync::oneshot;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 use typha_protocol::digest::BUCKETS;
-use typha_protocol::handshake::Session;
+use typha_protocol::handshake::Session as Agreed;
 use typha_protocol::message::{Deltas, Features, GoodbyeReason, Message, Resume, Seq};
 use typha_protocol::model::{Revision, SyncStatus};
 
-use super::out::{Out, jitter, scopeguard};
-use super::session::{Follow, Next};
+use super::drive::hold;
+use super::out::Out;
+use super::session::{Next, Session};
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::calico::libcalico::SyncerType;
 use crate::fanout::{self, Step, Variant, encode, plan};
 use crate::metrics::{Metrics, ResumeKind};
 
-/// Waits for `until`, pinging the client meanwhile (so its read timeout does not fire); a
-/// close request ends the wait, with a Goodbye for ours. What is queued (the server's hello)
-/// goes out first: a client must not wait for its answer until the first ping.
-async fn pinging<W: AsyncWrite + Unpin, T>(
-    ctx: &Arc<Ctx>,
-    out: &mut Out<W>,
-    close: &mut oneshot::Receiver<Close>,
-    until: impl std::future::Future<Output = T>,
-) -> Result<T, ConnError> {
-    out.flush().await?;
-    tokio::pin!(until);
-    loop {
-        let ping = Instant::now() + jitter(ctx.cfg.ping_interval);
-        tokio::select! {
-            v = &mut until => return Ok(v),
-            close = &mut *close => {
-                let close = close.unwrap_or(Close::because(GoodbyeReason::Shutdown));
-                out.end(close.reason, "server closing this connection", close.redirect).await;
-                return Err(ConnError::Closed(close.reason));
-            }
-            () = sleep_until(ping) => {
-                out.ping(ping)?;
-                out.flush().await?;
-            }
-        }
-    }
-}
-
-/// Waits for a turn to write an initial sync (either protocol's), pinging the client
-/// meanwhile; the turn lasts as long as the permit is held.
-pub(super) async fn wait_for_sync_slot<W: AsyncWrite + Unpin>(
-    ctx: &Arc<Ctx>,
-    out: &mut Out<W>,
-    close: &mut oneshot::Receiver<Close>,
-) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ConnError> {
-    let Some(slots) = &ctx.sync_slots else {
-        return Ok(None);
-    };
-    if let Ok(p) = slots.clone().try_acquire_owned() {
-        return Ok(Some(p));
-    }
-    ctx.cache.metrics.syncs_waiting.inc();
-    let _waiting = scopeguard(|| {
-        ctx.cache.metrics.syncs_waiting.dec();
-    });
-    // The semaphore is never closed.
-    let permit = pinging(ctx, out, close, slots.clone().acquire_owned()).await?;
-    Ok(permit.ok())
-}
-
-/// Waits until the cache has been in sync once, pinging the client meanwhile.
+/// Holds a resuming client until the cache has been in sync once, pinging it meanwhile.
 pub(super) async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
+    session: &mut Session<'_>,
     out: &mut Out<W>,
     close: &mut oneshot::Receiver<Close>,
 ) -> Result<(), ConnError> {
@@ -88,7 +40,7 @@ pub(super) async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
         }
         true
     };
-    if pinging(ctx, out, close, in_sync).await? {
+    if hold(session, out, close, None, in_sync).await? == Some(true) {
         Ok(())
     } else {
         Err(ConnError::Closed(GoodbyeReason::Shutdown))
@@ -104,6 +56,7 @@ pub(super) async fn wait_for_first_sync<W: AsyncWrite + Unpin>(
 /// [`ConnConfig::resume_floor_wait`]: super::ConnConfig::resume_floor_wait
 pub(super) async fn wait_for_revision<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
+    session: &mut Session<'_>,
     out: &mut Out<W>,
     close: &mut oneshot::Receiver<Close>,
     floor: Revision,
@@ -125,8 +78,8 @@ pub(super) async fn wait_for_revision<W: AsyncWrite + Unpin>(
             }
         }
     };
-    let within = tokio::time::timeout(ctx.cfg.resume_floor_wait, ended);
-    Ok(pinging(ctx, out, close, within)
+    let at_most = Some(ctx.cfg.resume_floor_wait);
+    Ok(hold(session, out, close, at_most, ended)
         .await?
         .unwrap_or(FloorWait::TimedOut))
 }
@@ -148,16 +101,16 @@ pub(super) enum FloorWait {
 /// got there.
 pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
     ctx: &Arc<Ctx>,
-    session: &Session,
+    agreed: &Agreed,
     (resume, floor): (Option<&Resume>, Revision),
     out: &mut Out<W>,
 ) -> Result<(Arc<Breadcrumb>, ResumeKind), ConnError> {
     let cache = &ctx.cache;
     let m = &cache.metrics;
-    let v = Variant::of(session);
+    let v = Variant::of(agreed);
     let compress = v.compress;
     // Same epoch, still in the window: only the missed deltas.
-    if session.features.contains(Features::DELTA_RESUME)
+    if agreed.features.contains(Features::DELTA_RESUME)
         && let Some(at) = resume
             .and_then(|r| r.cursor)
             .filter(|c| c.epoch == cache.epoch())
@@ -176,7 +129,7 @@ pub(super) async fn initial_sync<W: AsyncWrite + Unpin>(
         return Ok((at, ResumeKind::deltas));
     }
     // A digest: only the buckets that differ, unless most do.
-    if session.features.contains(Features::BUCKET_RESYNC)
+    if agreed.features.contains(Features::BUCKET_RESYNC)
         && let Some(theirs) = resume.and_then(|r| r.digest.as_ref())
     {
         let bf = ctx.snapshots.buckets_from(cache, v, floor).await;
@@ -217,13 +170,13 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
     cursor: &mut Arc<Breadcrumb>,
     sent_status: &mut SyncStatus,
     v: Variant,
-    follow: &mut Follow<'_>,
+    session: &mut Session<'_>,
     out: &mut Out<W>,
 ) -> Result<bool, ConnError> {
     let cache = &ctx.cache;
     let latest = cache.latest();
     if latest.seq <= cursor.seq {
-        follow.caught_up();
+        session.caught_up();
         return Ok(false);
     }
     let Some(next) = cache.get(Seq(cursor.seq.0 + 1)) else {
@@ -233,7 +186,7 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
         return Ok(cursor.seq < cache.latest().seq);
     };
     let m = &cache.metrics;
-    let mut waited = may_send(follow, m, SyncerType::Felix, &next)?;
+    let mut waited = may_send(session, m, SyncerType::Felix, &next)?;
     // A client more than one breadcrumb behind is catching up, not following: the time each
     // of its steps takes to get is Typha's `typha_next_breadcrumb_latency_secs`.
     let catching_up = latest.seq.0 - cursor.seq.0 > 1;
@@ -281,21 +234,21 @@ pub(super) async fn catch_up<W: AsyncWrite + Unpin>(
         return Ok(true);
     }
     // Up to date: the next breadcrumb is one it waits for.
-    follow.caught_up();
+    session.caught_up();
     Ok(false)
 }
 
 /// Whether the breadcrumb `next`, the one after the client's position, may still be sent to
-/// it ([`Follow::next_breadcrumb`]: [`ConnError::FellBehind`] if not), counting a connection
+/// it ([`Session::next_breadcrumb`]: [`ConnError::FellBehind`] if not), counting a connection
 /// only the grace period kept (Typha's `typha_connections_grace_used`); `Ok`: whether the
 /// client had been waiting for it.
 pub(super) fn may_send(
-    follow: &mut Follow<'_>,
+    session: &mut Session<'_>,
     m: &Metrics,
     syncer: SyncerType,
     next: &Breadcrumb,
 ) -> Result<bool, ConnError> {
-    match follow.next_breadcrumb(Instant::now(), next.created) {
+    match session.next_breadcrumb(Instant::now(), next.created) {
         Next::FellBehind(age) => Err(ConnError::FellBehind(format!(
             "breadcrumb {} is {age:?} old",
             next.seq.0

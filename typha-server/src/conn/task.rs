@@ -1,27 +1,26 @@
-//! A connection of our protocol: the handshake (hello within the deadline, counted from
-//! accept), the initial sync, then the stream loop (`drive.rs`) with `Ours`: breadcrumbs as
-//! shared delta and span frames, staleness changes; pongs, acks and a goodbye read. The
-//! outcome is logged once, at the task's boundary ([`super::ended`]).
+//! A connection of our protocol, as the driver (`drive.rs`) runs it: the handshake (the
+//! hello, answered with the server's hello and how current the view is), a resuming client
+//! held for a complete cache or its revision floor, the initial sync, then `OurFeed`:
+//! breadcrumbs as shared delta and span frames, staleness changes; pongs, acks and a
+//! goodbye read. The outcome is logged once, at the task's boundary ([`super::ended`]).
 
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{oneshot, watch};
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use typha_protocol::frame::{FrameDecoder, Limits};
-use typha_protocol::handshake::{ServerHandshake, Session};
-use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Seq};
-use typha_protocol::model::SyncStatus;
+use typha_protocol::handshake::{ServerHandshake, Session as Agreed};
+use typha_protocol::message::{Features, GoodbyeReason, Message, MessageType, Resume, Seq};
+use typha_protocol::model::{Revision, SyncStatus};
 
-use super::drive::{self, Feed, Streaming};
-use super::info::{ConnInfo, Phase};
-use super::out::Out;
-use super::session::Follow;
-use super::sync::{
-    FloorWait, catch_up, initial_sync, wait_for_first_sync, wait_for_revision, wait_for_sync_slot,
-};
+use super::drive::{self, Feed, Start, Synced, read_message};
+use super::info::ConnInfo;
+use super::out::{Dialect, Out};
+use super::session::{Due, Session};
+use super::sync::{self, FloorWait, catch_up, wait_for_first_sync, wait_for_revision};
 use super::{Close, ConnError, Ctx};
 use crate::cache::breadcrumb::Breadcrumb;
 use crate::calico::libcalico::SyncerType;
@@ -42,25 +41,176 @@ pub fn run<'a, S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    // One stream, read and written in turn (never at once): no split halves. The handshake
-    // and the initial sync in an allocation of their own, freed before the stream loop: their
-    // futures, and what they hold (the hello; a resuming client's 8 KiB digest), are not kept
-    // for the life of the connection.
-    let start = Box::pin(start_owned(
-        Out::new(stream, ctx.clone()),
-        close,
-        ctx,
-        info,
-        prefix,
-    ));
-    drive::stream(ctx, info, start)
+    drive::run::<Ours, S>(stream, ctx, close, info, prefix)
+}
+
+/// Our protocol's start.
+struct Ours;
+
+/// What our handshake learnt.
+struct OurHello {
+    dec: FrameDecoder,
+    agreed: Agreed,
+    resume: Option<Resume>,
+    /// The client's revision floor, where revisions are shared by the replicas (0: none).
+    floor: Revision,
+    staleness: Option<watch::Receiver<Published>>,
+}
+
+impl Start for Ours {
+    type Hello = OurHello;
+    type Feed = OurFeed;
+    const DIALECT: Dialect = Dialect::Ours;
+
+    /// The hello (by the session's deadline, counted from accept, so TLS and hello share it),
+    /// answered with the server's hello and, for a client that asked, how current the view
+    /// is.
+    async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+        ctx: &Arc<Ctx>,
+        session: &mut Session<'_>,
+        out: &mut Out<S>,
+        rbuf: &mut BytesMut,
+        info: &ConnInfo,
+    ) -> Result<OurHello, ConnError> {
+        let mut dec = FrameDecoder::new(Limits::SERVER_INBOUND);
+        let mut hs = ServerHandshake::new(ctx.offer.clone(), info.accepted().into_std());
+        let deadline = session.poll_timeout().unwrap_or_else(Instant::now);
+        let decode = |b: &mut BytesMut| dec.decode(b).map_err(ConnError::HandshakeFrame);
+        let Some(first) = read_message(out.io(), rbuf, deadline, decode).await? else {
+            let now = Instant::now();
+            return Err(
+                match (
+                    session.handle_timeout(now, out.writing),
+                    hs.handle_timeout(now.into_std()),
+                ) {
+                    (_, Some(rej)) => ConnError::Handshake(Box::new(rej)),
+                    (Some(Due::HandshakeExpired(what)), None) => ConnError::HandshakeTimeout(what),
+                    _ => ConnError::HandshakeTimeout("hello"),
+                },
+            );
+        };
+        let accepted = hs
+            .handle_message(first, Instant::now().into_std())
+            .map_err(|rej| ConnError::Handshake(Box::new(rej)))?;
+        let agreed = accepted.session;
+        info.hello(&accepted.hostname, &accepted.client_info, agreed.version);
+        debug!(client = %accepted.client_info, version = %agreed.version, "client hello");
+        out.queue(encode(&Message::ServerHello(accepted.reply), false))?;
+        // How current the view is, before any data (so a consumer knows what it is about to
+        // get), with its age now: a tiny per-client encode, like the hello. Later changes go
+        // out as the frame encoded once for everyone; subscribed first, so none is missed.
+        let staleness = agreed.features.contains(Features::STALENESS).then(|| {
+            let mut s = ctx.freshness.subscribe();
+            s.borrow_and_update();
+            s
+        });
+        if staleness.is_some() {
+            let now = Message::Staleness(ctx.freshness.view().to_message());
+            out.queue(encode(&now, false))?;
+        }
+        // The hello's digest was the big part of the read buffer; do not keep its capacity.
+        *rbuf = BytesMut::from(&rbuf[..]);
+        let floor = accepted
+            .revision_floor
+            .filter(|_| !ctx.cfg.resume_floor_wait.is_zero())
+            .unwrap_or_default();
+        Ok(OurHello {
+            dec,
+            agreed,
+            resume: accepted.resume,
+            floor,
+            staleness,
+        })
+    }
+
+    /// A resuming client has state: comparing it with a partial cache would tell it to delete
+    /// what this server has not loaded yet, so it is held (pinged) until the cache is
+    /// complete; a new client has nothing to lose and gets the partial state. Then a client
+    /// whose revision floor the cache has not reached is held for it (or sent elsewhere, if
+    /// this server's view is stale).
+    async fn before_sync<S: AsyncRead + AsyncWrite + Unpin>(
+        ctx: &Arc<Ctx>,
+        hello: &OurHello,
+        session: &mut Session<'_>,
+        out: &mut Out<S>,
+        close: &mut oneshot::Receiver<Close>,
+    ) -> Result<(), ConnError> {
+        if hello.resume.is_some() && !ctx.cache.ever_in_sync() {
+            wait_for_first_sync(ctx, session, out, close).await?;
+        }
+        let floor = hello.floor;
+        if ctx.cache.latest().revision >= floor {
+            return Ok(());
+        }
+        let ended = wait_for_revision(ctx, session, out, close, floor).await?;
+        let [yes, no, away] = &ctx.cache.metrics.resume_floor_waits;
+        match ended {
+            FloorWait::Reached => yes.inc(),
+            FloorWait::Stale => {
+                // Cut off from the datastore: this cache is behind because it cannot hear,
+                // not because the datastore went back. Another replica can serve the client
+                // what it has; this one would send it back in time.
+                away.inc();
+                info!(
+                    floor = floor.0,
+                    cache = ctx.cache.latest().revision.0,
+                    "a resuming client has seen newer datastore revisions than this cache, which is stale (cut off from the datastore): sent to another replica"
+                );
+                out.goodbye(
+                    GoodbyeReason::Rebalance,
+                    "this server's view of the datastore is stale and older than yours; try another",
+                )
+                .await;
+                return Err(ConnError::Closed(GoodbyeReason::Rebalance));
+            }
+            FloorWait::TimedOut => {
+                no.inc();
+                warn!(
+                    floor = floor.0,
+                    cache = ctx.cache.latest().revision.0,
+                    "a resuming client has seen newer datastore revisions than this cache reached within TYPHA_RESUMEREVISIONWAITSECS; serving what it has"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// By deltas, digest buckets or a snapshot, as the client's resume allows.
+    async fn initial_sync<S: AsyncRead + AsyncWrite + Unpin>(
+        ctx: &Arc<Ctx>,
+        hello: OurHello,
+        out: &mut Out<S>,
+    ) -> Result<Synced<OurFeed>, ConnError> {
+        let queued_before = out.queued;
+        let resume = (hello.resume.as_ref(), hello.floor);
+        let (cursor, resumed) = sync::initial_sync(ctx, &hello.agreed, resume, out).await?;
+        ctx.cache
+            .metrics
+            .resume_bytes(resumed)
+            .inc_by(out.queued - queued_before);
+        let feed = OurFeed {
+            dec: hello.dec,
+            may_receive: MessageType::ALL
+                .iter()
+                .filter(|t| hello.agreed.may_receive(**t))
+                .fold(0, |mask, t| mask | bit(*t)),
+            variant: Variant::of(&hello.agreed),
+            sent_status: cursor.status,
+            cursor,
+        };
+        Ok(Synced {
+            feed,
+            resumed,
+            staleness: hello.staleness,
+        })
+    }
 }
 
 /// What a client of ours is sent once in sync, and what it may say.
-struct Ours {
+struct OurFeed {
     dec: FrameDecoder,
-    /// What the client may send: a [`bit`] per message type (the session's 48 bytes would be
-    /// kept for this alone).
+    /// What the client may send: a [`bit`] per message type (the agreed session's 48 bytes
+    /// would be kept for this alone).
     may_receive: u32,
     variant: Variant,
     /// The last breadcrumb it was sent.
@@ -69,7 +219,7 @@ struct Ours {
     sent_status: SyncStatus,
 }
 
-impl Feed for Ours {
+impl Feed for OurFeed {
     fn position(&self) -> Seq {
         self.cursor.seq
     }
@@ -81,7 +231,7 @@ impl Feed for Ours {
     fn catch_up<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         ctx: &Arc<Ctx>,
-        follow: &mut Follow<'_>,
+        session: &mut Session<'_>,
         out: &mut Out<S>,
     ) -> impl Future<Output = Result<bool, ConnError>> {
         // The catch-up's own future, not one around it.
@@ -90,7 +240,7 @@ impl Feed for Ours {
             &mut self.cursor,
             &mut self.sent_status,
             self.variant,
-            follow,
+            session,
             out,
         )
     }
@@ -99,201 +249,16 @@ impl Feed for Ours {
         &mut self,
         ctx: &Ctx,
         rbuf: &mut BytesMut,
-        follow: &mut Follow<'_>,
+        session: &mut Session<'_>,
         info: &ConnInfo,
     ) -> Result<(), ConnError> {
-        inbound(ctx, self.may_receive, &mut self.dec, rbuf, follow, info)
+        inbound(ctx, self.may_receive, &mut self.dec, rbuf, session, info)
     }
 }
 
-/// [`start`], owning what the stream loop takes over.
-async fn start_owned<S>(
-    mut out: Out<S>,
-    mut close: oneshot::Receiver<Close>,
-    ctx: &Arc<Ctx>,
-    info: &ConnInfo,
-    prefix: BytesMut,
-) -> Result<Streaming<S, Ours>, ConnError>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let s = start(ctx, &mut close, info, prefix, &mut out).await?;
-    Ok(Streaming {
-        out,
-        close,
-        rbuf: s.rbuf,
-        feed: Ours {
-            dec: s.dec,
-            may_receive: MessageType::ALL
-                .iter()
-                .filter(|t| s.session.may_receive(**t))
-                .fold(0, |mask, t| mask | bit(*t)),
-            variant: Variant::of(&s.session),
-            sent_status: s.cursor.status,
-            cursor: s.cursor,
-        },
-        staleness: s.staleness,
-        tells_staleness: s.tells_staleness,
-        syncer: SyncerType::Felix,
-    })
-}
-
-/// A message type's bit in [`Ours::may_receive`] (the types are numbered 1 to 12).
+/// A message type's bit in [`OurFeed::may_receive`] (the types are numbered 1 to 12).
 fn bit(t: MessageType) -> u32 {
     1 << (t as u32)
-}
-
-/// What [`start`] leaves.
-struct Begun {
-    dec: FrameDecoder,
-    rbuf: BytesMut,
-    session: Session,
-    cursor: Arc<Breadcrumb>,
-    staleness: watch::Receiver<Published>,
-    tells_staleness: bool,
-}
-
-/// The hello (within the deadline, counted from accept, so TLS and hello share it), then the
-/// initial sync, written and flushed.
-async fn start<S>(
-    ctx: &Arc<Ctx>,
-    close: &mut oneshot::Receiver<Close>,
-    info: &ConnInfo,
-    prefix: BytesMut,
-    out: &mut Out<S>,
-) -> Result<Begun, ConnError>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let accepted = info.accepted();
-    let mut dec = FrameDecoder::new(Limits::SERVER_INBOUND);
-    // The bytes read to tell the protocol are the start of the hello.
-    let mut rbuf = prefix;
-    rbuf.reserve(1024);
-
-    let deadline = accepted + ctx.cfg.handshake_timeout;
-    let mut hs = ServerHandshake::new(ctx.offer.clone(), accepted.into_std());
-    let first = loop {
-        match dec.decode(&mut rbuf) {
-            Ok(Some(m)) => break m,
-            Ok(None) => {}
-            Err(e) => {
-                out.goodbye(GoodbyeReason::ProtocolError, &e.to_string())
-                    .await;
-                return Err(ConnError::HandshakeFrame(e));
-            }
-        }
-        match timeout_at(deadline, out.io().read_buf(&mut rbuf)).await {
-            Ok(Ok(0)) => return Err(ConnError::PeerClosed),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.into()),
-            Err(_) => {
-                let rej = hs.handle_timeout(Instant::now().into_std());
-                let msg = rej
-                    .as_ref()
-                    .map_or_else(|| "handshake timed out".into(), |r| r.to_string());
-                out.goodbye(GoodbyeReason::HandshakeTimeout, &msg).await;
-                return Err(rej.map_or(ConnError::HandshakeTimeout("hello"), |r| {
-                    ConnError::Handshake(Box::new(r))
-                }));
-            }
-        }
-    };
-    let accepted_hello = match hs.handle_message(first, Instant::now().into_std()) {
-        Ok(a) => a,
-        Err(rej) => {
-            if let Some(g) = &rej.goodbye {
-                out.goodbye(g.reason, &g.message).await;
-            }
-            return Err(ConnError::Handshake(Box::new(rej)));
-        }
-    };
-    let session = accepted_hello.session;
-    info.hello(
-        &accepted_hello.hostname,
-        &accepted_hello.client_info,
-        session.version,
-    );
-    debug!(client = %accepted_hello.client_info, version = %session.version, "client hello");
-    out.queue(encode(&Message::ServerHello(accepted_hello.reply), false))?;
-    // How current the view is, before any data (so a consumer knows what it is about to get),
-    // with its age now: a tiny per-client encode, like the hello. Later changes go out as the
-    // frame encoded once for everyone; subscribed first, so none is missed.
-    let tells_staleness = session.features.contains(Features::STALENESS);
-    let mut staleness = ctx.freshness.subscribe();
-    if tells_staleness {
-        staleness.borrow_and_update();
-        let now = Message::Staleness(ctx.freshness.view().to_message());
-        out.queue(encode(&now, false))?;
-    }
-    // The hello's digest was the big part of the read buffer; do not keep its capacity.
-    rbuf = BytesMut::from(&rbuf[..]);
-
-    if accepted_hello.resume.is_some() && !ctx.cache.ever_in_sync() {
-        // A resuming client has state: comparing it with a partial cache would tell it to
-        // delete what this server has not loaded yet. Hold it (answering pings) until the
-        // cache is complete; a new client has nothing to lose and gets the partial state.
-        out.flush().await?;
-        wait_for_first_sync(ctx, out, close).await?;
-    }
-    // The client's revision floor, where revisions are shared by the replicas.
-    let floor = accepted_hello
-        .revision_floor
-        .filter(|_| !ctx.cfg.resume_floor_wait.is_zero())
-        .unwrap_or_default();
-    if ctx.cache.latest().revision < floor {
-        out.flush().await?;
-        let ended = wait_for_revision(ctx, out, close, floor).await?;
-        let [yes, no, away] = &ctx.cache.metrics.resume_floor_waits;
-        if ended == FloorWait::Reached {
-            yes.inc();
-        } else if ended == FloorWait::Stale {
-            // Cut off from the datastore: this cache is behind because it cannot hear, not
-            // because the datastore went back. Another replica can serve the client what it
-            // has; this one would send it back in time.
-            away.inc();
-            info!(
-                floor = floor.0,
-                cache = ctx.cache.latest().revision.0,
-                "a resuming client has seen newer datastore revisions than this cache, which is stale (cut off from the datastore): sent to another replica"
-            );
-            out.goodbye(
-                GoodbyeReason::Rebalance,
-                "this server's view of the datastore is stale and older than yours; try another",
-            )
-            .await;
-            return Err(ConnError::Closed(GoodbyeReason::Rebalance));
-        } else {
-            no.inc();
-            warn!(
-                floor = floor.0,
-                cache = ctx.cache.latest().revision.0,
-                "a resuming client has seen newer datastore revisions than this cache reached within TYPHA_RESUMEREVISIONWAITSECS; serving what it has"
-            );
-        }
-    }
-    let slot = wait_for_sync_slot(ctx, out, close).await?;
-    let sync_started = Instant::now();
-    info.set_phase(Phase::Syncing);
-    let queued_before = out.queued;
-    let (cursor, resumed) =
-        initial_sync(ctx, &session, (accepted_hello.resume.as_ref(), floor), out).await?;
-    out.flush().await?;
-    drop(slot);
-    let m = &ctx.cache.metrics;
-    m.resume_bytes(resumed).inc_by(out.queued - queued_before);
-    info.synced(resumed, cursor.seq);
-    m.client_snapshot_send_secs
-        .felix()
-        .observe(sync_started.elapsed().as_secs_f64());
-    Ok(Begun {
-        dec,
-        rbuf,
-        session,
-        cursor,
-        staleness,
-        tells_staleness,
-    })
 }
 
 /// Handles every complete message in `rbuf`: pongs and acks; a goodbye or anything a client
@@ -303,7 +268,7 @@ fn inbound(
     may_receive: u32,
     dec: &mut FrameDecoder,
     rbuf: &mut BytesMut,
-    follow: &mut Follow<'_>,
+    session: &mut Session<'_>,
     info: &ConnInfo,
 ) -> Result<(), ConnError> {
     loop {
@@ -324,7 +289,7 @@ fn inbound(
         }
         match msg {
             Message::Pong(p) => {
-                if let Some(took) = follow.pong(p.ping_timestamp_micros, Instant::now()) {
+                if let Some(took) = session.pong(p.ping_timestamp_micros, Instant::now()) {
                     ctx.cache
                         .metrics
                         .ping_latency
@@ -334,7 +299,7 @@ fn inbound(
             }
             Message::Ack(a) => {
                 // A client acknowledging what it applied is alive and reading.
-                follow.heard(Instant::now());
+                session.heard(Instant::now());
                 info.acked(a.seq);
                 if let Some(c) = ctx.cache.get(a.seq) {
                     ctx.cache

@@ -164,10 +164,7 @@ impl Rig {
         let task = tokio::spawn(async move {
             match proto {
                 Proto::Ours => task::run(server, &ctx, close, &conn, BytesMut::new()).await,
-                Proto::Calico => {
-                    let accepted = conn.accepted();
-                    calico::run(server, accepted, &ctx, close, &conn, BytesMut::new()).await
-                }
+                Proto::Calico => calico::run(server, &ctx, close, &conn, BytesMut::new()).await,
             }
         });
         (client, info, task)
@@ -537,6 +534,15 @@ async fn a_client_waiting_for_a_sync_turn_has_its_hello_answered_at_once() {
             .await;
         assert!(c.saw("serverhello"), "{proto:?}: {:?}", c.seen);
         assert!(!c.saw("ping"), "{proto:?}: not waiting for a ping");
+        // Held for longer than the pong timeout, pinged every interval meanwhile.
+        c.read_for(99 * SEC, 64 << 10, Duration::ZERO, Pongs::Answer)
+            .await;
+        let pings = c.count("ping");
+        assert!(
+            (9..=11).contains(&pings),
+            "{proto:?}: {pings} pings in 100 s"
+        );
+        assert!(!task.is_finished(), "{proto:?}: still held");
         drop(turn);
         c.read_for(5 * SEC, 64 << 10, Duration::ZERO, Pongs::Answer)
             .await;
@@ -547,6 +553,39 @@ async fn a_client_waiting_for_a_sync_turn_has_its_hello_answered_at_once() {
         );
         task.abort();
     }
+}
+
+/// A Calico client that offers snappy owes the server a `MsgACK` of the switch: one that never
+/// sends it is dropped when the pong timeout has passed since the restart was sent, as a
+/// failed handshake.
+#[tokio::test(start_paused = true)]
+async fn a_calico_client_that_never_acknowledges_the_switch_to_snappy_is_dropped_in_time() {
+    let mut rig = Rig::new(base_cfg());
+    let (mut io, _conn, task) = rig.connect(Proto::Calico, 64 << 10);
+    let hello = CalicoMessage::ClientHello(CalicoHello {
+        hostname: "n1".into(),
+        version: "v3.32.0".into(),
+        syncer_type: "felix".into(),
+        supports_modern_policy_keys: true,
+        supports_decoder_restart: true,
+        supported_compression_algorithms: vec!["snappy".into()],
+        ..Default::default()
+    });
+    let mut b = Side::Client.preamble().to_vec();
+    b.extend_from_slice(&calico_encode(Side::Client, &hello).unwrap());
+    let started = Instant::now();
+    io.write_all(&b).await.unwrap();
+    // Read everything (the hello, the restart), never answer.
+    let mut sink = vec![0u8; 64 << 10];
+    while !matches!(io.read(&mut sink).await, Ok(0) | Err(_)) {}
+    let took = started.elapsed();
+    let err = task.await.unwrap().expect_err("dropped");
+    assert!(
+        matches!(err, ConnError::HandshakeTimeout("MsgACK")),
+        "{err}"
+    );
+    assert_eq!(err.drop_reason(), Some(DropReason::handshake));
+    assert_eq!(took, 60 * SEC, "the pong timeout after the restart");
 }
 
 #[test]
