@@ -77,17 +77,17 @@ impl Start for Ours {
         let deadline = session.poll_timeout().unwrap_or_else(Instant::now);
         let decode = |b: &mut BytesMut| dec.decode(b).map_err(ConnError::HandshakeFrame);
         let Some(first) = read_message(out.io(), rbuf, deadline, decode).await? else {
+            // Past the session's deadline: the handshake's refusal says so to the client.
             let now = Instant::now();
-            return Err(
-                match (
-                    session.handle_timeout(now, out.writing),
-                    hs.handle_timeout(now.into_std()),
-                ) {
-                    (_, Some(rej)) => ConnError::Handshake(Box::new(rej)),
-                    (Some(Due::HandshakeExpired(what)), None) => ConnError::HandshakeTimeout(what),
-                    _ => ConnError::HandshakeTimeout("hello"),
-                },
-            );
+            let what = match session.handle_timeout(now, out.writing) {
+                Some(Due::HandshakeExpired(what)) => what,
+                _ => "hello",
+            };
+            return Err(hs
+                .handle_timeout(now.into_std())
+                .map_or(ConnError::HandshakeTimeout(what), |rej| {
+                    ConnError::Handshake(Box::new(rej))
+                }));
         };
         let accepted = hs
             .handle_message(first, Instant::now().into_std())
