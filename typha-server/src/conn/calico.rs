@@ -10,9 +10,10 @@
 //!
 //! This file holds Calico's handshake and encodings, and how its clients are fed once in sync
 //! (`CalicoFeed`; what they are sent: `calico_sync.rs`); the driver, the session's timers and
-//! the errors are the same as ours (`drive.rs`, `session.rs`, [`ConnError`]). Every stream starts with the server preamble,
-//! so the `MsgKVs` of a breadcrumb and of a snapshot are encoded once per syncer type and
-//! carriage for every Calico client ([`crate::cache::calico`]). Only the hello, the restart,
+//! the errors are the same as ours (`drive.rs`, `session.rs`, [`ConnError`]). Every stream
+//! starts with the server preamble, so the `MsgKVs` of a breadcrumb and of a snapshot are
+//! encoded once per syncer type and carriage for every Calico client
+//! ([`crate::cache::calico`]). Only the hello, the restart,
 //! sync status and pings are encoded per connection (all tiny). Calico's protocol has no
 //! goodbye: a connection the server ends (shutdown, limit, refusal) is simply closed.
 
@@ -146,7 +147,7 @@ struct CalicoHello {
     counted: Counted,
 }
 
-/// A connection counted in `typha_connections_active{syncer}` for as long as it is kept.
+/// A connection counted in `typha_calico_connections{syncer}` for as long as it is kept.
 struct Counted(IntGauge);
 
 impl Drop for Counted {
