@@ -12,7 +12,8 @@
 //!   ┌─▶ feed.catch_up (one bounded round) ─▶ flush ─▶ wait for the first of:
 //!   │     close request ─▶ out.end ─▶ done        staleness change ─▶ queue (ours)
 //!   │     new breadcrumb (Calico's: of its type)  more to send from the last round
-//!   │     bytes ─▶ feed.inbound (pongs, acks)     the session's timer ─▶ ping, or silent ─▶ end
+//!   │     bytes ─▶ feed.inbound (pongs, acks)     the session's timer ─▶ ping (or end:
+//!   │                                             silent too long)
 //!   └────────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
